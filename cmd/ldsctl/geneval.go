@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/lds-net/lds/internal/eval"
+	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/results"
+)
+
+func cmdGen(args []string) error {
+	fs := flag.NewFlagSet("ldsctl gen", flag.ExitOnError)
+	scen := fs.String("scenario", "", "scenario YAML (see configs/scenarios/; empty = the built-in demo scenario)")
+	sp := fs.String("sender-pcap", "", "sender-tap capture to write")
+	rp := fs.String("receiver-pcap", "", "receiver-tap capture to write")
+	truth := fs.String("truth", "", "ground truth JSONL to write (one line per interval and flow)")
+	seed := fs.Uint64("seed", 0, "override the scenario's seed (0 = keep)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: ldsctl gen [--scenario FILE] --sender-pcap A.pcap --receiver-pcap B.pcap [--truth truth.jsonl]\n\n")
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(args)
+	if *sp == "" || *rp == "" {
+		fs.Usage()
+		return errors.New("--sender-pcap and --receiver-pcap are required")
+	}
+	sc := gen.DefaultScenario()
+	if *scen != "" {
+		var err error
+		if sc, err = gen.LoadScenario(*scen); err != nil {
+			return err
+		}
+	}
+	if *seed != 0 {
+		sc.Seed = *seed
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	sum, err := gen.Generate(ctx, sc, gen.Outputs{SenderPcap: *sp, ReceiverPcap: *rp, Truth: *truth}, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "generated %d flows, %d packets sent, %d received, %d lost, %d intervals in %.2fs\n",
+		sum.Flows, sum.Packets, sum.Received, sum.Lost, sum.Intervals, sum.Elapsed.Seconds())
+	return nil
+}
+
+// multiFlag collects repeated label=file flags.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func cmdEval(args []string) error {
+	fs := flag.NewFlagSet("ldsctl eval", flag.ExitOnError)
+	truth := fs.String("truth", "", "ground truth JSONL (from ldsctl gen)")
+	var runs multiFlag
+	fs.Var(&runs, "results", "results JSONL to evaluate, as label=file or file (repeatable: several estimators side by side)")
+	out := fs.String("out", "", "Markdown report to write (default stdout)")
+	plots := fs.String("plots", "", "directory for PNG plots (CDF per flow-size bin, median/p95 per bin)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: ldsctl eval --truth truth.jsonl --results decode=a.jsonl --results paper=b.jsonl [--out report.md] [--plots DIR]\n\n")
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(args)
+	if *truth == "" || len(runs) == 0 {
+		fs.Usage()
+		return errors.New("--truth and at least one --results are required")
+	}
+	tr, err := eval.ReadTruthFile(*truth)
+	if err != nil {
+		return fmt.Errorf("--truth: %w", err)
+	}
+	rs := map[string][]results.FlowRecord{}
+	for _, r := range runs {
+		label, file, ok := strings.Cut(r, "=")
+		if !ok {
+			label, file = strings.TrimSuffix(filepath.Base(r), ".jsonl"), r
+		}
+		recs, err := eval.ReadResultsFile(file)
+		if err != nil {
+			return fmt.Errorf("--results %s: %w", r, err)
+		}
+		rs[label] = recs
+	}
+	rep, err := eval.Evaluate(tr, rs)
+	if err != nil {
+		return err
+	}
+	w := os.Stdout
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		defer f.Close()
+		w = f
+	}
+	if err := rep.WriteMarkdown(w); err != nil {
+		return err
+	}
+	if *plots != "" {
+		files, err := eval.WritePlots(*plots, rep)
+		if err != nil {
+			return fmt.Errorf("--plots: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "wrote %d plots to %s\n", len(files), *plots)
+	}
+	return nil
+}

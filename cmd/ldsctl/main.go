@@ -1,0 +1,44 @@
+// Command ldsctl is the operator's tool: replay two captures through both
+// pipelines, size a sketch, query a receiver, generate and evaluate traces.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `Usage: ldsctl <command> [flags]
+
+Commands:
+  replay    run sender and receiver pipelines on two captures over real gRPC (loopback)
+  size      compute sketch rows and columns for a traffic mix (LDS paper §3)
+  results   query a receiver's results API and print a table
+  gen       write a two-tap capture pair with exact ground truth from a scenario
+  eval      compare results JSONL with ground truth: accuracy report and plots
+
+Run 'ldsctl <command> -h' for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmds := map[string]func([]string) error{
+		"replay": cmdReplay, "size": cmdSize, "results": cmdResults, "gen": cmdGen, "eval": cmdEval,
+	}
+	name := os.Args[1]
+	if name == "-h" || name == "--help" || name == "help" {
+		fmt.Print(usage)
+		return
+	}
+	run, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "ldsctl: unknown command %q\n\n%s", name, usage)
+		os.Exit(2)
+	}
+	if err := run(os.Args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "ldsctl %s: %v\n", name, err)
+		os.Exit(1)
+	}
+}

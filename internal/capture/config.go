@@ -1,0 +1,332 @@
+// Package capture turns packets from a wire or a file into the records the
+// sketches consume: timestamp, flow key, flow hash, packet hash, wire size,
+// weight and traffic class. Everything that decides a hash lives here, so
+// the sender and the receiver agree by construction (see docs/capture.md).
+package capture
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lds-net/lds/internal/match"
+	"gopkg.in/yaml.v3"
+)
+
+// HashVersion is the version of the hashed byte layout (docs/capture.md).
+// Any change to what is hashed must bump it: it is part of the fingerprint.
+const HashVersion = 1
+
+// MaxPayloadBytes bounds identity.payload_bytes: the per-parser hash buffer
+// is sized from it.
+const MaxPayloadBytes = 1024
+
+// FlowKeyConfig sets flow aggregation: prefix lengths and whether the
+// protocol and ports are part of the key.
+type FlowKeyConfig struct {
+	SrcPrefixV4 int  `yaml:"src_prefix_v4"`
+	DstPrefixV4 int  `yaml:"dst_prefix_v4"`
+	SrcPrefixV6 int  `yaml:"src_prefix_v6"`
+	DstPrefixV6 int  `yaml:"dst_prefix_v6"`
+	Proto       bool `yaml:"proto"`
+	Ports       bool `yaml:"ports"`
+}
+
+// IdentityConfig holds everything that changes a hash: it is part of the
+// configuration fingerprint both ends must share.
+type IdentityConfig struct {
+	Seed         string        `yaml:"seed"`
+	PayloadBytes int           `yaml:"payload_bytes"`
+	FlowKey      FlowKeyConfig `yaml:"flow_key"`
+}
+
+// WeightRule gives flows matched by the rule a weight (LDS paper §4.1).
+type WeightRule struct {
+	match.Rule `yaml:",inline"`
+	Weight     uint32 `yaml:"weight"`
+}
+
+// SourceConfig says where packets come from.
+type SourceConfig struct {
+	Kind        string `yaml:"kind"`        // file | afpacket | pcap
+	File        string `yaml:"file"`        // kind file: pcap or pcapng path
+	Interface   string `yaml:"interface"`   // kind afpacket, pcap
+	Snaplen     int    `yaml:"snaplen"`     // kind pcap: bytes kept per packet
+	Promiscuous bool   `yaml:"promiscuous"` // kind afpacket, pcap
+	Workers     int    `yaml:"workers"`     // kind afpacket: sockets in one PACKET_FANOUT group
+	FanoutGroup uint16 `yaml:"fanout_group"`
+	// Ring (afpacket, TPACKET_V3): block_size bytes x num_blocks per worker.
+	BlockSize    int           `yaml:"block_size"`
+	NumBlocks    int           `yaml:"num_blocks"`
+	BlockTimeout time.Duration `yaml:"block_timeout"` // a partly filled block is handed over after this
+	// PollTimeout bounds how long ReadPacket waits before returning
+	// ErrTimeout, so an idle link still lets the caller close intervals.
+	PollTimeout     time.Duration `yaml:"poll_timeout"`
+	BufferSize      int           `yaml:"buffer_size"`      // kind pcap: kernel buffer bytes
+	BPF             string        `yaml:"bpf"`              // needs a binary built with -tags pcap
+	TimestampSource string        `yaml:"timestamp_source"` // kind pcap: host, adapter, adapter_unsynced, ... ("" = libpcap default)
+}
+
+// Config is the capture section of a daemon's configuration.
+type Config struct {
+	Identity IdentityConfig `yaml:"identity"`
+	Select   []match.Rule   `yaml:"select"`  // measured traffic; empty = all IP
+	Weights  []WeightRule   `yaml:"weights"` // first match wins; default weight 1
+	Classes  []match.Rule   `yaml:"classes"` // LDA traffic classes; first match wins
+	Source   SourceConfig   `yaml:"source"`
+}
+
+// DefaultConfig returns the defaults for every key.
+func DefaultConfig() Config {
+	return Config{
+		Identity: IdentityConfig{
+			Seed:         "change-me",
+			PayloadBytes: 32,
+			FlowKey: FlowKeyConfig{
+				SrcPrefixV4: 32, DstPrefixV4: 32, SrcPrefixV6: 128, DstPrefixV6: 128,
+				Proto: true, Ports: true,
+			},
+		},
+		Source: SourceConfig{
+			Kind:         "file",
+			Snaplen:      65535,
+			Workers:      1,
+			BlockSize:    1 << 20,
+			NumBlocks:    64,
+			BlockTimeout: 10 * time.Millisecond,
+			PollTimeout:  100 * time.Millisecond,
+			BufferSize:   64 << 20,
+		},
+	}
+}
+
+// Header budget a snap length must cover before the N payload bytes:
+// Ethernet + two VLAN tags + the largest IPv4 header + the largest TCP
+// header (an IPv6 header with no extension header is smaller).
+const headerBudget = 14 + 8 + 60 + 60
+
+// MinSnaplen is the smallest snap length that keeps headers plus N payload bytes.
+func (c IdentityConfig) MinSnaplen() int { return headerBudget + c.PayloadBytes }
+
+// Validate checks every key; errors name the YAML key under "capture.".
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, f string, a ...any) { errs = append(errs, fmt.Errorf("capture."+key+": "+f, a...)) }
+	id := c.Identity
+	if id.Seed == "" {
+		bad("identity.seed", "empty; set a shared secret (both taps must use the same)")
+	}
+	if id.PayloadBytes < 0 || id.PayloadBytes > MaxPayloadBytes {
+		bad("identity.payload_bytes", "%d is outside 0..%d", id.PayloadBytes, MaxPayloadBytes)
+	}
+	fk := id.FlowKey
+	for _, p := range []struct {
+		key    string
+		v, max int
+	}{{"src_prefix_v4", fk.SrcPrefixV4, 32}, {"dst_prefix_v4", fk.DstPrefixV4, 32}, {"src_prefix_v6", fk.SrcPrefixV6, 128}, {"dst_prefix_v6", fk.DstPrefixV6, 128}} {
+		if p.v < 0 || p.v > p.max {
+			bad("identity.flow_key."+p.key, "%d is outside 0..%d", p.v, p.max)
+		}
+	}
+	if _, err := match.CompileAll("capture.select", c.Select); err != nil {
+		errs = append(errs, err)
+	}
+	for i, w := range c.Weights {
+		if _, err := w.Rule.Compile(fmt.Sprintf("capture.weights[%d]", i)); err != nil {
+			errs = append(errs, err)
+		}
+		if w.Weight == 0 {
+			bad(fmt.Sprintf("weights[%d].weight", i), "must be at least 1 (a flow of weight 0 would vanish from the sketch; use select to leave traffic out)")
+		}
+	}
+	seen := map[string]int{}
+	for i, r := range c.Classes {
+		if _, err := r.Compile(fmt.Sprintf("capture.classes[%d]", i)); err != nil {
+			errs = append(errs, err)
+		}
+		if r.Name == "" {
+			bad(fmt.Sprintf("classes[%d].name", i), "required: a traffic class needs a name for its metrics")
+		} else if j, dup := seen[r.Name]; dup {
+			bad(fmt.Sprintf("classes[%d].name", i), "%q already names classes[%d]", r.Name, j)
+		} else {
+			seen[r.Name] = i
+		}
+	}
+	if len(c.Classes) > 65534 {
+		bad("classes", "%d classes, at most 65534", len(c.Classes))
+	}
+	errs = append(errs, c.Source.validate(id)...)
+	return errors.Join(errs...)
+}
+
+func (s SourceConfig) validate(id IdentityConfig) []error {
+	var errs []error
+	bad := func(key, f string, a ...any) { errs = append(errs, fmt.Errorf("capture.source."+key+": "+f, a...)) }
+	switch s.Kind {
+	case "file":
+		if s.File == "" {
+			bad("file", "required when source.kind is file")
+		}
+		if s.BPF != "" && !pcapBuilt {
+			bad("bpf", "a BPF expression needs libpcap: rebuild with -tags pcap, or use select rules")
+		}
+	case "afpacket", "pcap":
+		if s.Interface == "" {
+			bad("interface", "required when source.kind is %s", s.Kind)
+		}
+		if s.Kind == "pcap" && !pcapBuilt {
+			bad("kind", "pcap needs a binary built with -tags pcap (and libpcap); use afpacket in a pure-Go build")
+		}
+		if s.BPF != "" && !pcapBuilt {
+			bad("bpf", "a BPF expression needs libpcap to compile: rebuild with -tags pcap, or use select rules")
+		}
+	default:
+		bad("kind", "%q: want file, afpacket or pcap", s.Kind)
+	}
+	if s.Kind == "pcap" && s.Snaplen < id.MinSnaplen() {
+		bad("snaplen", "%d is too short for headers (%d bytes budget) + identity.payload_bytes (%d): need at least %d",
+			s.Snaplen, headerBudget, id.PayloadBytes, id.MinSnaplen())
+	}
+	if s.Kind == "afpacket" {
+		if s.Workers < 1 || s.Workers > 256 {
+			bad("workers", "%d is outside 1..256", s.Workers)
+		}
+		const page = 4096
+		if s.BlockSize < page || s.BlockSize%page != 0 {
+			bad("block_size", "%d must be a positive multiple of the page size (%d)", s.BlockSize, page)
+		}
+		if s.NumBlocks < 1 {
+			bad("num_blocks", "%d must be at least 1", s.NumBlocks)
+		}
+		if s.BlockTimeout < time.Millisecond {
+			bad("block_timeout", "%s: the kernel counts it in whole milliseconds, at least 1ms", s.BlockTimeout)
+		}
+	}
+	if s.Kind != "file" && s.PollTimeout < time.Millisecond {
+		bad("poll_timeout", "%s: at least 1ms (a live daemon needs to wake up on an idle link)", s.PollTimeout)
+	}
+	if s.TimestampSource != "" && s.Kind != "pcap" {
+		bad("timestamp_source", "only libpcap (kind pcap) can choose a timestamp source")
+	}
+	return errs
+}
+
+// FingerprintFields returns every setting that changes a hash, by YAML key,
+// in canonical text; two ends must agree on all of them.
+func (c Config) FingerprintFields() map[string]string {
+	id := c.Identity
+	fk := id.FlowKey
+	return map[string]string{
+		"capture.hash_version":                    strconv.Itoa(HashVersion),
+		"capture.identity.seed":                   seedDigest(id.Seed),
+		"capture.identity.payload_bytes":          strconv.Itoa(id.PayloadBytes),
+		"capture.identity.flow_key.src_prefix_v4": strconv.Itoa(fk.SrcPrefixV4),
+		"capture.identity.flow_key.dst_prefix_v4": strconv.Itoa(fk.DstPrefixV4),
+		"capture.identity.flow_key.src_prefix_v6": strconv.Itoa(fk.SrcPrefixV6),
+		"capture.identity.flow_key.dst_prefix_v6": strconv.Itoa(fk.DstPrefixV6),
+		"capture.identity.flow_key.proto":         strconv.FormatBool(fk.Proto),
+		"capture.identity.flow_key.ports":         strconv.FormatBool(fk.Ports),
+	}
+}
+
+// seedDigest stands for the seed in fingerprints: the seed is a secret and
+// must not travel in a Hello, but a mismatch must still be seen.
+func seedDigest(seed string) string {
+	s := sha256.Sum256([]byte("lds/capture/v1/fingerprint\x00" + seed))
+	return "sha256:" + hex.EncodeToString(s[:16])
+}
+
+// Fingerprint returns canonical bytes of FingerprintFields: sorted keys,
+// each as length-prefixed key and value.
+func (c Config) Fingerprint() []byte {
+	f := c.FingerprintFields()
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b []byte
+	for _, k := range keys {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(k)))
+		b = append(b, k...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f[k])))
+		b = append(b, f[k]...)
+	}
+	return b
+}
+
+// variantKeys are fields that change between the two taps. A selection,
+// weight or class rule on one of them would treat the same packet
+// differently at each tap, so such keys are refused when the YAML is read.
+var variantKeys = map[string]string{
+	"dscp":          "DSCP is remarked between taps",
+	"ecn":           "ECN bits are set (CE) by routers between taps",
+	"tos":           "the TOS byte (DSCP/ECN) is rewritten between taps",
+	"traffic_class": "the IPv6 traffic class (DSCP/ECN) is rewritten between taps",
+	"ttl":           "TTL drops by one at every hop",
+	"hop_limit":     "the hop limit drops by one at every hop",
+	"flow_label":    "the IPv6 flow label may be rewritten between taps",
+	"vlan":          "802.1Q tags are pushed and popped between taps",
+	"mpls":          "MPLS labels are swapped between taps",
+	"mac":           "MAC addresses are rewritten at every router",
+	"src_mac":       "MAC addresses are rewritten at every router",
+	"dst_mac":       "MAC addresses are rewritten at every router",
+	"checksum":      "checksums are recomputed and offloaded",
+}
+
+// UnmarshalYAML decodes strictly (unknown keys are errors) and refuses
+// rules on fields that differ between taps, saying why.
+func (c *Config) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkRuleKeys(n); err != nil {
+		return err
+	}
+	raw, err := yaml.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	type plain Config // no UnmarshalYAML: avoids recursion
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode((*plain)(c)); err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	return nil
+}
+
+func checkRuleKeys(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		list := n.Content[i].Value
+		if list != "select" && list != "weights" && list != "classes" {
+			continue
+		}
+		seq := n.Content[i+1]
+		if seq.Kind != yaml.SequenceNode {
+			continue
+		}
+		for j, item := range seq.Content {
+			if item.Kind != yaml.MappingNode {
+				continue
+			}
+			for k := 0; k+1 < len(item.Content); k += 2 {
+				key := strings.ToLower(item.Content[k].Value)
+				why, found := variantKeys[key]
+				if !found {
+					continue
+				}
+				return fmt.Errorf("capture.%s[%d].%s (line %d): %s, so a rule on it would treat the same packet differently at the two taps; rules may use only invariant fields: src, dst, proto, sport, dport",
+					list, j, key, item.Content[k].Line, why)
+			}
+		}
+	}
+	return nil
+}

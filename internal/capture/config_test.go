@@ -1,0 +1,187 @@
+package capture
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/lds-net/lds/internal/match"
+	"gopkg.in/yaml.v3"
+)
+
+func TestValidateNamesKeys(t *testing.T) {
+	cases := []struct {
+		mut  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Identity.Seed = "" }, "capture.identity.seed"},
+		{func(c *Config) { c.Identity.PayloadBytes = -1 }, "capture.identity.payload_bytes"},
+		{func(c *Config) { c.Identity.PayloadBytes = MaxPayloadBytes + 1 }, "capture.identity.payload_bytes"},
+		{func(c *Config) { c.Identity.FlowKey.SrcPrefixV4 = 33 }, "capture.identity.flow_key.src_prefix_v4"},
+		{func(c *Config) { c.Identity.FlowKey.DstPrefixV6 = 129 }, "capture.identity.flow_key.dst_prefix_v6"},
+		{func(c *Config) { c.Select = []match.Rule{{Src: []string{"nope"}}} }, "capture.select[0].src"},
+		{func(c *Config) { c.Weights = []WeightRule{{Weight: 0}} }, "capture.weights[0].weight"},
+		{func(c *Config) { c.Classes = []match.Rule{{}} }, "capture.classes[0].name"},
+		{func(c *Config) { c.Classes = []match.Rule{{Name: "a"}, {Name: "a"}} }, "capture.classes[1].name"},
+		{func(c *Config) { c.Source.Kind = "tap" }, "capture.source.kind"},
+		{func(c *Config) { c.Source.File = "" }, "capture.source.file"},
+		{func(c *Config) {
+			c.Source = SourceConfig{Kind: "afpacket", Interface: "x", Workers: 0, BlockSize: 1 << 20, NumBlocks: 2, BlockTimeout: 1e7, PollTimeout: 1e8}
+		}, "capture.source.workers"},
+		{func(c *Config) {
+			c.Source = SourceConfig{Kind: "afpacket", Workers: 1, BlockSize: 1000, NumBlocks: 2, BlockTimeout: 1e7, PollTimeout: 1e8}
+		}, "capture.source.block_size"},
+		{func(c *Config) {
+			c.Source = SourceConfig{Kind: "afpacket", Workers: 1, BlockSize: 1 << 20, NumBlocks: 2, BlockTimeout: 1e7, PollTimeout: 1e8}
+		}, "capture.source.interface"},
+		{func(c *Config) { c.Source.TimestampSource = "adapter" }, "capture.source.timestamp_source"},
+	}
+	for _, c := range cases {
+		cfg := DefaultConfig()
+		cfg.Source.File = "x.pcap"
+		c.mut(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want error naming %s, got %v", c.want, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Source.File = "x.pcap"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("defaults with a file: %v", err)
+	}
+}
+
+func TestPcapSnaplenRefused(t *testing.T) {
+	if !pcapBuilt {
+		t.Skip("pcap kind needs -tags pcap; snap length checks for files are in TestFileErrors")
+	}
+	cfg := DefaultConfig()
+	cfg.Source = DefaultConfig().Source
+	cfg.Source.Kind, cfg.Source.Interface, cfg.Source.Snaplen = "pcap", "lo", 100
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "capture.source.snaplen") {
+		t.Errorf("snaplen 100 with payload_bytes 32: %v", err)
+	}
+}
+
+func TestYAML(t *testing.T) {
+	doc := `
+identity:
+  seed: s3cret
+  payload_bytes: 16
+  flow_key: {src_prefix_v4: 24}
+select:
+  - {dst: ["192.0.2.0/24"], proto: [6]}
+weights:
+  - {dport: ["443"], weight: 4}
+classes:
+  - {name: voice, proto: [17], dport: ["5060-5090"]}
+source: {kind: file, file: a.pcap}
+`
+	cfg := DefaultConfig()
+	if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Identity.PayloadBytes != 16 || cfg.Identity.FlowKey.SrcPrefixV4 != 24 || cfg.Identity.FlowKey.DstPrefixV4 != 32 ||
+		!cfg.Identity.FlowKey.Ports || cfg.Weights[0].Weight != 4 || cfg.Weights[0].DPort[0] != "443" || cfg.Classes[0].Name != "voice" {
+		t.Errorf("decoded %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []struct{ doc, want string }{
+		{"classes:\n  - {name: ef, dscp: 46}\n", "capture.classes[0].dscp"},
+		{"weights:\n  - {ttl: 64, weight: 2}\n", "capture.weights[0].ttl"},
+		{"select:\n  - {vlan: 100}\n", "capture.select[0].vlan"},
+		{"identity: {payload_bytez: 3}\n", "payload_bytez"},
+	} {
+		c := DefaultConfig()
+		err := yaml.Unmarshal([]byte(bad.doc), &c)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: want error naming %s, got %v", bad.doc, bad.want, err)
+		}
+		if bad.want == "capture.classes[0].dscp" && !strings.Contains(err.Error(), "remarked") {
+			t.Errorf("DSCP refusal does not say why: %v", err)
+		}
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	base := DefaultConfig()
+	fp := base.Fingerprint()
+	if !bytes.Equal(fp, DefaultConfig().Fingerprint()) {
+		t.Fatal("fingerprint not deterministic")
+	}
+	if strings.Contains(string(fp), base.Identity.Seed) {
+		t.Error("the seed travels in clear in the fingerprint")
+	}
+	muts := map[string]func(*Config){
+		"capture.identity.seed":                   func(c *Config) { c.Identity.Seed = "other" },
+		"capture.identity.payload_bytes":          func(c *Config) { c.Identity.PayloadBytes = 31 },
+		"capture.identity.flow_key.dst_prefix_v6": func(c *Config) { c.Identity.FlowKey.DstPrefixV6 = 64 },
+		"capture.identity.flow_key.ports":         func(c *Config) { c.Identity.FlowKey.Ports = false },
+	}
+	for key, m := range muts {
+		c := DefaultConfig()
+		m(&c)
+		if bytes.Equal(c.Fingerprint(), fp) {
+			t.Errorf("%s does not change the fingerprint", key)
+		}
+		a, b := base.FingerprintFields(), c.FingerprintFields()
+		for k := range a {
+			if (a[k] != b[k]) != (k == key) {
+				t.Errorf("changing %s: field %s %q vs %q", key, k, a[k], b[k])
+			}
+		}
+	}
+	// Selection and sources do not change hashes: not in the fingerprint.
+	c := DefaultConfig()
+	c.Source.Kind = "afpacket"
+	c.Select = []match.Rule{{Proto: []int{6}}}
+	if !bytes.Equal(c.Fingerprint(), fp) {
+		t.Error("source or selection changed the fingerprint")
+	}
+}
+
+func TestFlowKeyBinary(t *testing.T) {
+	a := netip.MustParseAddr
+	for _, k := range []FlowKey{
+		mustKey(t, a("192.0.2.1"), a("198.51.100.2"), 6, 1, 2),
+		mustKey(t, a("2001:db8::1"), a("::1"), 58, 0x8000, 7),
+		mustKey(t, a("::ffff:10.0.0.1"), a("10.0.0.2"), 17, 53, 53),
+	} {
+		b := k.AppendBinary(nil)
+		want := FlowKeyBinaryLenV4
+		if k.V6 {
+			want = FlowKeyBinaryLenV6
+		}
+		if len(b) != want {
+			t.Errorf("%v: %d bytes, want %d", k, len(b), want)
+		}
+		back, err := FlowKeyFromBinary(b)
+		if err != nil || back != k {
+			t.Errorf("%v: round trip gave %v, %v", k, back, err)
+		}
+	}
+	k := mustKey(t, a("10.0.0.1"), a("10.0.0.2"), 17, 53, 5353)
+	if k.String() != "17 10.0.0.1:53 > 10.0.0.2:5353" || k.SrcAddr() != a("10.0.0.1") || !k.DstAddr().Is4() {
+		t.Errorf("String %q", k.String())
+	}
+	for _, b := range [][]byte{nil, {4, 6, 0, 0, 0, 0, 1}, {5, 6, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, append([]byte{6, 6, 0, 0, 0, 0}, make([]byte, 31)...)} {
+		if _, err := FlowKeyFromBinary(b); err == nil {
+			t.Errorf("%x decoded", b)
+		}
+	}
+	if _, err := FlowKeyFromAddrs(a("10.0.0.1"), a("::1"), 6, 0, 0); err == nil {
+		t.Error("mixed families accepted")
+	}
+}
+
+func mustKey(t *testing.T, s, d netip.Addr, p uint8, sp, dp uint16) FlowKey {
+	k, err := FlowKeyFromAddrs(s, d, p, sp, dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

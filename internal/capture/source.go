@@ -1,0 +1,183 @@
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/gopacket/gopacket/layers"
+)
+
+// ErrTimeout is returned by a live Source (and Reader.Next) when no packet
+// arrived within source.poll_timeout: not an error, a chance for the caller
+// to look at its context and the wall clock. Test with errors.Is.
+var ErrTimeout = errors.New("capture: no packet within the poll timeout")
+
+// DropStats are cumulative drop counters of a source since it was opened.
+type DropStats struct {
+	Received  uint64 // packets the kernel handed to this source (0 where unknown)
+	Kernel    uint64 // dropped by the kernel: ring or buffer full
+	Interface uint64 // dropped by the interface/driver (rx_dropped + rx_missed_errors)
+}
+
+// Sub returns d - prev: the drops of one interval from two cumulative reads.
+func (d DropStats) Sub(prev DropStats) DropStats {
+	return DropStats{d.Received - prev.Received, d.Kernel - prev.Kernel, d.Interface - prev.Interface}
+}
+
+// Add returns the sum (to total the workers).
+func (d DropStats) Add(o DropStats) DropStats {
+	return DropStats{d.Received + o.Received, d.Kernel + o.Kernel, d.Interface + o.Interface}
+}
+
+// Source delivers raw frames.
+type Source interface {
+	// ReadPacket returns the next frame. data may alias buf or a kernel
+	// ring and is valid until the next call. io.EOF ends a file;
+	// ErrTimeout means no packet yet on a live source.
+	ReadPacket(buf []byte) (data []byte, ts int64, wireLen int, err error)
+	// LinkType is the link type of the frame ReadPacket returned last
+	// (pcapng files may mix interfaces).
+	LinkType() layers.LinkType
+	// Stats returns cumulative drop counters since the source was opened.
+	Stats() (DropStats, error)
+	// Close releases the source. Call it only after the goroutine reading
+	// from it has stopped: a ring must not be unmapped under a reader.
+	Close() error
+}
+
+// Snaplener is implemented by sources that know their snap length (files, libpcap).
+type Snaplener interface{ Snaplen() int }
+
+// CheckSnaplen refuses a source whose snap length cannot hold headers plus
+// identity.payload_bytes: every packet would be skipped as short_snap.
+func CheckSnaplen(src Source, id IdentityConfig) error {
+	s, ok := src.(Snaplener)
+	if !ok || s.Snaplen() <= 0 {
+		return nil
+	}
+	if s.Snaplen() < id.MinSnaplen() {
+		return fmt.Errorf("capture: snap length %d is too short for headers + capture.identity.payload_bytes (%d): need at least %d; capture with a larger snap length (tcpdump -s 0) or lower payload_bytes on both ends",
+			s.Snaplen(), id.PayloadBytes, id.MinSnaplen())
+	}
+	return nil
+}
+
+// OpenSources opens the configured source: one per worker for afpacket
+// (one PACKET_FANOUT group), else one.
+func OpenSources(cfg SourceConfig, log *slog.Logger) ([]Source, error) {
+	switch cfg.Kind {
+	case "file":
+		s, err := OpenFile(cfg.File)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.BPF != "" {
+			f, err := withBPF(s, cfg.BPF)
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+			s = f
+		}
+		return []Source{s}, nil
+	case "afpacket":
+		group := cfg.FanoutGroup
+		if group == 0 {
+			group = defaultFanoutGroup()
+		}
+		var out []Source
+		for i := range max(cfg.Workers, 1) {
+			c := cfg
+			if i > 0 {
+				c.Workers = -1 // marks a worker that does not report interface drops
+			}
+			s, err := OpenAFPacket(c, group, log)
+			if err != nil {
+				for _, o := range out {
+					o.Close()
+				}
+				return nil, fmt.Errorf("capture: worker %d of %d: %w", i, cfg.Workers, err)
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	case "pcap":
+		s, err := OpenPcap(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		return []Source{s}, nil
+	}
+	return nil, fmt.Errorf("capture.source.kind: %q: want file, afpacket or pcap", cfg.Kind)
+}
+
+// Reader joins a Source and a Parser: the loop the sender and receiver run.
+type Reader struct {
+	src Source
+	p   *Parser
+	buf []byte
+}
+
+// NewReader returns a Reader; one per worker.
+func NewReader(src Source, p *Parser) *Reader {
+	return &Reader{src: src, p: p, buf: make([]byte, 262144)}
+}
+
+// Next fills pkt with the next measured packet, skipping (and counting)
+// the rest. It returns io.EOF at the end of a file and ErrTimeout on an
+// idle live source. It allocates nothing.
+func (r *Reader) Next(pkt *Packet) error {
+	for {
+		data, ts, wl, err := r.src.ReadPacket(r.buf)
+		if err != nil {
+			return err
+		}
+		if r.p.Parse(data, wl, ts, r.src.LinkType(), pkt) {
+			return nil
+		}
+	}
+}
+
+// Parser returns the reader's parser (for its counters).
+func (r *Reader) Parser() *Parser { return r.p }
+
+// Source returns the reader's source (for its drop counters).
+func (r *Reader) Source() Source { return r.src }
+
+// Open validates cfg, opens its sources, checks their snap length and
+// returns one Reader per worker. Close them with CloseReaders.
+func (c Config) Open(log *slog.Logger) ([]*Reader, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	srcs, err := OpenSources(c.Source, log)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Reader
+	for _, s := range srcs {
+		err = CheckSnaplen(s, c.Identity)
+		var p *Parser
+		if err == nil {
+			p, err = NewParser(c)
+		}
+		if err != nil {
+			for _, s := range srcs {
+				s.Close()
+			}
+			return nil, err
+		}
+		out = append(out, NewReader(s, p))
+	}
+	return out, nil
+}
+
+// CloseReaders closes every reader's source.
+func CloseReaders(rs []*Reader) error {
+	var errs []error
+	for _, r := range rs {
+		errs = append(errs, r.src.Close())
+	}
+	return errors.Join(errs...)
+}

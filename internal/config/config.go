@@ -1,0 +1,452 @@
+// Package config loads the daemons' YAML files (DESIGN.md §7). Each internal
+// package owns the struct of its own section, with defaults and Validate();
+// this package composes them, fills defaults, refuses unknown keys, and
+// computes the fingerprint that the sender and the receiver must share.
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/match"
+	"github.com/lds-net/lds/internal/metrics"
+	"github.com/lds-net/lds/internal/ptp"
+	"github.com/lds-net/lds/internal/sketch"
+	"github.com/lds-net/lds/internal/spike"
+)
+
+// HashVersion names the derivation of cells from packet bytes (capture's
+// identity layout plus sketch's hash derivation). Bump it on any change.
+const HashVersion = "1"
+
+// Sketch is the `sketch:` section (contract keys of DESIGN.md §7 plus additions).
+type Sketch struct {
+	Rows      int       `yaml:"rows"`
+	Columns   int       `yaml:"columns"`
+	VLDA      int       `yaml:"vlda"`
+	Sampling  []float64 `yaml:"sampling"`
+	Alpha     float64   `yaml:"alpha"`
+	Seed      string    `yaml:"seed"`
+	Estimator string    `yaml:"estimator"`
+	Bytes     bool      `yaml:"bytes"`     // keep a byte counter per cell
+	MaxFlows  int       `yaml:"max_flows"` // receiver: cap of the per-interval candidate flow table
+	Heavy     int       `yaml:"heavy"`     // sender: heaviest flow keys sent with each End
+}
+
+// LDA is the `lda:` section: the link-level aggregator per traffic class.
+type LDA struct {
+	Banks int `yaml:"banks"`
+	Cells int `yaml:"cells"` // per bank
+}
+
+// Log is the `log:` section.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+}
+
+// Common holds what both daemons read; the fingerprinted part must agree.
+type Common struct {
+	Interval time.Duration  `yaml:"interval"`
+	MaxDelay time.Duration  `yaml:"max_delay"`
+	Guard    time.Duration  `yaml:"guard"` // clock-offset margin at interval boundaries
+	Sketch   Sketch         `yaml:"sketch"`
+	LDA      LDA            `yaml:"lda"`
+	Capture  capture.Config `yaml:"capture"`
+	PTP      ptp.Config     `yaml:"ptp"`
+	Metrics  metrics.Config `yaml:"metrics"`
+	Log      Log            `yaml:"log"`
+}
+
+// TLSClient is the sender's side of mTLS.
+type TLSClient struct {
+	Cert       string `yaml:"cert"`
+	Key        string `yaml:"key"`
+	CA         string `yaml:"ca"`
+	ServerName string `yaml:"server_name"`
+	// Plaintext disables TLS; allowed only towards a loopback receiver.
+	Plaintext bool `yaml:"plaintext"`
+}
+
+// SenderSection is the `sender:` section.
+type SenderSection struct {
+	ID           string        `yaml:"id"`
+	Receiver     string        `yaml:"receiver"` // host:port of lds-receiver
+	TLS          TLSClient     `yaml:"tls"`
+	ResendBuffer int           `yaml:"resend_buffer"` // finished intervals kept until acknowledged
+	BackoffMin   time.Duration `yaml:"backoff_min"`
+	BackoffMax   time.Duration `yaml:"backoff_max"`
+	Keepalive    time.Duration `yaml:"keepalive"`
+	RPCTimeout   time.Duration `yaml:"rpc_timeout"` // deadline for the handshake and for each interval's acknowledgement
+	ChunkBytes   int           `yaml:"chunk_bytes"`
+}
+
+// TLSServer is the receiver's side of mTLS.
+type TLSServer struct {
+	Cert     string `yaml:"cert"`
+	Key      string `yaml:"key"`
+	ClientCA string `yaml:"client_ca"`
+	// Plaintext disables TLS; allowed only when listening on loopback.
+	Plaintext bool `yaml:"plaintext"`
+}
+
+// SenderEntry is one upstream tap the receiver accepts.
+type SenderEntry struct {
+	ID     string       `yaml:"id"`
+	Select []match.Rule `yaml:"select"` // receiver-side traffic that this sender's tap also sees; empty = all measured traffic
+}
+
+// ReceiverSection is the `receiver:` section.
+type ReceiverSection struct {
+	Listen         string        `yaml:"listen"`
+	HTTPListen     string        `yaml:"http_listen"` // results API; empty = served with /metrics
+	TLS            TLSServer     `yaml:"tls"`
+	Senders        []SenderEntry `yaml:"senders"`
+	Lateness       time.Duration `yaml:"lateness"` // wait this long for the other side of an interval
+	Keep           int           `yaml:"keep"`     // intervals of results kept for the API
+	ResultsFile    string        `yaml:"results_file"`
+	MaxFrameBytes  int           `yaml:"max_frame_bytes"`
+	MaxSketchBytes int           `yaml:"max_sketch_bytes"`
+	MaxPending     int           `yaml:"max_pending"` // intervals waiting for a sender before the oldest is given up
+}
+
+// Sender is the whole lds-sender file.
+type Sender struct {
+	Common `yaml:",inline"`
+	Sender SenderSection `yaml:"sender"`
+}
+
+// Receiver is the whole lds-receiver file.
+type Receiver struct {
+	Common   `yaml:",inline"`
+	Receiver ReceiverSection `yaml:"receiver"`
+	Spike    spike.Config    `yaml:"spike"`
+}
+
+// DefaultCommon returns the defaults of DESIGN.md §7.
+func DefaultCommon() Common {
+	sp := sketch.DefaultParams()
+	lp := sketch.DefaultLDAParams()
+	return Common{
+		Interval: time.Second,
+		MaxDelay: 50 * time.Millisecond,
+		Guard:    time.Millisecond,
+		Sketch: Sketch{
+			Rows: sp.Rows, Columns: sp.Columns, VLDA: sp.VLDA, Sampling: append([]float64(nil), sp.Sampling...),
+			Alpha: 0.1, Seed: "change-me", Estimator: "decode", MaxFlows: 1 << 20, Heavy: 1000,
+		},
+		LDA:     LDA{Banks: lp.Banks, Cells: lp.Cells},
+		Capture: capture.DefaultConfig(),
+		PTP:     ptp.DefaultConfig(),
+		Metrics: metrics.DefaultConfig(),
+		Log:     Log{Level: "info", Format: "text"},
+	}
+}
+
+// DefaultSender returns a sender configuration with every default set.
+func DefaultSender() Sender {
+	c := DefaultCommon()
+	c.Metrics.Listen = ":9466"
+	host, _ := os.Hostname()
+	return Sender{Common: c, Sender: SenderSection{
+		ID: host, Receiver: "127.0.0.1:7420", ResendBuffer: 32,
+		BackoffMin: 200 * time.Millisecond, BackoffMax: 30 * time.Second,
+		Keepalive: 30 * time.Second, RPCTimeout: 10 * time.Second, ChunkBytes: 256 << 10,
+	}}
+}
+
+// DefaultReceiver returns a receiver configuration with every default set.
+func DefaultReceiver() Receiver {
+	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Receiver: ReceiverSection{
+		Listen: ":7420", Lateness: 10 * time.Second, Keep: 300,
+		MaxFrameBytes: 1 << 20, MaxSketchBytes: 256 << 20, MaxPending: 64,
+	}}
+}
+
+// LoadSender reads path (empty = defaults only) over the defaults.
+func LoadSender(path string) (Sender, error) {
+	c := DefaultSender()
+	if err := load(path, &c); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// LoadReceiver reads path (empty = defaults only) over the defaults.
+func LoadReceiver(path string) (Receiver, error) {
+	c := DefaultReceiver()
+	if err := load(path, &c); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+func load(path string, into any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return Decode(bytes.NewReader(b), into, path)
+}
+
+// Decode decodes YAML over the defaults already in into, refusing unknown keys.
+func Decode(r io.Reader, into any, name string) error {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(into); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w (see configs/*.yaml for every key)", name, err)
+	}
+	return nil
+}
+
+// SketchParams converts the sketch section for internal/sketch.
+func (c *Common) SketchParams() sketch.Params {
+	return sketch.Params{Rows: c.Sketch.Rows, Columns: c.Sketch.Columns, VLDA: c.Sketch.VLDA,
+		Sampling: c.Sketch.Sampling, Bytes: c.Sketch.Bytes}
+}
+
+// LDAParams converts the lda section for internal/sketch.
+func (c *Common) LDAParams() sketch.LDAParams {
+	return sketch.LDAParams{Banks: c.LDA.Banks, Cells: c.LDA.Cells}
+}
+
+// CaptureConfig returns the capture section with the shared seed filled in.
+func (c *Common) CaptureConfig() capture.Config {
+	cc := c.Capture
+	cc.Identity.Seed = c.Sketch.Seed
+	return cc
+}
+
+// Validate checks the common part; every error names its key.
+func (c *Common) Validate() error {
+	var errs []error
+	if c.Interval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("interval: %v is too short (minimum 1ms)", c.Interval))
+	}
+	if c.MaxDelay <= 0 || c.MaxDelay >= c.Interval/2 {
+		errs = append(errs, fmt.Errorf("max_delay: %v must be > 0 and below half the interval (%v)", c.MaxDelay, c.Interval))
+	}
+	if c.Guard < 0 || c.Guard > c.MaxDelay {
+		errs = append(errs, fmt.Errorf("guard: %v must be between 0 and max_delay", c.Guard))
+	}
+	if err := c.SketchParams().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Sketch.Alpha < 0 || c.Sketch.Alpha > 10 {
+		errs = append(errs, fmt.Errorf("sketch.alpha: %v outside [0, 10]", c.Sketch.Alpha))
+	}
+	if c.Sketch.Seed == "" {
+		errs = append(errs, errors.New("sketch.seed: must not be empty (both ends must share one secret seed)"))
+	}
+	if c.Capture.Identity.Seed != "" && c.Capture.Identity.Seed != c.Sketch.Seed {
+		errs = append(errs, errors.New("capture.identity.seed: do not set it; the seed is sketch.seed"))
+	}
+	switch c.Sketch.Estimator {
+	case "decode", "paper":
+	default:
+		errs = append(errs, fmt.Errorf("sketch.estimator: %q is not one of decode, paper", c.Sketch.Estimator))
+	}
+	if c.Sketch.MaxFlows < 1 {
+		errs = append(errs, errors.New("sketch.max_flows: must be >= 1"))
+	}
+	if c.Sketch.Heavy < 0 || c.Sketch.Heavy > 100000 {
+		errs = append(errs, errors.New("sketch.heavy: must be in [0, 100000]"))
+	}
+	if err := c.LDAParams().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.CaptureConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.PTP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Metrics.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log.format: %q is not one of text, json", c.Log.Format))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the sender file.
+func (c *Sender) Validate() error {
+	errs := []error{c.Common.Validate()}
+	s := c.Sender
+	if s.ID == "" {
+		errs = append(errs, errors.New("sender.id: must not be empty"))
+	}
+	if s.Receiver == "" {
+		errs = append(errs, errors.New("sender.receiver: must be host:port of lds-receiver"))
+	}
+	if s.ResendBuffer < 1 {
+		errs = append(errs, errors.New("sender.resend_buffer: must be >= 1"))
+	}
+	if s.BackoffMin <= 0 || s.BackoffMax < s.BackoffMin {
+		errs = append(errs, errors.New("sender.backoff_min/backoff_max: need 0 < backoff_min <= backoff_max"))
+	}
+	if s.RPCTimeout <= 0 {
+		errs = append(errs, errors.New("sender.rpc_timeout: must be > 0"))
+	}
+	if s.Keepalive < 10*time.Second {
+		errs = append(errs, errors.New("sender.keepalive: must be >= 10s (the receiver refuses more frequent pings)"))
+	}
+	if s.ChunkBytes < 1024 || s.ChunkBytes > 2<<20 {
+		errs = append(errs, errors.New("sender.chunk_bytes: must be in [1 KiB, 2 MiB] (gRPC's default limit is 4 MiB)"))
+	}
+	if !s.TLS.Plaintext && (s.TLS.Cert == "" || s.TLS.Key == "" || s.TLS.CA == "") {
+		errs = append(errs, errors.New("sender.tls: cert, key and ca are required (mTLS); set sender.tls.plaintext: true only for a loopback receiver"))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the receiver file.
+func (c *Receiver) Validate() error {
+	errs := []error{c.Common.Validate(), c.Spike.Validate()}
+	r := c.Receiver
+	if r.Listen == "" {
+		errs = append(errs, errors.New("receiver.listen: must be host:port"))
+	}
+	if !r.TLS.Plaintext && (r.TLS.Cert == "" || r.TLS.Key == "" || r.TLS.ClientCA == "") {
+		errs = append(errs, errors.New("receiver.tls: cert, key and client_ca are required (mTLS); set receiver.tls.plaintext: true only when listening on loopback"))
+	}
+	if r.Lateness <= 0 {
+		errs = append(errs, errors.New("receiver.lateness: must be > 0"))
+	}
+	if r.Keep < 1 {
+		errs = append(errs, errors.New("receiver.keep: must be >= 1"))
+	}
+	if r.MaxFrameBytes < 64<<10 {
+		errs = append(errs, errors.New("receiver.max_frame_bytes: must be >= 64 KiB"))
+	}
+	if r.MaxSketchBytes < r.MaxFrameBytes {
+		errs = append(errs, errors.New("receiver.max_sketch_bytes: must be >= max_frame_bytes"))
+	}
+	if r.MaxPending < 2 {
+		errs = append(errs, errors.New("receiver.max_pending: must be >= 2"))
+	}
+	seen := map[string]bool{}
+	for i, s := range r.Senders {
+		if s.ID == "" {
+			errs = append(errs, fmt.Errorf("receiver.senders[%d].id: must not be empty", i))
+		}
+		if seen[s.ID] {
+			errs = append(errs, fmt.Errorf("receiver.senders[%d].id: %q listed twice", i, s.ID))
+		}
+		seen[s.ID] = true
+		if _, err := match.CompileAll(fmt.Sprintf("receiver.senders[%d].select", i), s.Select); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Fingerprint returns every setting that changes a hash, a cell or the
+// assignment of packets to intervals, as canonical key → value. The seed
+// appears only as a keyed digest.
+func (c *Common) Fingerprint() map[string]string {
+	f := map[string]string{
+		"hash_version":     HashVersion,
+		"interval":         c.Interval.String(),
+		"max_delay":        c.MaxDelay.String(),
+		"guard":            c.Guard.String(),
+		"sketch.rows":      strconv.Itoa(c.Sketch.Rows),
+		"sketch.columns":   strconv.Itoa(c.Sketch.Columns),
+		"sketch.vlda":      strconv.Itoa(c.Sketch.VLDA),
+		"sketch.sampling":  floats(c.SketchParams().Sampling, c.Sketch.Rows),
+		"sketch.bytes":     strconv.FormatBool(c.Sketch.Bytes),
+		"sketch.seed":      seedDigest(c.Sketch.Seed),
+		"lda.banks":        strconv.Itoa(c.LDA.Banks),
+		"lda.cells":        strconv.Itoa(c.LDA.Cells),
+		"capture.weights":  digestYAML(c.Capture.Weights),
+		"capture.classes":  digestYAML(c.Capture.Classes),
+	}
+	cc := c.CaptureConfig()
+	for k, v := range cc.FingerprintFields() {
+		if k == "capture.identity.seed" || k == "seed" {
+			continue // covered by sketch.seed, never in clear
+		}
+		f[k] = v
+	}
+	return f
+}
+
+// Diff names the keys whose values differ between two fingerprints.
+func Diff(a, b map[string]string) []string {
+	var keys []string
+	for k, v := range a {
+		if b[k] != v {
+			keys = append(keys, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func floats(v []float64, rows int) string {
+	if len(v) == 0 {
+		v = make([]float64, rows)
+		for i := range v {
+			v[i] = 1
+		}
+	}
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+func seedDigest(seed string) string {
+	h := sha256.Sum256([]byte("lds-seed-fingerprint-v1\x00" + seed))
+	return hex.EncodeToString(h[:8])
+}
+
+func digestYAML(v any) string {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return "unencodable"
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// Logger makes the daemon's logger from the log section.
+func (l Log) Logger(w io.Writer) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(l.Level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

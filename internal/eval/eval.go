@@ -1,0 +1,405 @@
+// Package eval measures how well delay/loss estimates (results JSONL, DESIGN
+// §6) match the generator's ground truth: per (interval, flow) relative
+// error of the mean delay and of the standard deviation, loss error and
+// coverage, aggregated per flow-size bin the way the LDS paper's Fig. 9/10
+// do, with a "global average" baseline computed from the truth alone.
+package eval
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"slices"
+
+	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/results"
+)
+
+// BaselineLabel names the run that gives every flow the mean delay of all
+// packets of its interval (the paper's "average" method).
+const BaselineLabel = "global-average"
+
+// Bin is a flow-size bin: flows with Min <= packets sent in the interval <=
+// Max (Max 0: no upper bound).
+type Bin struct {
+	Name     string
+	Min, Max int64
+}
+
+func (b Bin) has(n int64) bool { return n >= b.Min && (b.Max == 0 || n <= b.Max) }
+
+// DefaultBins are the paper's Fig. 10 bins, then "all".
+func DefaultBins() []Bin {
+	return []Bin{
+		{Name: ">=1000", Min: 1000},
+		{Name: "100-999", Min: 100, Max: 999},
+		{Name: "10-99", Min: 10, Max: 99},
+		{Name: "1-9", Min: 1, Max: 9},
+		{Name: ">=100", Min: 100},
+		{Name: "all", Min: 0},
+	}
+}
+
+// Options tune Evaluate.
+type Options struct {
+	Bins []Bin
+	// Baseline adds the global-average run computed from the truth.
+	Baseline bool
+	// LossThreshold: an estimated loss at or above it counts as "loss
+	// reported" (estimates are fractional); default 0.5 packets.
+	LossThreshold float64
+}
+
+// DefaultOptions: paper bins, baseline on, threshold 0.5.
+func DefaultOptions() Options {
+	return Options{Bins: DefaultBins(), Baseline: true, LossThreshold: 0.5}
+}
+
+// BinStats aggregates one run over one bin.
+type BinStats struct {
+	Bin string
+	// Flows: truth (interval, flow) records in the bin. DelayFlows: of
+	// those, the ones with at least one packet received (a true delay).
+	Flows, DelayFlows int
+	// Covered: DelayFlows with a delay estimate; Coverage = Covered/DelayFlows.
+	Covered  int
+	Coverage float64
+	// Relative error |est-true|/true of the mean delay over the covered flows.
+	MedianRelDelay, P95RelDelay, MeanRelDelay float64
+	// Relative error of the standard deviation, over covered flows with a
+	// true stddev > 0 and a stddev estimate (StdFlows of them).
+	StdFlows        int
+	MedianRelStddev float64
+	// Loss, over the flows with a result record (Reported of them).
+	Reported       int
+	LossFlows      int     // reported flows with true loss > 0
+	MeanAbsLossErr float64 // mean |est loss - true loss|, packets
+	FalseLoss      int     // true loss 0, estimate >= threshold
+	MissedLoss     int     // true loss > 0, estimate < threshold
+	// RelDelay holds the sorted relative errors (for the CDF plots).
+	RelDelay []float64 `json:"-"`
+}
+
+// RunReport is one estimator (one results file) against the truth.
+type RunReport struct {
+	Label      string
+	Records    int // result records read
+	Matched    int // joined to a truth record
+	Spurious   int // no truth record for (interval, flow)
+	Duplicates int // a second record for the same (interval, flow); the first is kept
+	Invalid    int // unparsable address
+	Bins       []BinStats
+}
+
+// Report is the whole evaluation.
+type Report struct {
+	Intervals     int
+	TruthRecords  int
+	PacketsSent   int64
+	PacketsRecv   int64
+	Bins          []Bin
+	Runs          []RunReport // labels sorted, baseline last
+	LossThreshold float64
+}
+
+type joinKey struct {
+	iv  int64
+	src netip.Addr
+	dst netip.Addr
+	sp  uint16
+	dp  uint16
+	pr  uint8
+}
+
+// Evaluate compares every run with the truth using DefaultOptions.
+func Evaluate(truth []gen.TruthRecord, runs map[string][]results.FlowRecord) (Report, error) {
+	return EvaluateWith(truth, runs, DefaultOptions())
+}
+
+// EvaluateWith compares every run with the truth.
+func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord, opt Options) (Report, error) {
+	if len(opt.Bins) == 0 {
+		opt.Bins = DefaultBins()
+	}
+	if opt.LossThreshold <= 0 {
+		opt.LossThreshold = 0.5
+	}
+	rep := Report{Bins: opt.Bins, TruthRecords: len(truth), LossThreshold: opt.LossThreshold}
+	idx := make(map[joinKey]int, len(truth))
+	ivs := map[int64]struct{}{}
+	for i := range truth {
+		t := &truth[i]
+		k, err := truthKey(t)
+		if err != nil {
+			return rep, err
+		}
+		if _, dup := idx[k]; dup {
+			return rep, fmt.Errorf("truth has two records for interval %d flow %s -> %s %d/%d/%d: not a generator truth file?",
+				t.Interval, t.Src, t.Dst, t.SPort, t.DPort, t.Proto)
+		}
+		idx[k] = i
+		ivs[t.Interval] = struct{}{}
+		rep.PacketsSent += t.Sent
+		rep.PacketsRecv += t.Received
+	}
+	rep.Intervals = len(ivs)
+
+	labels := make([]string, 0, len(runs))
+	for l := range runs {
+		labels = append(labels, l)
+	}
+	slices.Sort(labels)
+	for _, l := range labels {
+		rep.Runs = append(rep.Runs, evalRun(l, truth, idx, runs[l], opt))
+	}
+	if opt.Baseline {
+		rep.Runs = append(rep.Runs, evalRun(BaselineLabel, truth, idx, GlobalAverage(truth), opt))
+	}
+	return rep, nil
+}
+
+func truthKey(t *gen.TruthRecord) (joinKey, error) {
+	s, err := netip.ParseAddr(t.Src)
+	if err != nil {
+		return joinKey{}, fmt.Errorf("truth: bad src %q: %w", t.Src, err)
+	}
+	d, err := netip.ParseAddr(t.Dst)
+	if err != nil {
+		return joinKey{}, fmt.Errorf("truth: bad dst %q: %w", t.Dst, err)
+	}
+	return joinKey{t.Interval, s.Unmap(), d.Unmap(), t.SPort, t.DPort, t.Proto}, nil
+}
+
+// per-flow outcome of one run
+type flowEval struct {
+	has      bool // a result record exists
+	delay    float64
+	hasDelay bool
+	std      float64
+	hasStd   bool
+	loss     float64
+}
+
+func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []results.FlowRecord, opt Options) RunReport {
+	rr := RunReport{Label: label, Records: len(recs)}
+	fe := make([]flowEval, len(truth))
+	for i := range recs {
+		r := &recs[i]
+		s, err1 := netip.ParseAddr(r.Src)
+		d, err2 := netip.ParseAddr(r.Dst)
+		if err1 != nil || err2 != nil {
+			rr.Invalid++
+			continue
+		}
+		ti, ok := idx[joinKey{r.Interval, s.Unmap(), d.Unmap(), r.SPort, r.DPort, r.Proto}]
+		if !ok {
+			rr.Spurious++
+			continue
+		}
+		if fe[ti].has {
+			rr.Duplicates++
+			continue
+		}
+		rr.Matched++
+		e := flowEval{has: true, loss: r.Loss}
+		if r.DelayNS != nil && !math.IsNaN(*r.DelayNS) {
+			e.delay, e.hasDelay = *r.DelayNS, true
+		}
+		if r.StddevNS != nil && !math.IsNaN(*r.StddevNS) {
+			e.std, e.hasStd = *r.StddevNS, true
+		}
+		fe[ti] = e
+	}
+	for _, b := range opt.Bins {
+		bs := BinStats{Bin: b.Name}
+		var stdErr []float64
+		var lossErrSum float64
+		for i := range truth {
+			t := &truth[i]
+			if !b.has(t.Sent) {
+				continue
+			}
+			bs.Flows++
+			e := fe[i]
+			if e.has {
+				bs.Reported++
+				lossErrSum += math.Abs(e.loss - float64(t.Lost))
+				if t.Lost > 0 {
+					bs.LossFlows++
+					if e.loss < opt.LossThreshold {
+						bs.MissedLoss++
+					}
+				} else if e.loss >= opt.LossThreshold {
+					bs.FalseLoss++
+				}
+			}
+			if t.DelayNS == nil || *t.DelayNS <= 0 {
+				continue
+			}
+			bs.DelayFlows++
+			if !e.hasDelay {
+				continue
+			}
+			bs.Covered++
+			bs.RelDelay = append(bs.RelDelay, math.Abs(e.delay-*t.DelayNS) / *t.DelayNS)
+			if e.hasStd && t.StddevNS != nil && *t.StddevNS > 0 {
+				stdErr = append(stdErr, math.Abs(e.std-*t.StddevNS) / *t.StddevNS)
+			}
+		}
+		slices.Sort(bs.RelDelay)
+		slices.Sort(stdErr)
+		bs.Coverage = ratio(bs.Covered, bs.DelayFlows)
+		bs.MedianRelDelay = Quantile(bs.RelDelay, 0.5)
+		bs.P95RelDelay = Quantile(bs.RelDelay, 0.95)
+		bs.MeanRelDelay = mean(bs.RelDelay)
+		bs.StdFlows = len(stdErr)
+		bs.MedianRelStddev = Quantile(stdErr, 0.5)
+		bs.MeanAbsLossErr = math.NaN()
+		if bs.Reported > 0 {
+			bs.MeanAbsLossErr = lossErrSum / float64(bs.Reported)
+		}
+		rr.Bins = append(rr.Bins, bs)
+	}
+	return rr
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return float64(a) / float64(b)
+}
+
+func mean(x []float64) float64 {
+	if len(x) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}
+
+// Quantile of sorted data by linear interpolation between closest ranks
+// (Hyndman–Fan type 7, as numpy's default); NaN for no data.
+func Quantile(sorted []float64, p float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return math.NaN()
+	}
+	h := p * float64(n-1)
+	lo := int(math.Floor(h))
+	if lo >= n-1 {
+		return sorted[n-1]
+	}
+	return sorted[lo] + (h-float64(lo))*(sorted[lo+1]-sorted[lo])
+}
+
+// GlobalAverage builds the baseline run from the truth: in each interval,
+// every flow with a received packet gets the mean delay and the standard
+// deviation of all packets received in that interval, and the interval's
+// loss ratio times its packets as loss.
+func GlobalAverage(truth []gen.TruthRecord) []results.FlowRecord {
+	type agg struct {
+		n, sent, lost int64
+		mean, m2      float64
+	}
+	per := map[int64]*agg{}
+	for i := range truth {
+		t := &truth[i]
+		a := per[t.Interval]
+		if a == nil {
+			a = &agg{}
+			per[t.Interval] = a
+		}
+		a.sent += t.Sent
+		a.lost += t.Lost
+		if t.Received == 0 || t.DelayNS == nil {
+			continue
+		}
+		// Chan et al.'s pairwise combination of (count, mean, M2).
+		nb := float64(t.Received)
+		mb := *t.DelayNS
+		m2b := 0.0
+		if t.StddevNS != nil {
+			m2b = *t.StddevNS * *t.StddevNS * nb
+		}
+		na := float64(a.n)
+		delta := mb - a.mean
+		tot := na + nb
+		a.mean += delta * nb / tot
+		a.m2 += m2b + delta*delta*na*nb/tot
+		a.n += t.Received
+	}
+	out := make([]results.FlowRecord, 0, len(truth))
+	for i := range truth {
+		t := &truth[i]
+		a := per[t.Interval]
+		r := results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Src: t.Src, Dst: t.Dst,
+			SPort: t.SPort, DPort: t.DPort, Proto: t.Proto, Packets: float64(t.Sent),
+			Estimator: BaselineLabel}
+		if a.sent > 0 {
+			r.Loss = float64(a.lost) / float64(a.sent) * float64(t.Sent)
+		}
+		if a.n > 0 {
+			r.DelayNS = results.Float(a.mean)
+			r.StddevNS = results.Float(math.Sqrt(a.m2 / float64(a.n)))
+			r.Samples = float64(a.n)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// ReadResults reads a results JSONL stream (DESIGN §6). Blank lines are
+// skipped; a line that is not a flow record is an error naming the line.
+func ReadResults(r io.Reader) ([]results.FlowRecord, error) {
+	var out []results.FlowRecord
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if len(b) == 0 {
+			continue
+		}
+		var rec results.FlowRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return out, fmt.Errorf("results line %d: %w", line, err)
+		}
+		if rec.Src == "" || rec.Dst == "" {
+			return out, fmt.Errorf("results line %d: no src/dst: not a flow record", line)
+		}
+		out = append(out, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("read results after line %d: %w", line, err)
+	}
+	return out, nil
+}
+
+// ReadResultsFile reads a results JSONL file.
+func ReadResultsFile(path string) ([]results.FlowRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open results: %w", err)
+	}
+	defer f.Close()
+	recs, err := ReadResults(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return recs, nil
+}
+
+// ReadTruth reads the generator's ground truth (see gen.TruthRecord).
+func ReadTruth(r io.Reader) ([]gen.TruthRecord, error) { return gen.ReadTruth(r) }
+
+// ReadTruthFile reads a ground-truth JSONL file.
+func ReadTruthFile(path string) ([]gen.TruthRecord, error) { return gen.ReadTruthFile(path) }

@@ -1,0 +1,217 @@
+package eval
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.3g%%", 100*v)
+}
+
+func num(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+// WriteMarkdown writes the report as Markdown tables: delay accuracy per
+// bin and run, loss per bin and run, and the join bookkeeping per run.
+func (r Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Accuracy against ground truth\n\n")
+	fmt.Fprintf(&b, "Truth: %d intervals, %d (interval, flow) records, %d packets sent, %d received (%.3g%% lost).\n\n",
+		r.Intervals, r.TruthRecords, r.PacketsSent, r.PacketsRecv, 100*ratio(int(r.PacketsSent-r.PacketsRecv), int(r.PacketsSent)))
+	fmt.Fprintf(&b, "Flows are binned by the packets they sent in the interval. Relative error = |estimate − truth| / truth, over the flows that have an estimate; coverage = flows with a delay estimate / flows with a received packet. `%s` gives every flow its interval's mean delay over all packets (the paper's baseline).\n\n", BaselineLabel)
+
+	fmt.Fprintf(&b, "## Mean delay\n\n")
+	fmt.Fprintf(&b, "| bin | run | flows | coverage | median rel. err | p95 rel. err | mean rel. err | median stddev rel. err (flows) |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for bi, bin := range r.Bins {
+		for _, run := range r.Runs {
+			s := run.Bins[bi]
+			fmt.Fprintf(&b, "| %s | %s | %d | %s (%d/%d) | %s | %s | %s | %s (%d) |\n", bin.Name, run.Label, s.DelayFlows,
+				pct(s.Coverage), s.Covered, s.DelayFlows, pct(s.MedianRelDelay), pct(s.P95RelDelay), pct(s.MeanRelDelay),
+				pct(s.MedianRelStddev), s.StdFlows)
+		}
+	}
+	fmt.Fprintf(&b, "\n## Loss\n\n")
+	fmt.Fprintf(&b, "Estimated loss ≥ %g packets counts as loss reported.\n\n", r.LossThreshold)
+	fmt.Fprintf(&b, "| bin | run | flows reported | flows with loss | mean abs. loss err (pkts) | false loss | missed loss |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|\n")
+	for bi, bin := range r.Bins {
+		for _, run := range r.Runs {
+			s := run.Bins[bi]
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %d |\n", bin.Name, run.Label, s.Reported, s.LossFlows,
+				num(s.MeanAbsLossErr), s.FalseLoss, s.MissedLoss)
+		}
+	}
+	fmt.Fprintf(&b, "\n## Records\n\n")
+	fmt.Fprintf(&b, "| run | records | matched | spurious | duplicates | invalid |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, run := range r.Runs {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d |\n", run.Label, run.Records, run.Matched, run.Spurious, run.Duplicates, run.Invalid)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// errFloor is where relative errors of 0 are drawn on the log axis.
+const errFloor = 1e-5
+
+// WritePlots writes one PNG per bin with the CDF of the relative delay
+// error of every run (the paper's Fig. 9), and fig10.png with the median
+// and p95 per bin (Fig. 10, top). It returns the files written.
+func WritePlots(dir string, r Report) ([]string, error) {
+	var files []string
+	for bi, bin := range r.Bins {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("Relative error of mean delay, flows with %s packets", bin.Name)
+		if bin.Name == "all" {
+			p.Title.Text = "Relative error of mean delay, all flows"
+		}
+		p.X.Label.Text = fmt.Sprintf("relative error (0 drawn at %g)", errFloor)
+		p.Y.Label.Text = "CDF (fraction of flows with an estimate)"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.X.Min, p.X.Max = errFloor, 10
+		p.Y.Min, p.Y.Max = 0, 1
+		p.Legend.Top = false
+		p.Legend.Left = false
+		p.Add(plotter.NewGrid())
+		any := false
+		for ri, run := range r.Runs {
+			errs := run.Bins[bi].RelDelay
+			if len(errs) == 0 {
+				continue
+			}
+			any = true
+			l, err := plotter.NewLine(cdfPoints(errs, 1000))
+			if err != nil {
+				return files, fmt.Errorf("plot %s/%s: %w", bin.Name, run.Label, err)
+			}
+			l.Color = plotutil.Color(ri)
+			l.Dashes = plotutil.Dashes(ri)
+			l.Width = vg.Points(1.5)
+			p.Add(l)
+			p.Legend.Add(fmt.Sprintf("%s (n=%d)", run.Label, len(errs)), l)
+		}
+		if !any {
+			continue
+		}
+		f := filepath.Join(dir, "cdf-"+slug(bin.Name)+".png")
+		if err := p.Save(16*vg.Centimeter, 11*vg.Centimeter, f); err != nil {
+			return files, fmt.Errorf("save %s: %w", f, err)
+		}
+		files = append(files, f)
+	}
+
+	// Fig. 10: median (solid) and p95 (dashed) per disjoint bin.
+	// Bins that do not overlap an earlier one, smallest flows first.
+	var disjoint []int
+	for i, b := range r.Bins {
+		ok := true
+		for _, j := range disjoint {
+			if overlap(b, r.Bins[j]) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			disjoint = append(disjoint, i)
+		}
+	}
+	slices.SortFunc(disjoint, func(a, b int) int { return cmp.Compare(r.Bins[a].Min, r.Bins[b].Min) })
+	if len(disjoint) > 0 && len(r.Runs) > 0 {
+		p := plot.New()
+		p.Title.Text = "Relative error of mean delay by flow size (solid: median, dashed: p95)"
+		p.Y.Label.Text = "relative error"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min, p.Y.Max = errFloor, 10
+		names := make([]string, len(disjoint))
+		for j, bi := range disjoint {
+			names[j] = r.Bins[bi].Name
+		}
+		p.NominalX(names...)
+		p.Add(plotter.NewGrid())
+		for ri, run := range r.Runs {
+			med := make(plotter.XYs, 0, len(disjoint))
+			p95 := make(plotter.XYs, 0, len(disjoint))
+			for j, bi := range disjoint {
+				x := float64(j)
+				s := run.Bins[bi]
+				if !math.IsNaN(s.MedianRelDelay) {
+					med = append(med, plotter.XY{X: x, Y: max(s.MedianRelDelay, errFloor)})
+					p95 = append(p95, plotter.XY{X: x, Y: max(s.P95RelDelay, errFloor)})
+				}
+			}
+			if len(med) == 0 {
+				continue
+			}
+			for k, xy := range []plotter.XYs{med, p95} {
+				l, pts, err := plotter.NewLinePoints(xy)
+				if err != nil {
+					return files, fmt.Errorf("plot fig10 %s: %w", run.Label, err)
+				}
+				l.Color, pts.Color = plotutil.Color(ri), plotutil.Color(ri)
+				pts.Shape = plotutil.Shape(ri)
+				if k == 1 {
+					l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+				} else {
+					p.Legend.Add(run.Label, l, pts)
+				}
+				p.Add(l, pts)
+			}
+		}
+		f := filepath.Join(dir, "fig10.png")
+		if err := p.Save(16*vg.Centimeter, 11*vg.Centimeter, f); err != nil {
+			return files, fmt.Errorf("save %s: %w", f, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// cdfPoints turns sorted errors into at most maxPts CDF points (x clipped to
+// errFloor for the log axis).
+func cdfPoints(sorted []float64, maxPts int) plotter.XYs {
+	n := len(sorted)
+	step := max(1, n/maxPts)
+	pts := make(plotter.XYs, 0, n/step+2)
+	pts = append(pts, plotter.XY{X: max(sorted[0], errFloor), Y: 0})
+	for i := 0; i < n; i += step {
+		pts = append(pts, plotter.XY{X: max(sorted[i], errFloor), Y: float64(i+1) / float64(n)})
+	}
+	pts = append(pts, plotter.XY{X: max(sorted[n-1], errFloor), Y: 1})
+	return pts
+}
+
+func overlap(a, b Bin) bool {
+	aMax, bMax := a.Max, b.Max
+	if aMax == 0 {
+		aMax = math.MaxInt64
+	}
+	if bMax == 0 {
+		bMax = math.MaxInt64
+	}
+	return a.Min <= bMax && b.Min <= aMax
+}
+
+func slug(s string) string {
+	r := strings.NewReplacer(">=", "ge", "<=", "le", " ", "_", "/", "_")
+	return r.Replace(s)
+}

@@ -1,0 +1,146 @@
+// Package interval cuts the packet stream into measurement intervals
+// (DESIGN.md §3) at both ends. The sender assigns each packet by its own
+// timestamp (exact). The receiver cannot see send times, so it holds the
+// packets it receives near a boundary B, in [B - guard, B + max_delay), and
+// places them once the sender's End for the closing interval says which
+// packets it saw in [B - max_delay - guard, B): those go to the closing
+// interval, the rest to the next. Every packet with a one-way delay below
+// max_delay (and a clock offset below guard) lands in the sender's interval.
+//
+// Time is event time: intervals close from packet timestamps, so offline
+// replay and live capture run the same code; live daemons also call Advance
+// with the wall clock so that an idle link still closes its intervals.
+package interval
+
+import (
+	"fmt"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/sketch"
+)
+
+// Params are the interval settings shared by both ends.
+type Params struct {
+	T        int64 // interval length, ns
+	MaxDelay int64 // ns
+	Guard    int64 // ns
+	Sketch   sketch.Params
+	LDA      sketch.LDAParams
+	Classes  int // LDA classes, including the default class 0
+	Heavy    int // sender: heaviest flow keys reported per interval
+	FlowCap  int // per-interval flow table cap
+}
+
+// Validate checks the relations the boundary logic relies on.
+func (p Params) Validate() error {
+	if p.T <= 0 || p.MaxDelay <= 0 || p.Guard < 0 || p.MaxDelay+p.Guard >= p.T/2 {
+		return fmt.Errorf("interval: need interval > 2*(max_delay+guard) > 0 (got %d, %d, %d ns)", p.T, p.MaxDelay, p.Guard)
+	}
+	if p.Classes < 1 {
+		return fmt.Errorf("interval: need at least one LDA class")
+	}
+	return nil
+}
+
+// ID is the interval of a sender timestamp: floor(ts / T).
+func ID(ts, t int64) int64 {
+	id := ts / t
+	if ts%t < 0 {
+		id--
+	}
+	return id
+}
+
+// Sketches are one end's sketches of one interval.
+type Sketches struct {
+	LDS          *sketch.LDS
+	LDA          []*sketch.LDA // one per class
+	Packets      uint64
+	Bytes        uint64
+	ClassPackets []uint64
+}
+
+// NewSketches allocates empty sketches for p.
+func NewSketches(p Params) (*Sketches, error) {
+	l, err := sketch.NewLDS(p.Sketch)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sketches{LDS: l, LDA: make([]*sketch.LDA, p.Classes), ClassPackets: make([]uint64, p.Classes)}
+	for i := range s.LDA {
+		if s.LDA[i], err = sketch.NewLDA(p.LDA); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Add counts one packet at time t (ns relative to the interval start).
+func (s *Sketches) Add(p *capture.Packet, t int64) {
+	s.LDS.Update(p.FlowHash, p.PktHash, t, p.Weight, p.WireLen)
+	c := int(p.Class)
+	if c >= len(s.LDA) {
+		c = 0
+	}
+	s.LDA[c].Update(p.PktHash, t)
+	s.Packets++
+	s.Bytes += uint64(p.WireLen)
+	s.ClassPackets[c]++
+}
+
+// Merge adds o into s (sketches are linear).
+func (s *Sketches) Merge(o *Sketches) error {
+	if err := s.LDS.Merge(o.LDS); err != nil {
+		return err
+	}
+	if len(o.LDA) != len(s.LDA) {
+		return fmt.Errorf("interval: merging %d LDA classes into %d", len(o.LDA), len(s.LDA))
+	}
+	for i := range s.LDA {
+		if err := s.LDA[i].Merge(o.LDA[i]); err != nil {
+			return err
+		}
+		s.ClassPackets[i] += o.ClassPackets[i]
+	}
+	s.Packets += o.Packets
+	s.Bytes += o.Bytes
+	return nil
+}
+
+// Reset empties s for reuse.
+func (s *Sketches) Reset() {
+	s.LDS.Reset()
+	for i := range s.LDA {
+		s.LDA[i].Reset()
+		s.ClassPackets[i] = 0
+	}
+	s.Packets, s.Bytes = 0, 0
+}
+
+// pool recycles sketches so that a boundary costs no allocation in steady state.
+type pool struct {
+	p    Params
+	free []*Sketches
+}
+
+func (pl *pool) get() *Sketches {
+	if n := len(pl.free); n > 0 {
+		s := pl.free[n-1]
+		pl.free = pl.free[:n-1]
+		return s
+	}
+	s, err := NewSketches(pl.p)
+	if err != nil {
+		// Params were validated by the constructor; this cannot happen.
+		panic(fmt.Sprintf("interval: sketch allocation with validated params: %v", err))
+	}
+	return s
+}
+
+func (pl *pool) put(s *Sketches) {
+	if s == nil || len(pl.free) >= 8 {
+		return
+	}
+	s.Reset()
+	pl.free = append(pl.free, s)
+}

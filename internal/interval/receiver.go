@@ -1,0 +1,259 @@
+package interval
+
+import (
+	"github.com/lds-net/lds/internal/capture"
+)
+
+// FlowStat is what the receiver knows exactly about one flow in one
+// interval: it captured every packet it counts.
+type FlowStat struct {
+	Key      capture.FlowKey
+	FlowHash uint64
+	Packets  uint64
+	Bytes    uint64
+	// Cells counts, per (row, vLDA offset), the packets of this flow that
+	// row sampled: the receiver-side composition of its own sketch (R*k
+	// entries). Filled only when FlowTable was made with composition.
+	Cells []uint32
+}
+
+// FlowTable is the receiver's per-interval table of candidate flows,
+// capped; packets of flows beyond the cap are counted, not tracked.
+type FlowTable struct {
+	idx       map[capture.FlowKey]int32
+	Flows     []FlowStat
+	Untracked uint64
+	cap       int
+	cellsPer  int
+	pos       []int32
+}
+
+// NewFlowTable makes a table for at most limit flows; withCells keeps the
+// per-cell composition (cellsPer = rows*k entries per flow).
+func NewFlowTable(limit, cellsPer int) *FlowTable {
+	return &FlowTable{idx: make(map[capture.FlowKey]int32, min(limit, 1<<14)), cap: limit, cellsPer: cellsPer}
+}
+
+// Len is the number of tracked flows.
+func (ft *FlowTable) Len() int { return len(ft.Flows) }
+
+// Lookup returns the stat of key, or nil.
+func (ft *FlowTable) Lookup(k capture.FlowKey) *FlowStat {
+	if i, ok := ft.idx[k]; ok {
+		return &ft.Flows[i]
+	}
+	return nil
+}
+
+// add counts pkt; sk gives the cells it touched, for the composition.
+func (ft *FlowTable) add(pkt *capture.Packet, sk *Sketches) {
+	i, ok := ft.idx[pkt.Key]
+	if !ok {
+		if len(ft.Flows) >= ft.cap {
+			ft.Untracked++
+			return
+		}
+		i = int32(len(ft.Flows))
+		ft.idx[pkt.Key] = i
+		var cells []uint32
+		if ft.cellsPer > 0 {
+			cells = make([]uint32, ft.cellsPer)
+		}
+		ft.Flows = append(ft.Flows, FlowStat{Key: pkt.Key, FlowHash: pkt.FlowHash, Cells: cells})
+	}
+	f := &ft.Flows[i]
+	f.Packets++
+	f.Bytes += uint64(pkt.WireLen)
+	if ft.cellsPer > 0 {
+		ft.pos = sk.LDS.Positions(pkt.FlowHash, pkt.PktHash, ft.pos[:0])
+		k := ft.cellsPer / len(ft.pos)
+		for r, c := range ft.pos {
+			if c < 0 {
+				continue
+			}
+			first, _ := sk.LDS.FlowCells(pkt.FlowHash, r)
+			cols := sk.LDS.Params().Columns
+			off := (int(c) - r*cols - first + cols) % cols
+			f.Cells[r*k+off]++
+		}
+	}
+}
+
+// merge adds o's flows into ft (worker tables, held packets).
+func (ft *FlowTable) merge(o *FlowTable) {
+	for j := range o.Flows {
+		of := &o.Flows[j]
+		i, ok := ft.idx[of.Key]
+		if !ok {
+			if len(ft.Flows) >= ft.cap {
+				ft.Untracked += of.Packets
+				continue
+			}
+			i = int32(len(ft.Flows))
+			ft.idx[of.Key] = i
+			ft.Flows = append(ft.Flows, FlowStat{Key: of.Key, FlowHash: of.FlowHash, Cells: make([]uint32, len(of.Cells))})
+		}
+		f := &ft.Flows[i]
+		f.Packets += of.Packets
+		f.Bytes += of.Bytes
+		for c := range of.Cells {
+			f.Cells[c] += of.Cells[c]
+		}
+	}
+	ft.Untracked += o.Untracked
+}
+
+// Sealed is the receiver's own view of one interval once its capture has
+// passed the interval's end plus max_delay: the packets placed directly,
+// and the packets held at its closing boundary (to be split by the
+// sender's End).
+type Sealed struct {
+	ID       int64
+	Partial  bool
+	Direct   *Sketches
+	Flows    *FlowTable
+	HeldPrev []capture.Packet // only on the first sealed interval: held at its opening boundary
+	HeldNext []capture.Packet // held at the boundary (ID+1)*T
+	First    bool             // the first interval this builder sealed
+	Late     uint64           // packets that arrived after their interval was sealed
+}
+
+type rxOpen struct {
+	sk    *Sketches
+	flows *FlowTable
+}
+
+// RxBuilder is the receiver's capture-side half: it places packets whose
+// interval is certain and holds the ones near a boundary. Not safe for
+// concurrent use.
+type RxBuilder struct {
+	p            Params
+	pool         pool
+	captureStart int64
+	composition  bool
+	open         map[int64]*rxOpen
+	held         map[int64][]capture.Packet // boundary id b (at b*T) → held packets
+	next         int64                      // next interval to seal
+	started      bool
+	late         uint64
+}
+
+// NewRxBuilder starts a receiver builder; see NewSenderBuilder for
+// captureStart. composition keeps per-flow cell counts (decode estimator).
+func NewRxBuilder(p Params, captureStart int64, composition bool) (*RxBuilder, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := NewSketches(p); err != nil {
+		return nil, err
+	}
+	return &RxBuilder{p: p, pool: pool{p: p}, captureStart: captureStart, composition: composition,
+		open: map[int64]*rxOpen{}, held: map[int64][]capture.Packet{}}, nil
+}
+
+// Add places one received packet, first sealing every interval whose hold
+// window has passed.
+func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
+	id := ID(pkt.TS, b.p.T)
+	if !b.started {
+		b.started = true
+		b.next = id
+		if pkt.TS-id*b.p.T < b.p.MaxDelay {
+			// Packets held at the first boundary may belong to id-1,
+			// which this receiver never saw begin: start sealing there
+			// so that they are accounted for.
+			b.next = id - 1
+		}
+	}
+	b.Advance(pkt.TS, emit)
+	off := pkt.TS - id*b.p.T
+	switch {
+	case off < b.p.MaxDelay:
+		if b.consumed(id) {
+			b.late++
+			return
+		}
+		b.held[id] = append(b.held[id], *pkt)
+	case off >= b.p.T-b.p.Guard:
+		if b.consumed(id + 1) {
+			b.late++
+			return
+		}
+		b.held[id+1] = append(b.held[id+1], *pkt)
+	default:
+		if id < b.next {
+			b.late++
+			return
+		}
+		o := b.openFor(id)
+		o.sk.Add(pkt, off)
+		o.flows.add(pkt, o.sk)
+	}
+}
+
+func (b *RxBuilder) openFor(id int64) *rxOpen {
+	o := b.open[id]
+	if o == nil {
+		cells := 0
+		if b.composition {
+			cells = b.p.Sketch.Rows * b.p.Sketch.VLDA
+		}
+		o = &rxOpen{sk: b.pool.get(), flows: NewFlowTable(b.p.FlowCap, cells)}
+		b.open[id] = o
+	}
+	return o
+}
+
+// Advance seals every interval I with (I+1)*T + max_delay <= now.
+func (b *RxBuilder) Advance(now int64, emit func(*Sealed)) {
+	if !b.started {
+		return
+	}
+	for (b.next+1)*b.p.T+b.p.MaxDelay <= now {
+		// After a long idle gap, jump rather than seal thousands of empty intervals.
+		if len(b.open) == 0 && len(b.held) == 0 && ID(now, b.p.T)-b.next > 16 {
+			b.next = ID(now, b.p.T) - 2
+			continue
+		}
+		b.seal(b.next, emit)
+	}
+}
+
+// Flush seals everything (end of input).
+func (b *RxBuilder) Flush(emit func(*Sealed)) {
+	if !b.started {
+		return
+	}
+	last := b.next
+	for id := range b.open {
+		last = max(last, id)
+	}
+	for id := range b.held {
+		last = max(last, id)
+	}
+	for b.next <= last {
+		b.seal(b.next, emit)
+	}
+}
+
+// Recycle returns sketches no longer needed.
+func (b *RxBuilder) Recycle(s *Sketches) { b.pool.put(s) }
+
+func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
+	o := b.openFor(id)
+	delete(b.open, id)
+	s := &Sealed{ID: id, Partial: b.captureStart > id*b.p.T, Direct: o.sk, Flows: o.flows,
+		HeldNext: b.held[id+1], Late: b.late}
+	delete(b.held, id+1)
+	if hp, ok := b.held[id]; ok {
+		s.HeldPrev = hp
+		delete(b.held, id)
+	}
+	b.late = 0
+	b.next = id + 1
+	emit(s)
+}
+
+// consumed reports whether the held set of boundary id has been handed
+// over already (with the sealing of interval id-1).
+func (b *RxBuilder) consumed(id int64) bool { return id <= b.next }

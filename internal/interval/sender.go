@@ -1,0 +1,155 @@
+package interval
+
+import (
+	"slices"
+
+	"github.com/lds-net/lds/internal/capture"
+)
+
+// SenderInterval is one finished interval at the sender.
+type SenderInterval struct {
+	ID        int64
+	Partial   bool // the capture did not cover the whole interval
+	First     bool // the first interval since this sender started: no earlier one will come
+	Sk        *Sketches
+	Boundary  []uint64          // sorted packet hashes seen in [B - max_delay - guard, B), B the interval's end
+	Heavy     []capture.FlowKey // heaviest flows by packets, heaviest first
+	Late      uint64            // packets that arrived after their interval had closed (not counted)
+	Untracked uint64            // packets of flows beyond the flow table cap (counted in sketches, not in Heavy)
+}
+
+// SenderBuilder assigns packets to intervals by the sender's own clock and
+// emits each interval when it ends. Not safe for concurrent use: one per
+// capture worker, merged at the boundary.
+type SenderBuilder struct {
+	p            Params
+	pool         pool
+	captureStart int64
+	cur          *SenderInterval
+	end          int64 // end of cur, ns
+	tailFrom     int64 // packets at or after this go into cur.Boundary
+	flows        map[capture.FlowKey]uint64
+	late         uint64
+	opened       bool
+}
+
+// NewSenderBuilder starts a builder; captureStart (Unix ns) is when capture
+// began: the interval containing it is flagged partial unless capture began
+// at its very start.
+func NewSenderBuilder(p Params, captureStart int64) (*SenderBuilder, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := NewSketches(p); err != nil {
+		return nil, err
+	}
+	return &SenderBuilder{p: p, pool: pool{p: p}, captureStart: captureStart,
+		flows: make(map[capture.FlowKey]uint64, min(p.FlowCap, 1<<16))}, nil
+}
+
+// Add counts one packet, first emitting every interval that ended before it.
+func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
+	if b.cur == nil || pkt.TS >= b.end {
+		b.Advance(pkt.TS, emit)
+		if b.cur == nil {
+			b.open(ID(pkt.TS, b.p.T))
+		}
+	}
+	if pkt.TS < b.end-b.p.T {
+		b.late++ // older than the open interval: already shipped
+		return
+	}
+	b.cur.Sk.Add(pkt, pkt.TS-(b.end-b.p.T))
+	if pkt.TS >= b.tailFrom {
+		b.cur.Boundary = append(b.cur.Boundary, pkt.PktHash)
+	}
+	if n, ok := b.flows[pkt.Key]; ok || len(b.flows) < b.p.FlowCap {
+		b.flows[pkt.Key] = n + 1
+	} else {
+		b.cur.Untracked++
+	}
+}
+
+// Advance closes every interval that ends at or before now (Unix ns),
+// emitting empty intervals for an idle link, and opens the one containing now.
+func (b *SenderBuilder) Advance(now int64, emit func(*SenderInterval)) {
+	if b.cur == nil {
+		return
+	}
+	for now >= b.end {
+		next := b.cur.ID + 1
+		b.close(emit)
+		// After a long idle gap, skip straight to now rather than emit
+		// thousands of empty intervals; the receiver counts the gap.
+		if id := ID(now, b.p.T); id-next > 16 {
+			next = id
+		}
+		b.open(next)
+	}
+}
+
+// Flush emits the open interval (end of input).
+func (b *SenderBuilder) Flush(emit func(*SenderInterval)) {
+	if b.cur != nil {
+		b.close(emit)
+	}
+}
+
+// Recycle returns the sketches of an interval that is no longer needed.
+func (b *SenderBuilder) Recycle(s *Sketches) { b.pool.put(s) }
+
+func (b *SenderBuilder) open(id int64) {
+	start := id * b.p.T
+	b.cur = &SenderInterval{ID: id, Sk: b.pool.get(), Partial: b.captureStart > start, First: !b.opened}
+	b.opened = true
+	b.end = start + b.p.T
+	b.tailFrom = b.end - b.p.MaxDelay - b.p.Guard
+}
+
+func (b *SenderBuilder) close(emit func(*SenderInterval)) {
+	iv := b.cur
+	slices.Sort(iv.Boundary)
+	iv.Heavy = topFlows(b.flows, b.p.Heavy)
+	iv.Late, b.late = b.late, 0
+	clear(b.flows)
+	b.cur = nil
+	emit(iv)
+}
+
+// topFlows returns the n keys with the highest counts, heaviest first.
+func topFlows(m map[capture.FlowKey]uint64, n int) []capture.FlowKey {
+	if n <= 0 || len(m) == 0 {
+		return nil
+	}
+	type kv struct {
+		k capture.FlowKey
+		v uint64
+	}
+	all := make([]kv, 0, len(m))
+	for k, v := range m {
+		all = append(all, kv{k, v})
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		if a.v != b.v {
+			if a.v > b.v {
+				return -1
+			}
+			return 1
+		}
+		return compareKeys(a.k, b.k)
+	})
+	if len(all) > n {
+		all = all[:n]
+	}
+	out := make([]capture.FlowKey, len(all))
+	for i := range all {
+		out[i] = all[i].k
+	}
+	return out
+}
+
+func compareKeys(a, b capture.FlowKey) int {
+	ab := a.AppendBinary(nil)
+	bb := b.AppendBinary(nil)
+	return slices.Compare(ab, bb)
+}

@@ -1,0 +1,166 @@
+// Package join computes exact ground truth from two captures: every packet
+// of the sender tap is looked up at the receiver tap by its identity (flow
+// key and packet hash), giving its one-way delay or its loss. This is the
+// manual alternative lds replaces, and the reference its tests and
+// `ldsctl eval` measure against.
+package join
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/interval"
+)
+
+// Flow is the truth about one flow in one interval (by send time).
+type Flow struct {
+	Interval int64
+	Key      capture.FlowKey
+	Sent     uint64
+	Received uint64
+	MeanNS   float64 // over received packets; NaN if none
+	StddevNS float64 // population stddev over received packets; NaN if none
+}
+
+// Lost is the number of packets sent and not received.
+func (f *Flow) Lost() uint64 { return f.Sent - f.Received }
+
+// Result of a join.
+type Result struct {
+	Flows      map[FlowID]*Flow
+	Packets    uint64 // sender-tap packets measured
+	Unmatched  uint64 // receiver-tap packets with no sender-tap twin
+	Duplicates uint64 // identities seen twice at one tap (not joinable)
+}
+
+// FlowID names a flow in an interval.
+type FlowID struct {
+	Interval int64
+	Key      capture.FlowKey
+}
+
+type ident struct {
+	key  capture.FlowKey
+	hash uint64
+}
+
+// Files joins two capture files with the given capture configuration
+// (identity, selection) and interval length t (ns).
+func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Result, error) {
+	p, err := capture.NewParser(cfg)
+	if err != nil {
+		return nil, err
+	}
+	type sent struct {
+		ts  int64
+		dup bool
+	}
+	sentAt := map[ident]sent{}
+	res := &Result{Flows: map[FlowID]*Flow{}}
+	err = each(senderPcap, p, func(pk *capture.Packet) {
+		id := ident{pk.Key, pk.PktHash}
+		if s, ok := sentAt[id]; ok {
+			s.dup = true
+			sentAt[id] = s
+			res.Duplicates++
+			return
+		}
+		sentAt[id] = sent{ts: pk.TS}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sender capture: %w", err)
+	}
+	type acc struct {
+		n        uint64
+		sum, sq  float64
+		shift    float64
+		hasShift bool
+	}
+	delays := map[FlowID]*acc{}
+	recvd := map[ident]bool{}
+	err = each(receiverPcap, p, func(pk *capture.Packet) {
+		id := ident{pk.Key, pk.PktHash}
+		s, ok := sentAt[id]
+		if !ok || s.dup || recvd[id] {
+			res.Unmatched++
+			return
+		}
+		recvd[id] = true
+		fid := FlowID{interval.ID(s.ts, t), pk.Key}
+		a := delays[fid]
+		if a == nil {
+			a = &acc{}
+			delays[fid] = a
+		}
+		d := float64(pk.TS - s.ts)
+		if !a.hasShift {
+			a.shift, a.hasShift = d, true // shifted sums keep the variance exact
+		}
+		a.n++
+		a.sum += d - a.shift
+		a.sq += (d - a.shift) * (d - a.shift)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receiver capture: %w", err)
+	}
+	for id, s := range sentAt {
+		if s.dup {
+			continue
+		}
+		fid := FlowID{interval.ID(s.ts, t), id.key}
+		f := res.Flows[fid]
+		if f == nil {
+			f = &Flow{Interval: fid.Interval, Key: id.key, MeanNS: math.NaN(), StddevNS: math.NaN()}
+			res.Flows[fid] = f
+		}
+		f.Sent++
+		res.Packets++
+	}
+	for fid, a := range delays {
+		f := res.Flows[fid]
+		f.Received = a.n
+		m := a.sum / float64(a.n)
+		f.MeanNS = a.shift + m
+		f.StddevNS = math.Sqrt(math.Max(0, a.sq/float64(a.n)-m*m))
+	}
+	return res, nil
+}
+
+// Sorted returns the flows ordered by interval, then key text.
+func (r *Result) Sorted() []*Flow {
+	out := make([]*Flow, 0, len(r.Flows))
+	for _, f := range r.Flows {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Interval != out[j].Interval {
+			return out[i].Interval < out[j].Interval
+		}
+		return out[i].Key.String() < out[j].Key.String()
+	})
+	return out
+}
+
+func each(path string, p *capture.Parser, fn func(*capture.Packet)) error {
+	src, err := capture.OpenFile(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	rd := capture.NewReader(src, p)
+	var pk capture.Packet
+	for {
+		err := rd.Next(&pk)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fn(&pk)
+	}
+}

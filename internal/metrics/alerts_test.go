@@ -1,0 +1,71 @@
+package metrics
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/spike"
+)
+
+const rulesDir = "../../deploy/prometheus"
+
+// TestAlertRules runs promtool on deploy/prometheus: the rules must load and
+// their unit tests (alerts_test.yml) must pass.
+func TestAlertRules(t *testing.T) {
+	pt := promtool(t)
+	for _, args := range [][]string{
+		{"check", "rules", "alerts.yml"},
+		{"test", "rules", "alerts_test.yml"},
+	} {
+		cmd := exec.Command(pt, args...)
+		cmd.Dir = rulesDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// TestAlertsUseExportedNames: every lds_ name in the rules and the dashboard
+// is a series the daemons export, so a rename cannot silently break them.
+func TestAlertsUseExportedNames(t *testing.T) {
+	r := newReceiver(t, goldenConfig)
+	r.SenderConnected("a", true)
+	r.IntervalOutcome("a", results.OutcomeVoidedGap)
+	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
+	r.SketchBytes("a", 1)
+	r.FrameError("a", "x")
+	r.SetClock("sender", "a", "synced", 1, 1)
+	r.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	s, err := NewSender(DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	s.SetClock("synced", 1, 1)
+	known := map[string]bool{}
+	for _, n := range append(ldsNames(t, r.Registry()), ldsNames(t, s.Registry())...) {
+		known[n] = true
+	}
+	// Histogram families expose _bucket, _sum and _count series.
+	for n := range known {
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			known[n+suf] = true
+		}
+	}
+	name := regexp.MustCompile(`\blds_[a-z0-9_]+`)
+	for _, file := range []string{filepath.Join(rulesDir, "alerts.yml"), "../../deploy/grafana/lds.json"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range name.FindAllString(string(b), -1) {
+			if !known[n] {
+				t.Errorf("%s uses %s, which no daemon exports", file, n)
+			}
+		}
+	}
+}

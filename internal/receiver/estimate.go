@@ -1,0 +1,112 @@
+package receiver
+
+import (
+	"math"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sketch"
+)
+
+// Estimation turns a matched interval into published records.
+type Estimation struct {
+	Estimator sketch.Estimator
+	Alpha     float64
+	T         int64
+	Classes   []string // LDA class names, index 0 = default
+	FlowHash  func(capture.FlowKey) uint64
+	Weight    func(capture.FlowKey) uint32
+}
+
+// Clock is both ends' clock verdict for an interval.
+type Clock struct {
+	Unsynced bool
+	ErrorNS  *float64
+}
+
+// Estimate computes per-flow and link records of a matched interval.
+func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*results.Interval, error) {
+	iv := &results.Interval{Sender: sender, Interval: mt.ID, StartNS: mt.ID * e.T, Outcome: mt.Outcome,
+		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, SketchBytes: mt.Meta.SketchBytes}
+	if mt.Snd == nil || mt.Rx == nil {
+		return iv, nil
+	}
+	if clk.Unsynced && iv.Outcome == results.OutcomeMatched {
+		iv.Outcome = results.OutcomeUnsynced
+	}
+	// Candidates: every flow the receiver saw, plus the sender's heaviest
+	// keys (a flow that lost every packet is only known from those).
+	keys := make([]capture.FlowKey, 0, mt.Flows.Len()+len(mt.Snd.Heavy))
+	hashes := make([]uint64, 0, cap(keys))
+	weights := map[uint64]float64{}
+	for i := range mt.Flows.Flows {
+		f := &mt.Flows.Flows[i]
+		keys = append(keys, f.Key)
+		hashes = append(hashes, f.FlowHash)
+	}
+	for _, k := range mt.Snd.Heavy {
+		if mt.Flows.Lookup(k) == nil {
+			keys = append(keys, k)
+			hashes = append(hashes, e.FlowHash(k))
+		}
+	}
+	if e.Weight != nil {
+		for i, k := range keys {
+			if w := e.Weight(k); w != 1 {
+				weights[hashes[i]] = float64(w)
+			}
+		}
+	}
+	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: func(f uint64) float64 {
+		if w, ok := weights[f]; ok {
+			return w
+		}
+		return 1
+	}}
+	ests, err := sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
+	if err != nil {
+		return nil, err
+	}
+	iv.UsableCellRatio = sketch.UsableCellRatio(mt.Snd.Sk.LDS, mt.Rx.LDS)
+	iv.Flows = make([]results.FlowRecord, len(ests))
+	for i, est := range ests {
+		k := keys[i]
+		r := &iv.Flows[i]
+		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Src: k.SrcAddr().String(), Dst: k.DstAddr().String(),
+			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Loss: est.Loss, Packets: est.Packets, Samples: est.Samples,
+			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
+		if !math.IsNaN(est.Bytes) {
+			r.Bytes = results.Float(est.Bytes)
+		}
+		if clk.Unsynced {
+			r.Status = "clock_unsynced"
+			continue // delays from unsynchronized clocks are withheld, counts still publish
+		}
+		r.DelayNS, r.StddevNS, r.CI95NS = results.Float(est.Delay), results.Float(est.Stddev), results.Float(est.CI95)
+		if r.DelayNS == nil {
+			r.Status = "no_usable_cell"
+		}
+	}
+	for c, name := range e.Classes {
+		if c >= len(mt.Snd.Sk.LDA) || c >= len(mt.Rx.LDA) {
+			break
+		}
+		le := sketch.EstimateLDA(mt.Snd.Sk.LDA[c], mt.Rx.LDA[c])
+		lr := results.LinkRecord{Interval: mt.ID, StartNS: iv.StartNS, Sender: sender, Class: name,
+			Sent: le.Sent, Received: le.Received, LossRatio: zeroNaN(le.LossRatio), Samples: le.Samples,
+			Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
+		if !clk.Unsynced {
+			lr.DelayNS, lr.StddevNS, lr.CI95NS = results.Float(le.Delay), results.Float(le.Stddev), results.Float(le.CI95)
+		}
+		iv.Links = append(iv.Links, lr)
+	}
+	return iv, nil
+}
+
+func zeroNaN(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
+}

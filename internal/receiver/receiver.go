@@ -1,0 +1,540 @@
+// Package receiver is lds-receiver's pipeline: it captures at the
+// downstream tap, builds the same sketches as the sender, serves the
+// senders' streams, matches intervals, estimates, and publishes (JSONL,
+// results API, Prometheus).
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/lds-net/lds/internal/api"
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/match"
+	"github.com/lds-net/lds/internal/metrics"
+	"github.com/lds-net/lds/internal/ptp"
+	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sketch"
+	"github.com/lds-net/lds/internal/spike"
+	"github.com/lds-net/lds/internal/wire"
+	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+)
+
+// Options are what a caller may set beyond the configuration file.
+type Options struct {
+	Version string
+	// Sources replaces the configured capture source (replay, tests).
+	Sources []capture.Source
+	// Listener replaces receiver.listen (tests, replay on loopback).
+	Listener net.Listener
+	// HTTPListener replaces metrics.listen; NoHTTP disables it.
+	HTTPListener net.Listener
+	NoHTTP       bool
+	// Replay: event time only, no clock checks (the captures carry their
+	// own timestamps), and Run returns once capture has ended, every
+	// sender stream has closed and every interval is final.
+	Replay bool
+	// CaptureStart overrides when capture is taken to have begun (Unix ns);
+	// 0 = now for live capture, the first packet for files.
+	CaptureStart int64
+	// OnInterval is called with every finalized interval (after publishing).
+	OnInterval func(*results.Interval)
+}
+
+// Receiver is the downstream daemon's pipeline.
+type Receiver struct {
+	cfg     config.Receiver
+	opt     Options
+	log     *slog.Logger
+	params  interval.Params
+	parser  *capture.Parser
+	est     Estimation
+	metrics *metrics.Receiver
+	store   *api.Store
+	jsonl   *api.JSONLWriter
+	spikes  *spike.Detector
+	ptp     *ptp.Checker
+	senders []*senderState
+	byID    sync.Map // sender id -> *senderState
+
+	pubMu sync.Mutex // publishing is shared by the senders' matcher goroutines
+	done  chan struct{} // closed when Run returns: stream handlers stop waiting
+}
+
+type senderMsg struct {
+	res  *wire.Result
+	gone bool
+}
+
+type senderState struct {
+	entry  config.SenderEntry
+	sel    []match.Compiled
+	rb     *interval.RxBuilder // capture goroutine only
+	m      *interval.Matcher   // matcher goroutine only
+	sealed chan *interval.Sealed
+	in     chan senderMsg
+
+	mu        sync.Mutex
+	bound     string // sender id bound to a wildcard entry
+	connected bool
+	final     []int64 // recent final interval ids, for HelloAck.have
+}
+
+// New builds the pipeline from a validated configuration.
+func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) {
+	cc := cfg.CaptureConfig()
+	parser, err := capture.NewParser(cc)
+	if err != nil {
+		return nil, err
+	}
+	classes := []string{"default"}
+	for _, c := range cc.Classes {
+		classes = append(classes, c.Name)
+	}
+	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
+		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(classes), Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, parser: parser,
+		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
+			FlowHash: parser.FlowHash, Weight: parser.WeightOf},
+		store: api.NewStore(cfg.Receiver.Keep), done: make(chan struct{})}
+	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
+		return nil, err
+	}
+	if r.spikes, err = spike.New(cfg.Spike); err != nil {
+		return nil, err
+	}
+	if !opt.Replay {
+		if r.ptp, err = ptp.New(cfg.PTP, log); err != nil {
+			return nil, err
+		}
+	}
+	entries := cfg.Receiver.Senders
+	if len(entries) == 0 {
+		entries = []config.SenderEntry{{}} // one wildcard entry: the first sender id that connects
+	}
+	for i, e := range entries {
+		sel, err := match.CompileAll(fmt.Sprintf("receiver.senders[%d].select", i), e.Select)
+		if err != nil {
+			return nil, err
+		}
+		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
+			m: interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
+			sealed: make(chan *interval.Sealed, 256), in: make(chan senderMsg, 16)})
+	}
+	return r, nil
+}
+
+// Store is the results store behind the API.
+func (r *Receiver) Store() *api.Store { return r.store }
+
+// Metrics is the receiver's metrics (for tests and extra handlers).
+func (r *Receiver) Metrics() *metrics.Receiver { return r.metrics }
+
+// Run captures, serves and publishes until ctx ends (or, in replay, until
+// everything is final).
+func (r *Receiver) Run(ctx context.Context) error {
+	srcs := r.opt.Sources
+	if srcs == nil {
+		var err error
+		if srcs, err = capture.OpenSources(r.cfg.Capture.Source, r.log); err != nil {
+			return err
+		}
+		defer func() {
+			for _, s := range srcs {
+				s.Close()
+			}
+		}()
+	}
+	if len(srcs) != 1 {
+		return fmt.Errorf("receiver: %d capture workers: this version runs one (set capture.source.workers: 1)", len(srcs))
+	}
+	for _, s := range srcs {
+		if err := capture.CheckSnaplen(s, r.cfg.Capture.Identity); err != nil {
+			return err
+		}
+	}
+	if r.cfg.Receiver.ResultsFile != "" {
+		w, err := api.NewJSONLWriter(r.cfg.Receiver.ResultsFile)
+		if err != nil {
+			return fmt.Errorf("receiver.results_file: %w", err)
+		}
+		r.jsonl = w
+		defer w.Close()
+	}
+	lis := r.opt.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", r.cfg.Receiver.Listen); err != nil {
+			return fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
+		}
+	}
+	creds, err := r.serverCreds(lis.Addr().String())
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(wire.ServerOptions(creds, r.cfg.Receiver.MaxFrameBytes)...)
+	senders := map[string]bool{}
+	for _, e := range r.cfg.Receiver.Senders {
+		senders[e.ID] = true
+	}
+	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
+		Fingerprint: r.cfg.Fingerprint(), Params: r.params, Senders: senders, Version: r.opt.Version, Diff: config.Diff,
+		Limits: wire.Limits{MaxSketchBytes: r.cfg.Receiver.MaxSketchBytes, MaxCells: r.params.Sketch.Rows*r.params.Sketch.Columns + 1<<22,
+			MaxClasses: r.params.Classes},
+	}, r, r.log))
+
+	defer close(r.done)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		<-gctx.Done()
+		srv.Stop()
+		return nil
+	})
+	g.Go(func() error {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("receiver: gRPC server: %w", err)
+		}
+		return nil
+	})
+	if !r.opt.NoHTTP {
+		extra := map[string]http.Handler{"/api/": r.store.Handler()}
+		g.Go(func() error {
+			if r.opt.HTTPListener != nil {
+				return metrics.ServeListener(gctx, r.opt.HTTPListener, r.cfg.Metrics, r.metrics.Registry(), extra, r.log)
+			}
+			return metrics.Serve(gctx, r.cfg.Metrics, r.metrics.Registry(), extra, r.log)
+		})
+	}
+	if r.ptp != nil {
+		g.Go(func() error { return r.ptp.Run(gctx) })
+	}
+	var wg sync.WaitGroup
+	for _, s := range r.senders {
+		wg.Add(1)
+		g.Go(func() error { defer wg.Done(); return r.matchLoop(gctx, s) })
+	}
+	g.Go(func() error { return r.captureLoop(gctx, srcs[0]) })
+	if r.opt.Replay {
+		// In replay, the daemon is done once every matcher is.
+		g.Go(func() error {
+			wg.Wait()
+			srv.GracefulStop()
+			return errDone
+		})
+	}
+	err = g.Wait()
+	if errors.Is(err, errDone) {
+		return nil
+	}
+	return err
+}
+
+var errDone = errors.New("replay finished")
+
+func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, error) {
+	t := r.cfg.Receiver.TLS
+	if t.Plaintext {
+		if !wire.IsLoopback(addr) {
+			return nil, fmt.Errorf("receiver.tls.plaintext: refused on %s, which is not a loopback address; configure mTLS", addr)
+		}
+		lv := slog.LevelWarn
+		if r.opt.Replay {
+			lv = slog.LevelDebug
+		}
+		r.log.Log(context.Background(), lv, "serving senders without TLS (loopback only)", "listen", addr)
+		return nil, nil
+	}
+	return wire.ServerTLS(t.Cert, t.Key, t.ClientCA)
+}
+
+// captureLoop reads packets and hands them to every sender entry whose
+// selection they match. It never waits on the network or on estimation,
+// except in replay, where it waits for the matcher to keep memory bounded.
+func (r *Receiver) captureLoop(ctx context.Context, src capture.Source) error {
+	rd := capture.NewReader(src, r.parser)
+	var pkt capture.Packet
+	started := false
+	emitters := make([]func(*interval.Sealed), len(r.senders))
+	for i, s := range r.senders {
+		emitters[i] = func(sl *interval.Sealed) {
+			select {
+			case s.sealed <- sl:
+			case <-ctx.Done():
+			}
+		}
+	}
+	var prevDrops capture.DropStats
+	n := 0
+	for {
+		err := rd.Next(&pkt)
+		if err == nil && !started {
+			started = true
+			start := r.opt.CaptureStart
+			if start == 0 {
+				start = time.Now().UnixNano()
+				if r.opt.Replay {
+					start = pkt.TS
+				}
+			}
+			for _, s := range r.senders {
+				if s.rb, err = interval.NewRxBuilder(r.params, start, false); err != nil {
+					return err
+				}
+			}
+		}
+		switch {
+		case err == nil:
+			for i, s := range r.senders {
+				if len(s.sel) == 0 || match.First(s.sel, pkt.Key.SrcAddr(), pkt.Key.DstAddr(), pkt.Key.Proto, pkt.Key.SPort, pkt.Key.DPort) >= 0 {
+					s.rb.Add(&pkt, emitters[i])
+				}
+			}
+			n++
+			if n&1023 == 0 {
+				if ctx.Err() != nil {
+					return nil
+				}
+				r.publishCapture(src, &prevDrops)
+			}
+		case errors.Is(err, capture.ErrTimeout):
+			if ctx.Err() != nil {
+				return nil
+			}
+			if started && !r.opt.Replay {
+				now := time.Now().UnixNano()
+				for i, s := range r.senders {
+					s.rb.Advance(now, emitters[i])
+				}
+			}
+			r.publishCapture(src, &prevDrops)
+		case errors.Is(err, io.EOF):
+			for i, s := range r.senders {
+				if s.rb != nil {
+					s.rb.Flush(emitters[i])
+				}
+				close(s.sealed)
+			}
+			r.publishCapture(src, &prevDrops)
+			r.log.Info("receiver capture ended", "packets", n)
+			return nil
+		default:
+			return fmt.Errorf("receiver capture: %w", err)
+		}
+	}
+}
+
+func (r *Receiver) publishCapture(src capture.Source, prev *capture.DropStats) {
+	c := r.parser.Counters()
+	drops := map[string]uint64{"non_ip": c.NonIP, "truncated": c.Truncated, "malformed": c.Malformed,
+		"short_snap": c.ShortSnap, "unsupported_link": c.UnsupportedLink}
+	if st, err := src.Stats(); err == nil {
+		drops["kernel"], drops["interface"] = st.Kernel, st.Interface
+		*prev = st
+	}
+	r.metrics.CaptureCounters(c.Parsed, drops)
+}
+
+// matchLoop owns one sender entry's matcher.
+func (r *Receiver) matchLoop(ctx context.Context, s *senderState) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	emit := func(mt *interval.Matched) { r.finish(s, mt) }
+	sealed := s.sealed
+	rxGone, sndGone := false, false
+	for {
+		if r.opt.Replay && rxGone && sndGone && s.m.Idle() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case sl, ok := <-sealed:
+			if !ok {
+				sealed, rxGone = nil, true
+				s.m.RxGone(time.Now(), emit)
+				continue
+			}
+			s.m.AddSealed(sl, time.Now(), emit)
+		case msg := <-s.in:
+			if msg.gone {
+				if r.opt.Replay {
+					sndGone = true
+					s.m.SenderGone(time.Now(), emit)
+				}
+				continue
+			}
+			res := msg.res
+			if res.VoidedOK {
+				r.metrics.IntervalOutcome(s.name(), results.OutcomeVoidedGap)
+				r.log.Warn("interval voided by a seq gap", "sender", s.name(), "interval", res.Voided)
+				continue
+			}
+			r.metrics.SketchBytes(s.name(), int(res.Meta.SketchBytes))
+			if !s.m.AddSender(res.Interval, res.Meta, time.Now(), emit) {
+				r.metrics.IntervalOutcome(s.name(), results.OutcomeDuplicate)
+			}
+		case <-tick.C:
+			s.m.Tick(time.Now(), emit)
+		}
+	}
+}
+
+func (s *senderState) name() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entry.ID != "" {
+		return s.entry.ID
+	}
+	if s.bound != "" {
+		return s.bound
+	}
+	return "unknown"
+}
+
+// finish estimates and publishes one final interval.
+func (r *Receiver) finish(s *senderState, mt *interval.Matched) {
+	s.mu.Lock()
+	s.final = append(s.final, mt.ID)
+	if len(s.final) > 4*r.cfg.Receiver.MaxPending {
+		s.final = s.final[len(s.final)-4*r.cfg.Receiver.MaxPending:]
+	}
+	s.mu.Unlock()
+	name := s.name()
+	clk := r.clock(name, mt)
+	iv, err := r.est.Estimate(name, mt, clk)
+	if err != nil {
+		r.log.Error("estimation failed", "sender", name, "interval", mt.ID, "err", err)
+		return
+	}
+	if mt.Unresolved > 0 || mt.Late > 0 {
+		r.log.Warn("boundary packets placed without the sender's list or arriving late", "sender", name, "interval", mt.ID,
+			"unresolved", mt.Unresolved, "late", mt.Late)
+	}
+	r.publish(iv)
+}
+
+func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
+	if r.opt.Replay || r.ptp == nil {
+		return Clock{}
+	}
+	own := r.ptp.Status()
+	other := mt.Meta.Clock
+	r.metrics.SetClock("receiver", sender, string(own.State), own.OffsetNS, math.NaN())
+	r.metrics.SetClock("sender", sender, other.State, other.OffsetNS, math.NaN())
+	bad := func(st string) bool { return st != string(ptp.StateSynced) && st != string(ptp.StateDisabled) }
+	c := Clock{Unsynced: bad(string(own.State)) || bad(other.State)}
+	if own.State == ptp.StateSynced && other.State == string(ptp.StateSynced) {
+		c.ErrorNS = results.Float(math.Abs(float64(own.OffsetNS)) + math.Abs(float64(other.OffsetNS)))
+	}
+	return c
+}
+
+func (r *Receiver) publish(iv *results.Interval) {
+	r.pubMu.Lock()
+	defer r.pubMu.Unlock()
+	complete := iv.Outcome == results.OutcomeMatched || iv.Outcome == results.OutcomeUnsynced
+	var events []spike.Event
+	if complete {
+		events = r.spikes.Observe(iv, r.metrics.Tracked(iv))
+	}
+	r.store.Add(iv)
+	r.metrics.IntervalOutcome(iv.Sender, iv.Outcome)
+	if complete {
+		r.metrics.ObserveInterval(iv, events)
+		if r.jsonl != nil {
+			if err := r.jsonl.Write(iv); err != nil {
+				r.log.Error("writing results file", "err", err)
+			}
+		}
+	}
+	if r.opt.OnInterval != nil {
+		r.opt.OnInterval(iv)
+	}
+}
+
+// --- wire.Handler ---
+
+func (r *Receiver) entryFor(sender string) (*senderState, error) {
+	for _, s := range r.senders {
+		s.mu.Lock()
+		ok := s.entry.ID == sender || (s.entry.ID == "" && (s.bound == "" || s.bound == sender))
+		if ok && s.entry.ID == "" {
+			s.bound = sender
+		}
+		s.mu.Unlock()
+		if ok {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("no receiver.senders entry for sender %q (the wildcard entry is bound to another sender: list every sender in receiver.senders)", sender)
+}
+
+// Connected implements wire.Handler.
+func (r *Receiver) Connected(sender string, _ uint64) ([]int64, error) {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connected {
+		return nil, fmt.Errorf("sender %q is already connected", sender)
+	}
+	s.connected = true
+	r.metrics.SenderConnected(sender, true)
+	return append([]int64(nil), s.final...), nil
+}
+
+// Interval implements wire.Handler.
+func (r *Receiver) Interval(sender string, res *wire.Result) error {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.in <- senderMsg{res: res}:
+		return nil
+	case <-r.done:
+		return errors.New("receiver shutting down")
+	}
+}
+
+// Disconnected implements wire.Handler.
+func (r *Receiver) Disconnected(sender string, err error) {
+	s, e := r.entryFor(sender)
+	if e != nil {
+		return
+	}
+	s.mu.Lock()
+	s.connected = false
+	s.mu.Unlock()
+	r.metrics.SenderConnected(sender, false)
+	if err == nil || errors.Is(err, io.EOF) {
+		select {
+		case s.in <- senderMsg{gone: true}:
+		case <-r.done:
+		}
+	} else {
+		r.log.Warn("sender disconnected", "sender", sender, "err", err)
+	}
+}
+
+// FrameError implements wire.Handler.
+func (r *Receiver) FrameError(sender, reason string) { r.metrics.FrameError(sender, reason) }

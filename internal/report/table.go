@@ -1,0 +1,105 @@
+// Package report prints results for people: the per-flow table of
+// `make demo`, `ldsctl replay --table` and `ldsctl results`.
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/lds-net/lds/internal/results"
+)
+
+// Table prints, over the complete intervals, the n heaviest flows
+// (packets summed, delay averaged by packets) and the link figures.
+func Table(w io.Writer, ivs []*results.Interval, n int) {
+	type agg struct {
+		r                    results.FlowRecord
+		pk, dsum, dpk, ssum  float64
+		loss, samples, ivals float64
+	}
+	flows := map[string]*agg{}
+	var links []results.LinkRecord
+	outcomes := map[string]int{}
+	for _, iv := range ivs {
+		outcomes[iv.Outcome]++
+		if iv.Outcome != results.OutcomeMatched {
+			continue
+		}
+		links = append(links, iv.Links...)
+		for _, f := range iv.Flows {
+			k := fmt.Sprintf("%s %s %d %d %d", f.Src, f.Dst, f.SPort, f.DPort, f.Proto)
+			a := flows[k]
+			if a == nil {
+				a = &agg{r: f}
+				flows[k] = a
+			}
+			a.pk += f.Packets
+			a.loss += f.Loss
+			a.samples += f.Samples
+			a.ivals++
+			if f.DelayNS != nil {
+				a.dsum += *f.DelayNS * f.Packets
+				a.dpk += f.Packets
+				if f.StddevNS != nil {
+					a.ssum += *f.StddevNS * f.Packets
+				}
+			}
+		}
+	}
+	all := make([]*agg, 0, len(flows))
+	for _, a := range flows {
+		all = append(all, a)
+	}
+	slices.SortFunc(all, func(a, b *agg) int { return cmp.Compare(b.pk, a.pk) })
+	fmt.Fprintf(w, "intervals: %v\n\n", outcomes)
+	fmt.Fprintf(w, "Top %d flows by packets (all complete intervals)\n", min(n, len(all)))
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "flow\tproto\tpackets\tlost\tdelay (ms)\tstddev (ms)\tsamples\t")
+	for i, a := range all {
+		if i >= n {
+			break
+		}
+		d, s := "-", "-"
+		if a.dpk > 0 {
+			d = fmt.Sprintf("%.3f", a.dsum/a.dpk/1e6)
+			s = fmt.Sprintf("%.3f", a.ssum/a.dpk/1e6)
+		}
+		fmt.Fprintf(tw, "%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%.0f\t\n", a.r.Src, a.r.SPort, a.r.Dst, a.r.DPort, a.r.Proto,
+			a.pk, a.loss, d, s, a.samples)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nLink (LDA) per interval")
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "interval\tclass\tsent\treceived\tloss\tdelay (ms)\tstddev (ms)\t")
+	for _, l := range links {
+		if l.Sent == 0 && l.Received == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.3f%%\t%s\t%s\t\n", l.Interval, l.Class, l.Sent, l.Received, 100*l.LossRatio, ms(l.DelayNS), ms(l.StddevNS))
+	}
+	tw.Flush()
+}
+
+// FlowTable prints flow records as they are (one interval's API answer).
+func FlowTable(w io.Writer, recs []results.FlowRecord, n int) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "interval\tflow\tproto\tpackets\tlost\tdelay (ms)\tstddev (ms)\tci95 (ms)\t")
+	for i, r := range recs {
+		if i >= n {
+			break
+		}
+		fmt.Fprintf(tw, "%d\t%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t\n", r.Interval, r.Src, r.SPort, r.Dst, r.DPort, r.Proto,
+			r.Packets, r.Loss, ms(r.DelayNS), ms(r.StddevNS), ms(r.CI95NS))
+	}
+	tw.Flush()
+}
+
+func ms(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", *v/1e6)
+}

@@ -1,0 +1,268 @@
+// Package sender is lds-sender's pipeline: capture at the upstream tap,
+// per-interval sketches by the sender's own clock, and a stream of finished
+// intervals to the receiver.
+package sender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/metrics"
+	"github.com/lds-net/lds/internal/ptp"
+	"github.com/lds-net/lds/internal/wire"
+)
+
+// Options are what a caller may set beyond the configuration file.
+type Options struct {
+	Version      string
+	Sources      []capture.Source // replaces the configured source (replay, tests)
+	HTTPListener net.Listener     // replaces metrics.listen
+	NoHTTP       bool
+	// Replay: event time only, no clock checks; Run returns once the
+	// capture has ended and every interval is acknowledged.
+	Replay       bool
+	CaptureStart int64 // see receiver.Options
+	FailFast     bool  // end on a refusal instead of retrying
+}
+
+// idleSlack is how far behind the wall clock an idle link's intervals are
+// closed: packets still in the capture ring must not arrive late.
+const idleSlack = 250 * time.Millisecond
+
+// Sender is the upstream daemon's pipeline.
+type Sender struct {
+	cfg     config.Sender
+	opt     Options
+	log     *slog.Logger
+	params  interval.Params
+	parser  *capture.Parser
+	client  *wire.Client
+	metrics *metrics.Sender
+	ptp     *ptp.Checker
+}
+
+// New builds the pipeline from a validated configuration.
+func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
+	cc := cfg.CaptureConfig()
+	parser, err := capture.NewParser(cc)
+	if err != nil {
+		return nil, err
+	}
+	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
+		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var creds credentials.TransportCredentials
+	t := cfg.Sender.TLS
+	if !t.Plaintext {
+		if creds, err = wire.ClientTLS(t.Cert, t.Key, t.CA, t.ServerName); err != nil {
+			return nil, err
+		}
+	}
+	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, parser: parser}
+	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID,
+		Version: opt.Version, Fingerprint: cfg.Fingerprint(), ResendBuffer: cfg.Sender.ResendBuffer,
+		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
+		RPCTimeout: cfg.Sender.RPCTimeout, ChunkBytes: cfg.Sender.ChunkBytes, FailFast: opt.FailFast}, log)
+	if err != nil {
+		return nil, err
+	}
+	if s.metrics, err = metrics.NewSender(cfg.Metrics, log); err != nil {
+		return nil, err
+	}
+	if !opt.Replay {
+		if s.ptp, err = ptp.New(cfg.PTP, log); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Run captures and streams until ctx ends (or, in replay, until done).
+func (s *Sender) Run(ctx context.Context) error {
+	srcs := s.opt.Sources
+	if srcs == nil {
+		var err error
+		if srcs, err = capture.OpenSources(s.cfg.Capture.Source, s.log); err != nil {
+			return err
+		}
+		defer func() {
+			for _, src := range srcs {
+				src.Close()
+			}
+		}()
+	}
+	if len(srcs) != 1 {
+		return fmt.Errorf("sender: %d capture workers: this version runs one (set capture.source.workers: 1)", len(srcs))
+	}
+	if err := capture.CheckSnaplen(srcs[0], s.cfg.Capture.Identity); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	clientDone := make(chan error, 1)
+	g.Go(func() error {
+		err := s.client.Run(gctx)
+		clientDone <- err
+		return err
+	})
+	if !s.opt.NoHTTP {
+		g.Go(func() error {
+			if s.opt.HTTPListener != nil {
+				return metrics.ServeListener(gctx, s.opt.HTTPListener, s.cfg.Metrics, s.metrics.Registry(), nil, s.log)
+			}
+			return metrics.Serve(gctx, s.cfg.Metrics, s.metrics.Registry(), nil, s.log)
+		})
+	}
+	if s.ptp != nil {
+		g.Go(func() error { return s.ptp.Run(gctx) })
+	}
+	finished := make(chan *interval.SenderInterval, 8)
+	g.Go(func() error { return s.ship(gctx, finished, srcs[0]) })
+	g.Go(func() error {
+		defer close(finished)
+		return s.captureLoop(gctx, srcs[0], finished)
+	})
+	g.Go(func() error { return s.watchClient(gctx) })
+	if s.opt.Replay {
+		g.Go(func() error {
+			select {
+			case err := <-clientDone:
+				if err != nil {
+					return err
+				}
+				return errDone
+			case <-gctx.Done():
+				return nil
+			}
+		})
+	}
+	err := g.Wait()
+	if errors.Is(err, errDone) {
+		return nil
+	}
+	return err
+}
+
+var errDone = errors.New("replay finished")
+
+func (s *Sender) captureLoop(ctx context.Context, src capture.Source, out chan<- *interval.SenderInterval) error {
+	rd := capture.NewReader(src, s.parser)
+	var b *interval.SenderBuilder
+	emit := func(si *interval.SenderInterval) {
+		select {
+		case out <- si:
+		case <-ctx.Done():
+		}
+	}
+	var pkt capture.Packet
+	n := 0
+	for {
+		err := rd.Next(&pkt)
+		switch {
+		case err == nil:
+			if b == nil {
+				start := s.opt.CaptureStart
+				if start == 0 {
+					start = time.Now().UnixNano()
+					if s.opt.Replay {
+						start = pkt.TS
+					}
+				}
+				if b, err = interval.NewSenderBuilder(s.params, start); err != nil {
+					return err
+				}
+			}
+			b.Add(&pkt, emit)
+			n++
+			if n&1023 == 0 && ctx.Err() != nil {
+				return nil
+			}
+		case errors.Is(err, capture.ErrTimeout):
+			if ctx.Err() != nil {
+				return nil
+			}
+			if b != nil && !s.opt.Replay {
+				b.Advance(time.Now().Add(-idleSlack).UnixNano(), emit)
+			}
+		case errors.Is(err, io.EOF):
+			if b != nil {
+				b.Flush(emit)
+			}
+			s.log.Info("sender capture ended", "packets", n)
+			return nil
+		default:
+			return fmt.Errorf("sender capture: %w", err)
+		}
+	}
+}
+
+// ship attaches the clock and drop counters to each finished interval and
+// hands it to the client, off the capture goroutine.
+func (s *Sender) ship(ctx context.Context, in <-chan *interval.SenderInterval, src capture.Source) error {
+	var prev capture.DropStats
+	for si := range in {
+		meta := interval.SenderMeta{Clock: interval.ClockStatus{State: string(ptp.StateDisabled)}}
+		if s.ptp != nil {
+			st := s.ptp.Status()
+			meta.Clock = interval.ClockStatus{State: string(st.State), OffsetNS: st.OffsetNS, GrandmasterPresent: st.GrandmasterPresent,
+				GrandmasterID: st.GrandmasterID, PortState: st.PortState, Err: st.Err}
+			s.metrics.SetClock(string(st.State), st.OffsetNS, 0)
+		}
+		if st, err := src.Stats(); err == nil {
+			d := st.Sub(prev)
+			prev = st
+			meta.KernelDrops, meta.IfDrops = d.Kernel, d.Interface
+		}
+		c := s.parser.Counters()
+		meta.ParseDrops = map[string]uint64{"non_ip": c.NonIP, "truncated": c.Truncated, "malformed": c.Malformed, "short_snap": c.ShortSnap}
+		s.metrics.CaptureCounters(c.Parsed, meta.ParseDrops)
+		if err := s.client.Submit(si, meta); err != nil {
+			return err
+		}
+	}
+	s.client.Close()
+	<-ctx.Done()
+	return nil
+}
+
+// watchClient mirrors the client's counters into the metrics.
+func (s *Sender) watchClient(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last wire.ClientStats
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		st := s.client.Stats()
+		for range st.Sent - last.Sent {
+			s.metrics.IntervalSent(0)
+		}
+		for range st.Acked - last.Acked {
+			s.metrics.IntervalAcked()
+		}
+		for range st.Dropped - last.Dropped {
+			s.metrics.IntervalDropped()
+		}
+		for range st.Resent - last.Resent {
+			s.metrics.IntervalResent(0)
+		}
+		s.metrics.BufferDepth(st.Buffered)
+		s.metrics.Connected(st.Connected)
+		last = st
+	}
+}

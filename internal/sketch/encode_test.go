@@ -1,0 +1,98 @@
+package sketch
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func TestLDSEncodeRoundTrip(t *testing.T) {
+	for _, p := range []Params{
+		DefaultParams(),
+		{Rows: 4, Columns: 1000, VLDA: 5, Sampling: []float64{0.01, 0.1, 0.5, 1}, Bytes: true},
+		{Rows: 1, Columns: 1, VLDA: 1},
+	} {
+		rng := rand.New(rand.NewPCG(30, 31))
+		l, _ := NewLDS(p)
+		empty, _ := l.MarshalBinary()
+		if len(empty) > 16+8*p.Rows {
+			t.Errorf("%+v: empty sketch encodes to %d bytes", p, len(empty))
+		}
+		for i := 0; i < 3000; i++ {
+			l.Update(rng.Uint64(), rng.Uint64(), rng.Int64N(2e9)-1e9, uint32(1+rng.IntN(3)), uint32(rng.IntN(1500)))
+		}
+		b, err := l.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := UnmarshalLDS(b, 0)
+		if err != nil {
+			t.Fatalf("%+v: decode: %v", p, err)
+		}
+		if !back.Equal(l) {
+			t.Fatalf("%+v: round trip changed the sketch", p)
+		}
+		t.Logf("%dx%d k=%d bytes=%v: %d bytes for %d packets (%d bytes raw)", p.Rows, p.Columns, p.VLDA, p.Bytes, len(b), 3000, 40*l.Len())
+		// Every truncation is refused with an error, never a panic.
+		for cut := 0; cut < len(b); cut += 1 + len(b)/200 {
+			if _, err := UnmarshalLDS(b[:cut], 0); err == nil {
+				t.Fatalf("accepted a truncation to %d of %d bytes", cut, len(b))
+			}
+		}
+		if _, err := UnmarshalLDS(append(b, 0), 0); err == nil || !strings.Contains(err.Error(), "trailing") {
+			t.Fatalf("trailing byte: %v", err)
+		}
+	}
+}
+
+func TestLDSDecodeErrors(t *testing.T) {
+	l, _ := NewLDS(Params{Rows: 4, Columns: 4096, VLDA: 1})
+	good, _ := l.MarshalBinary()
+	cases := []struct {
+		name, data, want string
+		max              int
+	}{
+		{"magic", "XXXX\x01", "bad magic", 0},
+		{"version", "LDSk\x09", "version", 0},
+		{"cap", string(good), "exceeds the limit", 1000},
+		{"rows", "LDSk\x01\x00", "rows", 0},
+		{"huge columns", "LDSk\x01\x01\xff\xff\xff\xff\x0f", "columns", 0},
+		{"count vs bytes", "LDSk\x01\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\xf0\x3f\x01", "non-empty cells claimed", 0},
+		{"bad rate", "LDSk\x01\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "sketch.sampling", 0},
+	}
+	for _, c := range cases {
+		_, err := UnmarshalLDS([]byte(c.data), c.max)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+func FuzzUnmarshalLDS(f *testing.F) {
+	l, _ := NewLDS(Params{Rows: 2, Columns: 16, VLDA: 2, Sampling: []float64{0.5, 1}, Bytes: true})
+	for i := uint64(0); i < 30; i++ {
+		l.Update(i*77, i*0x9e3779b97f4a7c15, int64(i)*1000, 1, 100)
+	}
+	b, _ := l.MarshalBinary()
+	f.Add(b)
+	f.Add([]byte("LDSk\x01\x40\x80\x80\x80\x08\x01\x00"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const maxCells = 4096
+		x, err := UnmarshalLDS(data, maxCells)
+		if err != nil {
+			return
+		}
+		if x.Len() > maxCells {
+			t.Fatalf("decoded %d cells past the cap", x.Len())
+		}
+		again, err := x.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := UnmarshalLDS(again, maxCells)
+		if err != nil || !y.Equal(x) {
+			t.Fatalf("re-encoding does not round-trip: %v", err)
+		}
+	})
+}

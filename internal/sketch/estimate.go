@@ -1,0 +1,367 @@
+package sketch
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+var nan = math.NaN()
+
+// z95 is the two-sided 95 % normal quantile.
+const z95 = 1.959963984540054
+
+// Estimator names a per-flow delay estimator (configuration key
+// sketch.estimator).
+type Estimator string
+
+const (
+	// EstimatorPaper is the LDS paper's Fig. 6 (EstimatePaper).
+	EstimatorPaper Estimator = "paper"
+	// EstimatorDecode is the receiver-side least-squares decoder of
+	// DESIGN.md section 4; it is implemented outside this file by a later
+	// issue and only named here so configuration can refer to it.
+	EstimatorDecode Estimator = "decode"
+)
+
+// Validate accepts the known estimator names.
+func (e Estimator) Validate() error {
+	switch e {
+	case EstimatorPaper, EstimatorDecode:
+		return nil
+	}
+	return fmt.Errorf("sketch.estimator = %q: must be %q or %q", string(e), EstimatorDecode, EstimatorPaper)
+}
+
+// FlowEstimate is what the sketches say about one flow in one interval.
+type FlowEstimate struct {
+	Flow    uint64  // flow hash
+	Delay   float64 // mean one-way delay in ns; NaN where no usable cell
+	Stddev  float64 // ns; NaN where the data cannot support it
+	CI95    float64 // 95% half-width of Delay, ns; NaN where undefined
+	Samples float64 // effective sample size (packets of this flow, estimated, in the selected cells)
+	Loss    float64 // estimated lost packets, >= 0
+	Packets float64 // estimated packets sent (count-min over rows, sampling undone)
+	Bytes   float64 // estimated bytes (NaN if !Params.Bytes)
+	Usable  int     // usable cells among the flow's R·k
+}
+
+// EstimateOptions tune EstimatePaper.
+type EstimateOptions struct {
+	// Alpha: keep cells whose rescaled count is within (1+Alpha) of the
+	// smallest (paper Fig. 6). 0 means the default 0.1; must not be
+	// negative.
+	Alpha float64
+	// Weight returns the weight w the flow's packets were recorded with
+	// (paper section 4.1). nil means 1 for every flow. The mean delay does
+	// not need it; the variance, the sample size and the packet and loss
+	// counts are divided by it.
+	Weight func(flow uint64) float64
+	// SamplingSlack (multi-bank only; 0 = the paper exactly) widens the
+	// selection by that many standard deviations of the sampling noise of
+	// the smallest cell: with N raw packets at rate p the rescaled count
+	// N/p has standard deviation sqrt(N(1-p))/p, so a lightly sampled row
+	// whose count came out low by chance no longer shuts out every
+	// unsampled cell. Rows with p = 1 have no such noise, so without
+	// sampling this changes nothing.
+	SamplingSlack float64
+}
+
+// DefaultAlpha is the paper's empirically chosen alpha.
+const DefaultAlpha = 0.1
+
+func (o EstimateOptions) alpha() (float64, error) {
+	switch {
+	case math.IsNaN(o.Alpha) || o.Alpha < 0 || math.IsInf(o.Alpha, 0):
+		return 0, fmt.Errorf("sketch.alpha = %v: must be a finite number >= 0", o.Alpha)
+	case o.Alpha == 0:
+		return DefaultAlpha, nil
+	}
+	return o.Alpha, nil
+}
+
+// candidate is one usable, non-empty cell of a flow.
+type candidate struct {
+	dS, dSPM, sn int64 // receiver minus sender sums; signed weight
+	n            int64 // Σ w (same at both ends)
+	scaled       float64
+	row          int
+}
+
+// estimator holds per-call scratch space so that the per-flow loop does not
+// allocate.
+type estimator struct {
+	snd, rcv *LDS
+	alpha    float64
+	slack    float64
+	weight   func(uint64) float64
+	exact    []int     // rows used for counts: those with p = 1, else all
+	rate     []float64 // effective sampling rate per row
+	cand     []candidate
+	rowN     []int64
+	rowS     []int64
+}
+
+func newEstimator(snd, rcv *LDS, opt EstimateOptions) (*estimator, error) {
+	if snd == nil || rcv == nil {
+		return nil, errors.New("estimate: both the sender's and the receiver's sketch are needed")
+	}
+	if !snd.p.Equal(rcv.p) {
+		return nil, fmt.Errorf("estimate: sender and receiver sketches differ (%s); both ends must run the same sketch configuration", snd.p.diff(rcv.p))
+	}
+	a, err := opt.alpha()
+	if err != nil {
+		return nil, fmt.Errorf("estimate: %w", err)
+	}
+	if math.IsNaN(opt.SamplingSlack) || opt.SamplingSlack < 0 || math.IsInf(opt.SamplingSlack, 0) {
+		return nil, fmt.Errorf("estimate: sampling slack %v: must be a finite number >= 0", opt.SamplingSlack)
+	}
+	e := &estimator{
+		snd: snd, rcv: rcv, alpha: a, weight: opt.Weight, slack: opt.SamplingSlack,
+		rate: make([]float64, snd.rows),
+		cand: make([]candidate, 0, snd.rows*int(snd.k)),
+		rowN: make([]int64, snd.rows),
+		rowS: make([]int64, snd.rows),
+	}
+	for r := range e.rate {
+		e.rate[r] = snd.SamplingRate(r)
+		if snd.thr[r] == 1<<32 {
+			e.exact = append(e.exact, r)
+		}
+	}
+	if len(e.exact) == 0 {
+		for r := range e.rate {
+			e.exact = append(e.exact, r)
+		}
+	}
+	return e, nil
+}
+
+// EstimatePaper runs the LDS paper's Fig. 6 estimator for each flow, with
+// the multi-bank rescaling of section 4.2 and the mining of section 4.3
+// (variance, count-min packets and bytes, loss). snd and rcv are the two
+// ends' sketches of the same interval.
+func EstimatePaper(snd, rcv *LDS, flows []uint64, opt EstimateOptions) ([]FlowEstimate, error) {
+	e, err := newEstimator(snd, rcv, opt)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FlowEstimate, len(flows))
+	for i, f := range flows {
+		out[i] = e.flow(f)
+	}
+	return out, nil
+}
+
+func (e *estimator) flow(f uint64) FlowEstimate {
+	snd, rcv := e.snd, e.rcv
+	C := snd.cols
+	k := int(snd.k)
+	w := 1.0
+	if e.weight != nil {
+		if v := e.weight(f); v > 0 && !math.IsInf(v, 0) {
+			w = v
+		}
+	}
+	est := FlowEstimate{Flow: f, Delay: nan, Stddev: nan, CI95: nan, Bytes: nan}
+
+	// Pass 1: usable non-empty cells, their rescaled counts (section 4.2:
+	// "packet counts need to be inverted before deciding which cell will be
+	// selected") and the smallest of those.
+	e.cand = e.cand[:0]
+	nmin, nminRaw, nminRate := math.Inf(1), int64(0), 1.0
+	h1 := (f & 0xffffffff) % C
+	h2 := ((f >> 32) | 1) % C
+	col := h1
+	for r := 0; r < snd.rows; r++ {
+		base := uint64(r) * C
+		c := col
+		for j := 0; j < k; j++ {
+			s, v := snd.cells[base+c], rcv.cells[base+c]
+			if s.N > 0 && usable(s, v) {
+				sc := float64(s.N) / e.rate[r]
+				e.cand = append(e.cand, candidate{dS: v.S - s.S, dSPM: v.SPM - s.SPM, sn: s.SN, n: s.N, scaled: sc, row: r})
+				if sc < nmin {
+					nmin, nminRaw, nminRate = sc, s.N, e.rate[r]
+				}
+			}
+			if c++; c == C {
+				c = 0
+			}
+		}
+		if col += h2; col >= C {
+			col -= C
+		}
+	}
+	est.Usable = len(e.cand)
+
+	// Counts (section 4.3): count-min over rows of the sender's vLDA sums,
+	// sampling undone; loss likewise from the count differences. Rows with
+	// p = 1 give upper bounds (collisions only add), so they alone are used
+	// when there are any; otherwise every row, rescaled.
+	pk, loss, by := math.Inf(1), math.Inf(1), math.Inf(1)
+	for _, r := range e.exact {
+		var ns, nr int64
+		var b uint64
+		c := (h1 + uint64(r)*h2) % C
+		base := uint64(r) * C
+		for j := 0; j < k; j++ {
+			ns += snd.cells[base+c].N
+			nr += rcv.cells[base+c].N
+			if snd.bytes != nil {
+				b += snd.bytes[base+c]
+			}
+			if c++; c == C {
+				c = 0
+			}
+		}
+		pk = min(pk, float64(ns)/e.rate[r])
+		loss = min(loss, float64(ns-nr)/e.rate[r])
+		by = min(by, float64(b)/e.rate[r])
+	}
+	est.Packets = pk / w
+	est.Loss = max(0, loss/w)
+	if snd.bytes != nil {
+		est.Bytes = by
+	}
+	if len(e.cand) == 0 {
+		return est
+	}
+
+	// Pass 2: keep cells within (1+alpha) of the smallest and pool them.
+	// (Fig. 6 writes "<"; "<=" keeps the minimum itself when alpha = 0.)
+	ref := nmin
+	if e.slack > 0 && nminRate < 1 {
+		ref += e.slack * math.Sqrt(float64(nminRaw)*(1-nminRate)) / nminRate
+	}
+	limit := ref * (1 + e.alpha) * (1 + 1e-12)
+	var sumS, sumN int64
+	clear(e.rowN)
+	clear(e.rowS)
+	for i := range e.cand {
+		c := &e.cand[i]
+		if c.scaled > limit {
+			c.n = 0 // mark as not selected
+			continue
+		}
+		sumS += c.dS
+		sumN += c.n
+		e.rowS[c.row] += c.dS
+		e.rowN[c.row] += c.n
+	}
+	mean := float64(sumS) / float64(sumN)
+	est.Delay = mean
+
+	// Effective sample size: rows hold the same packets again, so take the
+	// best row rather than the sum, and never more than were received.
+	var best int64
+	for _, n := range e.rowN {
+		best = max(best, n)
+	}
+	samples := float64(best) / w
+	if recv := est.Packets - est.Loss; recv >= 0 && samples > recv {
+		samples = recv
+	}
+	est.Samples = samples
+
+	// Variance (LDA paper eq. 4-5, centred): in a cell, Σσ·w·(d-μ) =
+	// ΔSPM - μ·SN has expectation zero and E[(Σσ·w·(d-μ))²] = Σ w²(d-μ)²
+	// over the cell's packets (cross terms vanish because the σ are
+	// independent). Pooling the selected cells as eq. 5 does:
+	// var ≈ Σ_cells (ΔSPM - μ·SN)² / (w · Σ_cells N).
+	if samples >= 2 {
+		var num float64
+		for _, c := range e.cand {
+			if c.n == 0 {
+				continue
+			}
+			x := float64(c.dSPM) - mean*float64(c.sn)
+			num += x * x
+		}
+		v := max(0, num/(w*float64(sumN)))
+		est.Stddev = math.Sqrt(v)
+
+		// CI95: sampling error of the mean over the effective sample,
+		// combined with half the spread between rows' pooled means, which
+		// is where differing collisions show (zero when rows agree).
+		se := z95 * math.Sqrt(v/samples)
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for r, n := range e.rowN {
+			if n == 0 {
+				continue
+			}
+			m := float64(e.rowS[r]) / float64(n)
+			lo, hi = min(lo, m), max(hi, m)
+		}
+		spread := (hi - lo) / 2
+		est.CI95 = math.Sqrt(se*se + spread*spread)
+	}
+	return est
+}
+
+// HeavyHitters returns up to n of flows, largest count-min packet estimate
+// first (ties by flow hash), without duplicates.
+func HeavyHitters(l *LDS, flows []uint64, n int) []uint64 {
+	if l == nil || n <= 0 || len(flows) == 0 {
+		return nil
+	}
+	type fc struct {
+		f uint64
+		c float64
+	}
+	e, err := newEstimator(l, l, EstimateOptions{})
+	if err != nil {
+		return nil
+	}
+	all := make([]fc, len(flows))
+	for i, f := range flows {
+		all[i] = fc{f, e.packets(f)}
+	}
+	slices.SortFunc(all, func(a, b fc) int {
+		switch {
+		case a.c > b.c:
+			return -1
+		case a.c < b.c:
+			return 1
+		case a.f < b.f:
+			return -1
+		case a.f > b.f:
+			return 1
+		}
+		return 0
+	})
+	out := make([]uint64, 0, min(n, len(all)))
+	for i, x := range all {
+		if i > 0 && x.f == all[i-1].f {
+			continue
+		}
+		if len(out) == n {
+			break
+		}
+		out = append(out, x.f)
+	}
+	return out
+}
+
+// packets is the count-min estimate of the flow's packets in snd.
+func (e *estimator) packets(f uint64) float64 {
+	l := e.snd
+	C := l.cols
+	h1 := (f & 0xffffffff) % C
+	h2 := ((f >> 32) | 1) % C
+	pk := math.Inf(1)
+	for _, r := range e.exact {
+		c := (h1 + uint64(r)*h2) % C
+		base := uint64(r) * C
+		var ns int64
+		for j := 0; j < int(l.k); j++ {
+			ns += l.cells[base+c].N
+			if c++; c == C {
+				c = 0
+			}
+		}
+		pk = min(pk, float64(ns)/e.rate[r])
+	}
+	return pk
+}

@@ -1,0 +1,239 @@
+package sketch
+
+import (
+	"fmt"
+)
+
+// Cell is one LDS counter tuple. All fields are linear (sums or XOR), so
+// sketches of the same interval merge exactly.
+type Cell struct {
+	S   int64  // Σ w·t, t = ns relative to the interval start (wrapping arithmetic is fine: only differences are used)
+	SPM int64  // Σ σ·w·t, σ = ±1 from the packet hash (variance, LDA paper eq. 4)
+	N   int64  // Σ w
+	D   uint64 // XOR of packet digests
+	// SN is Σ σ·w, the signed weight. It is identical at both ends of a
+	// usable cell and lets the estimator centre the sign-hash sum on the
+	// flow mean: Σσ·w·(d-μ) = ΔSPM - μ·SN. Without it the variance comes
+	// out as E[d²] - μ², which cancels catastrophically when the mean delay
+	// is large against its spread (the usual case: propagation delay).
+	SN int64
+}
+
+func (c Cell) empty() bool { return c == Cell{} }
+
+// LDS is a Lossy Difference Sketch (Sanjuàs-Cuxart et al., IMC 2011): R rows
+// of C cells; a flow owns k adjacent cells per row (its virtual LDA) and
+// each of its packets, if the row's sampling keeps it, updates one of them.
+// It is not safe for concurrent use: give each capture worker its own and
+// Merge them at the interval boundary.
+type LDS struct {
+	p     Params
+	rows  int
+	cols  uint64
+	k     uint64
+	thr   [MaxRows]uint64 // sampling thresholds T_r
+	cells []Cell          // row-major: index r*C + c
+	bytes []uint64        // nil unless Params.Bytes
+}
+
+// NewLDS allocates an empty sketch.
+func NewLDS(p Params) (*LDS, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("sketch parameters: %w", err)
+	}
+	p = p.normalized()
+	l := &LDS{
+		p:     p,
+		rows:  p.Rows,
+		cols:  uint64(p.Columns),
+		k:     uint64(p.VLDA),
+		cells: make([]Cell, p.Rows*p.Columns),
+	}
+	for r, rate := range p.Sampling {
+		l.thr[r] = samplingThreshold(rate)
+	}
+	if p.Bytes {
+		l.bytes = make([]uint64, p.Rows*p.Columns)
+	}
+	return l, nil
+}
+
+// Params returns a copy of the parameters, Sampling filled to one rate per row.
+func (l *LDS) Params() Params {
+	p := l.p
+	p.Sampling = append([]float64(nil), l.p.Sampling...)
+	return p
+}
+
+// Len is the number of cells, R·C.
+func (l *LDS) Len() int { return len(l.cells) }
+
+// SamplingRate is the rate row r really applies: T_r / 2^32, which differs
+// from the configured rate by less than 2^-32.
+func (l *LDS) SamplingRate(row int) float64 {
+	return float64(l.thr[row]) / (1 << 32)
+}
+
+// Update records one packet. flowHash and pktHash come from internal/capture;
+// t is the capture time in ns relative to the interval start; w is the flow
+// weight (paper section 4.1; 1 by default); size is the packet's wire length.
+// It allocates nothing.
+func (l *LDS) Update(flowHash, pktHash uint64, t int64, w uint32, size uint32) {
+	C := l.cols
+	col := (flowHash & 0xffffffff) % C
+	step := ((flowHash >> 32) | 1) % C
+	wn := int64(w)
+	wt := wn * t
+	k := l.k
+	cells := l.cells
+	for r := 0; r < l.rows; r++ {
+		z := splitmix64(pktHash + uint64(r+1)*gamma)
+		if z>>32 < l.thr[r] {
+			c := col
+			if k > 1 {
+				c += fastRange(z, k)
+				if c >= C {
+					c -= C
+				}
+			}
+			i := uint64(r)*C + c
+			cell := &cells[i]
+			m := -int64(z & 1) // 0 for σ = +1, -1 for σ = -1: (x^m)-m is σ·x
+			cell.S += wt
+			cell.SPM += (wt ^ m) - m
+			cell.SN += (wn ^ m) - m
+			cell.N += wn
+			cell.D ^= pktHash
+			if l.bytes != nil {
+				l.bytes[i] += uint64(size)
+			}
+		}
+		col += step
+		if col >= C {
+			col -= C
+		}
+	}
+}
+
+// Positions appends, per row, the cell index r*C+c the packet updates, or -1
+// where the row's sampling skips it. dst is reused (dst[:0]).
+func (l *LDS) Positions(flowHash, pktHash uint64, dst []int32) []int32 {
+	dst = dst[:0]
+	C := l.cols
+	col := (flowHash & 0xffffffff) % C
+	step := ((flowHash >> 32) | 1) % C
+	for r := 0; r < l.rows; r++ {
+		z := rowMix(pktHash, r)
+		if z>>32 < l.thr[r] {
+			c := col + fastRange(z, l.k)
+			if c >= C {
+				c -= C
+			}
+			dst = append(dst, int32(uint64(r)*C+c))
+		} else {
+			dst = append(dst, -1)
+		}
+		col += step
+		if col >= C {
+			col -= C
+		}
+	}
+	return dst
+}
+
+// Sign is σ of the packet in a row (+1 or -1), as Update applies it.
+func (l *LDS) Sign(pktHash uint64, row int) int64 {
+	return 1 - 2*int64(rowMix(pktHash, row)&1)
+}
+
+// FlowCells returns the flow's vLDA in a row: columns first..first+k-1 mod C.
+func (l *LDS) FlowCells(flowHash uint64, row int) (first int, k int) {
+	C := l.cols
+	h1 := (flowHash & 0xffffffff) % C
+	h2 := ((flowHash >> 32) | 1) % C
+	return int((h1 + uint64(row)*h2) % C), int(l.k)
+}
+
+// Cell returns cell i (index r*C + c).
+func (l *LDS) Cell(i int) Cell { return l.cells[i] }
+
+// ByteCount returns the byte counter of cell i (0 if Params.Bytes is off).
+func (l *LDS) ByteCount(i int) uint64 {
+	if l.bytes == nil {
+		return 0
+	}
+	return l.bytes[i]
+}
+
+// Reset empties the sketch for the next interval, keeping its memory.
+func (l *LDS) Reset() {
+	clear(l.cells)
+	clear(l.bytes)
+}
+
+// Merge adds o into l: S, SPM, SN, N and bytes add, D XORs. The result is
+// exactly the sketch of both packet sets.
+func (l *LDS) Merge(o *LDS) error {
+	if !l.p.Equal(o.p) {
+		return fmt.Errorf("merge sketches: parameters differ (%s); only sketches built with the same configuration merge", l.p.diff(o.p))
+	}
+	for i := range l.cells {
+		a, b := &l.cells[i], &o.cells[i]
+		a.S += b.S
+		a.SPM += b.SPM
+		a.SN += b.SN
+		a.N += b.N
+		a.D ^= b.D
+	}
+	for i := range l.bytes {
+		l.bytes[i] += o.bytes[i]
+	}
+	return nil
+}
+
+// Equal reports whether both sketches have the same parameters and cells.
+func (l *LDS) Equal(o *LDS) bool {
+	if !l.p.Equal(o.p) {
+		return false
+	}
+	for i := range l.cells {
+		if l.cells[i] != o.cells[i] {
+			return false
+		}
+	}
+	for i := range l.bytes {
+		if l.bytes[i] != o.bytes[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// usable is the paper's test (Fig. 6 line 6) plus the signed count: the
+// same packet set reached the cell at both ends.
+func usable(s, r Cell) bool {
+	return s.N == r.N && s.D == r.D && s.SN == r.SN
+}
+
+// UsableCellRatio is the fraction of usable cells among those non-empty at
+// either end; NaN if the parameters differ or every cell is empty.
+func UsableCellRatio(snd, rcv *LDS) float64 {
+	if snd == nil || rcv == nil || !snd.p.Equal(rcv.p) {
+		return nan
+	}
+	var used, good int
+	for i := range snd.cells {
+		s, r := snd.cells[i], rcv.cells[i]
+		if s.empty() && r.empty() {
+			continue
+		}
+		used++
+		if usable(s, r) {
+			good++
+		}
+	}
+	if used == 0 {
+		return nan
+	}
+	return float64(good) / float64(used)
+}

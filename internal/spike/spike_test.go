@@ -1,0 +1,267 @@
+package spike
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lds-net/lds/internal/results"
+)
+
+const ms = 1e6 // ns
+
+func rec(src string, delayNS, ci95NS float64) results.FlowRecord {
+	r := results.FlowRecord{Src: src, Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6, Packets: 100}
+	if !math.IsNaN(delayNS) {
+		r.DelayNS = results.Float(delayNS)
+	}
+	if !math.IsNaN(ci95NS) {
+		r.CI95NS = results.Float(ci95NS)
+	}
+	return r
+}
+
+func interval(id int64, recs ...results.FlowRecord) *results.Interval {
+	iv := &results.Interval{Sender: "a", Interval: id, StartNS: id * 1e9, Outcome: results.OutcomeMatched}
+	for _, r := range recs {
+		r.Interval, r.StartNS = id, id*1e9
+		iv.Flows = append(iv.Flows, r)
+	}
+	return iv
+}
+
+func newDetector(t *testing.T, mod func(*Config)) *Detector {
+	t.Helper()
+	cfg := DefaultConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// warm feeds n intervals of a constant 1 ms delay for flow src: the baseline
+// is then exactly 1 ms with zero deviation, so with the defaults the
+// threshold is 1 ms + max(4·0, 1 ms, 0.5·1 ms) = 2 ms.
+func warm(d *Detector, src string, from int64, n int) int64 {
+	for i := range n {
+		d.Observe(interval(from+int64(i), rec(src, 1*ms, 0.1*ms)), nil)
+	}
+	return from + int64(n)
+}
+
+func TestSpikeRuleUsesCI(t *testing.T) {
+	tests := []struct {
+		name        string
+		delay, ci95 float64
+		want        bool
+	}{
+		{"lower CI bound above threshold", 2.5 * ms, 0.4 * ms, true},
+		{"CI reaches below threshold", 2.5 * ms, 0.6 * ms, false},
+		{"just below threshold", 1.99 * ms, 0, false},
+		{"no CI: never alarms", 50 * ms, math.NaN(), false},
+		{"lower delay", 0.2 * ms, 0.01 * ms, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDetector(t, nil)
+			next := warm(d, "10.0.0.1", 100, 5)
+			iv := interval(next, rec("10.0.0.1", tc.delay, tc.ci95))
+			ev := d.Observe(iv, nil)
+			if got := len(ev) == 1; got != tc.want {
+				t.Fatalf("spike = %v (%d events), want %v", got, len(ev), tc.want)
+			}
+			if iv.Flows[0].Spike != tc.want {
+				t.Fatalf("FlowRecord.Spike = %v, want %v", iv.Flows[0].Spike, tc.want)
+			}
+			if tc.want {
+				e := ev[0]
+				if e.BaselineNS != 1*ms || e.ThresholdNS != 2*ms || e.DelayNS != tc.delay || e.CI95NS != tc.ci95 ||
+					e.Src != "10.0.0.1" || e.Sender != "a" || e.Interval != next || e.DPort != 443 || e.Proto != 6 {
+					t.Fatalf("event = %+v, want baseline 1ms, threshold 2ms, delay %v", e, tc.delay)
+				}
+			}
+		})
+	}
+}
+
+func TestWarmupSuppressesAlarms(t *testing.T) {
+	d := newDetector(t, func(c *Config) { c.Warmup = 5 })
+	next := warm(d, "10.0.0.1", 0, 4) // one interval short of warm-up
+	if ev := d.Observe(interval(next, rec("10.0.0.1", 100*ms, 0)), nil); len(ev) != 0 {
+		t.Fatalf("alarm during warm-up: %+v", ev)
+	}
+}
+
+func TestUnsyncedNeitherAlarmsNorUpdates(t *testing.T) {
+	d := newDetector(t, nil)
+	next := warm(d, "10.0.0.1", 0, 5)
+	for i := range 50 {
+		r := rec("10.0.0.1", 100*ms, 0)
+		r.Unsynced = true
+		if ev := d.Observe(interval(next, r), nil); len(ev) != 0 {
+			t.Fatalf("unsynced record alarmed: %+v", ev)
+		}
+		next++
+		iv := interval(next, rec("10.0.0.1", 100*ms, 0))
+		iv.Outcome = results.OutcomeUnsynced
+		if ev := d.Observe(iv, nil); len(ev) != 0 || iv.Flows[0].Spike {
+			t.Fatalf("unsynced interval alarmed: %+v", ev)
+		}
+		next++
+		if ev := d.Observe(interval(next, rec("10.0.0.1", math.NaN(), math.NaN())), nil); len(ev) != 0 {
+			t.Fatalf("record without delay alarmed (%d)", i)
+		}
+		next++
+	}
+	// Had any of the 100 ms values been folded in, the baseline would be far
+	// above 1 ms and this would not spike.
+	if ev := d.Observe(interval(next, rec("10.0.0.1", 2.5*ms, 0.4*ms)), nil); len(ev) != 1 || ev[0].BaselineNS != 1*ms {
+		t.Fatalf("baseline moved by unsynced data: %+v", ev)
+	}
+}
+
+func TestTrackedFilter(t *testing.T) {
+	d := newDetector(t, nil)
+	only := func(r *results.FlowRecord) bool { return r.Src == "10.0.0.1" }
+	for i := range 5 {
+		d.Observe(interval(int64(i), rec("10.0.0.1", 1*ms, 0), rec("10.0.0.2", 1*ms, 0)), only)
+	}
+	if d.Len() != 1 {
+		t.Fatalf("untracked flow got a baseline: %d baselines", d.Len())
+	}
+	iv := interval(5, rec("10.0.0.1", 10*ms, 0), rec("10.0.0.2", 10*ms, 0))
+	ev := d.Observe(iv, only)
+	if len(ev) != 1 || ev[0].Src != "10.0.0.1" || iv.Flows[1].Spike {
+		t.Fatalf("events = %+v, want only 10.0.0.1", ev)
+	}
+}
+
+func TestMaxFlowsEvictsLeastRecentlySeen(t *testing.T) {
+	d := newDetector(t, func(c *Config) { c.MaxFlows = 2 })
+	// Flows 1 and 2 warm up; 1 is seen last.
+	for i := range 5 {
+		d.Observe(interval(int64(i), rec("10.0.0.2", 1*ms, 0), rec("10.0.0.1", 1*ms, 0)), nil)
+	}
+	d.Observe(interval(5, rec("10.0.0.1", 1*ms, 0)), nil)
+	// Flow 3 arrives: 2 is the least recently seen and goes.
+	d.Observe(interval(6, rec("10.0.0.3", 1*ms, 0)), nil)
+	if d.Len() != 2 {
+		t.Fatalf("%d baselines, want 2", d.Len())
+	}
+	iv := interval(7, rec("10.0.0.1", 10*ms, 0), rec("10.0.0.2", 10*ms, 0))
+	ev := d.Observe(iv, nil)
+	if len(ev) != 1 || ev[0].Src != "10.0.0.1" {
+		t.Fatalf("events = %+v: want 10.0.0.1 (kept) to spike and 10.0.0.2 (evicted, no history) not", ev)
+	}
+	if d.Len() != 2 {
+		t.Fatalf("%d baselines after re-adding, want 2", d.Len())
+	}
+}
+
+// A lasting level shift alarms at first and then becomes the new normal.
+func TestLevelShiftAdapts(t *testing.T) {
+	d := newDetector(t, nil)
+	next := warm(d, "10.0.0.1", 0, 20)
+	var alarms, lastAlarm int
+	for i := range 300 {
+		if ev := d.Observe(interval(next, rec("10.0.0.1", 5*ms, 0.1*ms)), nil); len(ev) > 0 {
+			alarms++
+			lastAlarm = i
+		}
+		next++
+	}
+	if alarms == 0 {
+		t.Fatal("a jump from 1 ms to 5 ms never alarmed")
+	}
+	t.Logf("1 ms -> 5 ms shift: %d alarms, the last %d intervals in", alarms, lastAlarm)
+	if lastAlarm > 100 {
+		t.Fatalf("still alarming %d intervals into a lasting shift", lastAlarm)
+	}
+}
+
+// A small flow whose estimate is noisy (true delay constant, estimate noise
+// σ = 0.5 ms, reported CI95 = 1.96σ) must not alarm.
+func TestNoisyFlowNeverAlarms(t *testing.T) {
+	d := newDetector(t, nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	const sigma = 0.5 * ms
+	for i := range 3000 {
+		x := 1*ms + rng.NormFloat64()*sigma
+		if ev := d.Observe(interval(int64(i), rec("10.0.0.1", x, 1.96*sigma)), nil); len(ev) != 0 {
+			t.Fatalf("interval %d: false alarm %+v", i, ev[0])
+		}
+	}
+}
+
+func TestDisabled(t *testing.T) {
+	d := newDetector(t, func(c *Config) { c.Enabled = false })
+	warm(d, "10.0.0.1", 0, 10)
+	if ev := d.Observe(interval(10, rec("10.0.0.1", 100*ms, 0)), nil); ev != nil || d.Len() != 0 {
+		t.Fatalf("disabled detector acted: %v, %d baselines", ev, d.Len())
+	}
+}
+
+func TestValidateNamesKeys(t *testing.T) {
+	tests := []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Alpha = 0 }, "spike.alpha"},
+		{func(c *Config) { c.Alpha = 1.5 }, "spike.alpha"},
+		{func(c *Config) { c.Warmup = 0 }, "spike.warmup"},
+		{func(c *Config) { c.K = -1 }, "spike.k"},
+		{func(c *Config) { c.K = math.NaN() }, "spike.k"},
+		{func(c *Config) { c.MinAbs = -time.Second }, "spike.min_abs"},
+		{func(c *Config) { c.Rel = -0.1 }, "spike.rel"},
+		{func(c *Config) { c.MaxFlows = 0 }, "spike.max_flows"},
+		{func(c *Config) { c.K, c.MinAbs, c.Rel = 0, 0, 0 }, "spike.k, spike.min_abs, spike.rel"},
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	for _, tc := range tests {
+		c := DefaultConfig()
+		tc.mod(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate() = %v, want an error naming %q", err, tc.want)
+		}
+		if _, err := New(c); err == nil {
+			t.Errorf("New accepted invalid config (%s)", tc.want)
+		}
+	}
+}
+
+func TestObserveSteadyStateAllocatesNothing(t *testing.T) {
+	d := newDetector(t, nil)
+	var recs []results.FlowRecord
+	for i := range 200 {
+		recs = append(recs, rec("10.0.0."+string(rune('0'+i%10))+string(rune('0'+i/10%10)), 1*ms, 0.1*ms))
+		recs[i].SPort = uint16(i)
+	}
+	iv := interval(1, recs...)
+	d.Observe(iv, nil)
+	if a := testing.AllocsPerRun(50, func() { d.Observe(iv, nil) }); a != 0 {
+		t.Fatalf("Observe allocates %.1f per interval in steady state, want 0", a)
+	}
+}
+
+func BenchmarkObserve10kFlows(b *testing.B) {
+	d, _ := New(DefaultConfig())
+	recs := make([]results.FlowRecord, 10000)
+	for i := range recs {
+		recs[i] = rec("10.0.0.1", 1*ms, 0.1*ms)
+		recs[i].SPort, recs[i].DPort = uint16(i), uint16(i>>16)
+	}
+	iv := interval(1, recs...)
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Observe(iv, nil)
+	}
+}

@@ -1,0 +1,325 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/lds-net/lds/internal/interval"
+	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+)
+
+// ClientConfig configures the sender's side of the stream.
+type ClientConfig struct {
+	Addr         string
+	Creds        credentials.TransportCredentials // nil = plaintext (loopback only)
+	SenderID     string
+	Version      string
+	Fingerprint  map[string]string
+	ResendBuffer int
+	BackoffMin   time.Duration
+	BackoffMax   time.Duration
+	Keepalive    time.Duration
+	RPCTimeout   time.Duration
+	ChunkBytes   int
+	// FailFast ends Run on a refusal (configuration mismatch, unknown
+	// sender) instead of retrying: for replay and tests.
+	FailFast bool
+}
+
+// ClientStats are the client's counters (for metrics).
+type ClientStats struct {
+	Sent, Acked, Resent, Dropped, BytesSent uint64
+	Buffered                                int
+	Connected                               bool
+}
+
+type pending struct {
+	id     int64
+	frames []*ldsv1.SenderFrame
+	bytes  int
+	sent   bool // sent on the current stream
+	tries  int
+	sentAt time.Time
+}
+
+// Client streams finished intervals to the receiver, keeping every
+// unacknowledged one in a bounded buffer and resending after a reconnect.
+type Client struct {
+	cfg      ClientConfig
+	log      *slog.Logger
+	instance uint64
+
+	mu      sync.Mutex
+	buf     []*pending
+	wake    chan struct{}
+	stats   ClientStats
+	closed  bool
+	drained chan struct{}
+}
+
+// NewClient checks cfg and makes a client; Run connects.
+func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
+	if cfg.Creds == nil && !IsLoopback(cfg.Addr) {
+		return nil, fmt.Errorf("sender.tls.plaintext: refused for %s, which is not a loopback address; configure mTLS", cfg.Addr)
+	}
+	if cfg.ResendBuffer < 1 || cfg.ChunkBytes < 1 || cfg.RPCTimeout <= 0 {
+		return nil, errors.New("wire: resend buffer, chunk size and RPC timeout must be positive")
+	}
+	return &Client{cfg: cfg, log: log, instance: rand.Uint64(), wake: make(chan struct{}, 1), drained: make(chan struct{})}, nil
+}
+
+// Submit queues a finished interval without ever blocking capture; when the
+// buffer is full the oldest interval is dropped and counted.
+func (c *Client) Submit(si *interval.SenderInterval, meta interval.SenderMeta) error {
+	frames, err := Encode(si, meta, c.cfg.ChunkBytes)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, f := range frames {
+		if ch := f.GetChunk(); ch != nil {
+			n += len(ch.Data)
+		}
+	}
+	c.mu.Lock()
+	if len(c.buf) >= c.cfg.ResendBuffer {
+		c.log.Warn("resend buffer full: dropping the oldest unacknowledged interval", "interval", c.buf[0].id, "buffer", c.cfg.ResendBuffer)
+		c.buf = c.buf[1:]
+		c.stats.Dropped++
+	}
+	c.buf = append(c.buf, &pending{id: si.ID, frames: frames, bytes: n})
+	c.stats.Buffered = len(c.buf)
+	c.mu.Unlock()
+	c.poke()
+	return nil
+}
+
+// Close says no more intervals will be submitted; Run returns once the
+// buffer is acknowledged (or its context ends).
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.poke()
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Client) Stats() ClientStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run connects and streams until ctx ends, or, after Close, until every
+// interval is acknowledged.
+func (c *Client) Run(ctx context.Context) error {
+	creds := c.cfg.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(c.cfg.Addr, grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.cfg.Keepalive, Timeout: c.cfg.RPCTimeout, PermitWithoutStream: true}))
+	if err != nil {
+		return fmt.Errorf("sender.receiver %q: %w", c.cfg.Addr, err)
+	}
+	defer conn.Close()
+	client := ldsv1.NewSketchExchangeClient(conn)
+	backoff := c.cfg.BackoffMin
+	for {
+		done, err := c.session(ctx, client)
+		if done {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if st, ok := status.FromError(err); ok && refusal(st.Code()) {
+			c.log.Error("receiver refused this sender", "receiver", c.cfg.Addr, "err", st.Message())
+			if c.cfg.FailFast {
+				return fmt.Errorf("receiver %s refused the stream: %s", c.cfg.Addr, st.Message())
+			}
+		} else {
+			c.log.Warn("stream to receiver ended; reconnecting", "receiver", c.cfg.Addr, "err", err, "backoff", backoff)
+		}
+		// Full jitter: spread reconnecting senders apart.
+		wait := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, c.cfg.BackoffMax)
+		if err == nil {
+			backoff = c.cfg.BackoffMin
+		}
+	}
+}
+
+func refusal(code codes.Code) bool {
+	return code == codes.FailedPrecondition || code == codes.PermissionDenied || code == codes.Unauthenticated
+}
+
+// session runs one stream; done=true when closed and fully acknowledged.
+func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient) (bool, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := client.Stream(sctx)
+	if err != nil {
+		return false, err
+	}
+	seq := uint64(0)
+	if err := st.Send(&ldsv1.SenderFrame{Seq: seq, Body: &ldsv1.SenderFrame_Hello{Hello: &ldsv1.Hello{
+		SenderId: c.cfg.SenderID, SoftwareVersion: c.cfg.Version, Fingerprint: c.cfg.Fingerprint, Instance: c.instance}}}); err != nil {
+		return false, err
+	}
+	// The handshake has its own deadline.
+	helloCh := make(chan error, 1)
+	var ack *ldsv1.HelloAck
+	go func() {
+		f, err := st.Recv()
+		if err == nil {
+			if ack = f.GetHelloAck(); ack == nil {
+				err = errors.New("receiver answered Hello without HelloAck")
+			}
+		}
+		helloCh <- err
+	}()
+	select {
+	case err := <-helloCh:
+		if err != nil {
+			return false, err
+		}
+	case <-time.After(c.cfg.RPCTimeout):
+		return false, fmt.Errorf("no HelloAck from %s within %v", c.cfg.Addr, c.cfg.RPCTimeout)
+	}
+	c.mu.Lock()
+	have := map[int64]bool{}
+	for _, id := range ack.Have {
+		have[id] = true
+	}
+	kept := c.buf[:0]
+	for _, p := range c.buf {
+		if !have[p.id] {
+			if p.sent || p.tries > 0 {
+				c.stats.Resent++
+			}
+			p.sent = false
+			kept = append(kept, p)
+		}
+	}
+	c.buf = kept
+	c.stats.Connected = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.stats.Connected = false
+		c.mu.Unlock()
+	}()
+
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			f, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if a := f.GetAck(); a != nil {
+				c.ack(a.Interval)
+			}
+		}
+	}()
+	tick := time.NewTicker(c.cfg.RPCTimeout / 4)
+	defer tick.Stop()
+	for {
+		// Send everything not yet sent on this stream, oldest first.
+		for {
+			p := c.nextUnsent()
+			if p == nil {
+				break
+			}
+			for _, f := range p.frames {
+				seq++
+				f.Seq = seq
+				if err := st.Send(f); err != nil {
+					return false, err
+				}
+			}
+			c.mu.Lock()
+			c.stats.Sent++
+			c.stats.BytesSent += uint64(p.bytes)
+			c.mu.Unlock()
+		}
+		c.mu.Lock()
+		finished := c.closed && len(c.buf) == 0
+		var overdue *pending
+		for _, p := range c.buf {
+			if p.sent && time.Since(p.sentAt) > c.cfg.RPCTimeout {
+				overdue = p
+				break
+			}
+		}
+		c.mu.Unlock()
+		if finished {
+			_ = st.CloseSend()
+			return true, nil
+		}
+		if overdue != nil {
+			return false, fmt.Errorf("interval %d not acknowledged within %v", overdue.id, c.cfg.RPCTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case err := <-recvErr:
+			return false, err
+		case <-c.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Client) nextUnsent() *pending {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.buf {
+		if !p.sent {
+			p.sent, p.sentAt = true, time.Now()
+			p.tries++
+			return p
+		}
+	}
+	return nil
+}
+
+func (c *Client) ack(id int64) {
+	c.mu.Lock()
+	for i, p := range c.buf {
+		if p.id == id {
+			c.buf = append(c.buf[:i], c.buf[i+1:]...)
+			c.stats.Acked++
+			break
+		}
+	}
+	c.stats.Buffered = len(c.buf)
+	c.mu.Unlock()
+	c.poke()
+}

@@ -1,0 +1,290 @@
+// Package wire carries finished intervals from lds-sender to lds-receiver
+// over one gRPC bidirectional stream per sender (DESIGN.md §5): framing
+// (Start, chunks, End with a seq rising by one per frame), the receiver's
+// checks on every frame, and the client with its resend buffer.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/sketch"
+	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+)
+
+// FlagPartial marks an interval the sender's capture did not fully cover.
+const (
+	FlagPartial = 1 << 0
+	FlagFirst   = 1 << 1 // first interval since the sender started
+)
+
+// Encode turns a finished interval into frames (seq left at 0: the stream
+// numbers them). Each blob is split into chunks of at most chunkBytes.
+func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes int) ([]*ldsv1.SenderFrame, error) {
+	lds, err := si.Sk.LDS.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("wire: encoding LDS of interval %d: %w", si.ID, err)
+	}
+	var flags uint32
+	if si.Partial {
+		flags |= FlagPartial
+	}
+	if si.First {
+		flags |= FlagFirst
+	}
+	var frames []*ldsv1.SenderFrame
+	total := 0
+	add := func(kind ldsv1.ChunkKind, class uint32, blob []byte) {
+		for off := 0; ; off += chunkBytes {
+			end := min(off+chunkBytes, len(blob))
+			frames = append(frames, &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_Chunk{Chunk: &ldsv1.Chunk{
+				Kind: kind, Class: class, Data: blob[off:end], Last: end == len(blob)}}})
+			total += end - off
+			if end == len(blob) {
+				return
+			}
+		}
+	}
+	add(ldsv1.ChunkKind_CHUNK_KIND_LDS, 0, lds)
+	for c, a := range si.Sk.LDA {
+		b, err := a.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("wire: encoding LDA %d of interval %d: %w", c, si.ID, err)
+		}
+		add(ldsv1.ChunkKind_CHUNK_KIND_LDA, uint32(c), b)
+	}
+	add(ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY, 0, EncodeHashes(si.Boundary))
+	start := &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_Start{Start: &ldsv1.Start{
+		Interval: si.ID, Flags: flags, TotalBytes: uint64(total)}}}
+	heavy := make([]*ldsv1.FlowKey, len(si.Heavy))
+	for i, k := range si.Heavy {
+		heavy[i] = &ldsv1.FlowKey{Key: k.AppendBinary(nil)}
+	}
+	parse := map[string]uint64{"late": si.Late, "untracked": si.Untracked}
+	for k, v := range meta.ParseDrops {
+		parse[k] = v
+	}
+	end := &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_End{End: &ldsv1.End{
+		Interval: si.ID,
+		Totals:   &ldsv1.Totals{Packets: si.Sk.Packets, Bytes: si.Sk.Bytes, ClassPackets: si.Sk.ClassPackets},
+		Clock: &ldsv1.ClockStatus{State: meta.Clock.State, OffsetNs: meta.Clock.OffsetNS,
+			GrandmasterPresent: meta.Clock.GrandmasterPresent, GrandmasterId: meta.Clock.GrandmasterID,
+			PortState: meta.Clock.PortState, Error: meta.Clock.Err},
+		Drops:         &ldsv1.Drops{Kernel: meta.KernelDrops, Interface: meta.IfDrops, Parse: parse},
+		Heavy:         heavy,
+		BoundaryCount: uint64(len(si.Boundary)),
+	}}}
+	return append(append([]*ldsv1.SenderFrame{start}, frames...), end), nil
+}
+
+// EncodeHashes writes sorted hashes as a count and delta varints.
+func EncodeHashes(h []uint64) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 4+len(h)*8), uint64(len(h)))
+	var prev uint64
+	for _, x := range h {
+		b = binary.AppendUvarint(b, x-prev)
+		prev = x
+	}
+	return b
+}
+
+// DecodeHashes reads EncodeHashes' output, refusing more than limit hashes.
+func DecodeHashes(b []byte, limit int) ([]uint64, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		return nil, errors.New("boundary list: bad count")
+	}
+	if n > uint64(limit) || n > uint64(len(b)) {
+		return nil, fmt.Errorf("boundary list: %d hashes exceed the limit %d or the %d bytes sent", n, limit, len(b))
+	}
+	b = b[k:]
+	out := make([]uint64, n)
+	var prev uint64
+	for i := range out {
+		d, k := binary.Uvarint(b)
+		if k <= 0 {
+			return nil, fmt.Errorf("boundary list: truncated at hash %d of %d", i, n)
+		}
+		if i > 0 && d == 0 {
+			// Sorted distinct hashes; a repeated hash is harmless but a zero
+			// delta after the first is how garbage usually looks.
+			return nil, fmt.Errorf("boundary list: repeated hash at %d", i)
+		}
+		prev += d
+		out[i] = prev
+		b = b[k:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("boundary list: %d trailing bytes", len(b))
+	}
+	return out, nil
+}
+
+// Limits bound what one stream may make the receiver allocate.
+type Limits struct {
+	MaxSketchBytes int // per interval, all chunks together
+	MaxCells       int // per decoded sketch
+	MaxClasses     int
+}
+
+// Assembler checks the frames of one stream after Hello and rebuilds
+// intervals. A seq gap voids the interval it falls in; anything malformed
+// is an error that ends the stream.
+type Assembler struct {
+	lim     Limits
+	p       interval.Params
+	nextSeq uint64
+	cur     *ldsv1.Start
+	voided  bool
+	blobs   map[blobKey][]byte
+	total   int
+}
+
+type blobKey struct {
+	kind  ldsv1.ChunkKind
+	class uint32
+}
+
+// NewAssembler expects the sketch dimensions p (already agreed by Hello).
+func NewAssembler(p interval.Params, lim Limits) *Assembler {
+	return &Assembler{lim: lim, p: p, nextSeq: 1, blobs: map[blobKey][]byte{}}
+}
+
+// Result of one frame.
+type Result struct {
+	Interval *interval.SenderInterval // a complete interval (on End)
+	Meta     interval.SenderMeta
+	Voided   int64 // interval id voided by a seq gap (on its End), else 0
+	VoidedOK bool
+}
+
+// Frame takes the next frame; it returns a non-nil Result on End.
+func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
+	if f.Seq != a.nextSeq {
+		// Frames were lost or duplicated: the interval in progress cannot be trusted.
+		a.voided = true
+	}
+	a.nextSeq = f.Seq + 1
+	switch b := f.Body.(type) {
+	case *ldsv1.SenderFrame_Start:
+		var res *Result
+		if a.cur != nil {
+			if !a.voided {
+				return nil, fmt.Errorf("frame seq %d: Start of interval %d while interval %d is still open", f.Seq, b.Start.Interval, a.cur.Interval)
+			}
+			// The End of the open interval was lost in a gap: void it.
+			res = &Result{Voided: a.cur.Interval, VoidedOK: true}
+		}
+		if b.Start.TotalBytes > uint64(a.lim.MaxSketchBytes) {
+			return nil, fmt.Errorf("frame seq %d: interval %d announces %d bytes, over the receiver's max_sketch_bytes %d", f.Seq, b.Start.Interval, b.Start.TotalBytes, a.lim.MaxSketchBytes)
+		}
+		// A gap just before a Start cost only frames of earlier intervals.
+		a.cur, a.total, a.voided = b.Start, 0, false
+		clear(a.blobs)
+		return res, nil
+	case *ldsv1.SenderFrame_Chunk:
+		if a.cur == nil {
+			if a.voided {
+				return nil, nil // the Start was lost: skip until the next one
+			}
+			return nil, fmt.Errorf("frame seq %d: chunk outside an interval (no Start)", f.Seq)
+		}
+		c := b.Chunk
+		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY {
+			return nil, fmt.Errorf("frame seq %d: unknown chunk kind %d", f.Seq, c.Kind)
+		}
+		if int(c.Class) >= a.lim.MaxClasses {
+			return nil, fmt.Errorf("frame seq %d: chunk for class %d, receiver has %d classes", f.Seq, c.Class, a.lim.MaxClasses)
+		}
+		a.total += len(c.Data)
+		if a.total > a.lim.MaxSketchBytes || uint64(a.total) > a.cur.TotalBytes {
+			return nil, fmt.Errorf("frame seq %d: interval %d sent %d bytes, more than announced (%d) or allowed (%d)", f.Seq, a.cur.Interval, a.total, a.cur.TotalBytes, a.lim.MaxSketchBytes)
+		}
+		k := blobKey{c.Kind, c.Class}
+		a.blobs[k] = append(a.blobs[k], c.Data...)
+		return nil, nil
+	case *ldsv1.SenderFrame_End:
+		e := b.End
+		if a.cur == nil {
+			if a.voided {
+				a.voided = false
+				return &Result{Voided: e.Interval, VoidedOK: true}, nil
+			}
+			return nil, fmt.Errorf("frame seq %d: End of interval %d without Start", f.Seq, e.Interval)
+		}
+		if e.Interval != a.cur.Interval {
+			return nil, fmt.Errorf("frame seq %d: End of interval %d closes Start of interval %d", f.Seq, e.Interval, a.cur.Interval)
+		}
+		start := a.cur
+		a.cur = nil
+		if a.voided {
+			a.voided = false
+			return &Result{Voided: e.Interval, VoidedOK: true}, nil
+		}
+		return a.build(start, e)
+	case *ldsv1.SenderFrame_Hello:
+		return nil, fmt.Errorf("frame seq %d: a second Hello on one stream", f.Seq)
+	default:
+		return nil, fmt.Errorf("frame seq %d: empty frame", f.Seq)
+	}
+}
+
+func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
+	id := st.Interval
+	ldsB, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_LDS, 0}]
+	if !ok {
+		return nil, fmt.Errorf("interval %d: no LDS chunk", id)
+	}
+	l, err := sketch.UnmarshalLDS(ldsB, a.lim.MaxCells)
+	if err != nil {
+		return nil, fmt.Errorf("interval %d: LDS: %w", id, err)
+	}
+	if !l.Params().Equal(a.p.Sketch) {
+		return nil, fmt.Errorf("interval %d: LDS dimensions differ from the agreed configuration", id)
+	}
+	sk := &interval.Sketches{LDS: l, LDA: make([]*sketch.LDA, a.p.Classes), ClassPackets: make([]uint64, a.p.Classes)}
+	for c := range sk.LDA {
+		b, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_LDA, uint32(c)}]
+		if !ok {
+			return nil, fmt.Errorf("interval %d: no LDA chunk for class %d", id, c)
+		}
+		if sk.LDA[c], err = sketch.UnmarshalLDA(b, a.lim.MaxCells); err != nil {
+			return nil, fmt.Errorf("interval %d: LDA class %d: %w", id, c, err)
+		}
+	}
+	bnd, err := DecodeHashes(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY, 0}], a.lim.MaxCells)
+	if err != nil {
+		return nil, fmt.Errorf("interval %d: %w", id, err)
+	}
+	if uint64(len(bnd)) != e.BoundaryCount {
+		return nil, fmt.Errorf("interval %d: %d boundary hashes, End says %d", id, len(bnd), e.BoundaryCount)
+	}
+	if t := e.GetTotals(); t != nil {
+		sk.Packets, sk.Bytes = t.Packets, t.Bytes
+		if len(t.ClassPackets) == len(sk.ClassPackets) {
+			copy(sk.ClassPackets, t.ClassPackets)
+		}
+	}
+	si := &interval.SenderInterval{ID: id, Partial: st.Flags&FlagPartial != 0, First: st.Flags&FlagFirst != 0,
+		Sk: sk, Boundary: bnd}
+	for i, hk := range e.Heavy {
+		k, err := capture.FlowKeyFromBinary(hk.GetKey())
+		if err != nil {
+			return nil, fmt.Errorf("interval %d: heavy key %d: %w", id, i, err)
+		}
+		si.Heavy = append(si.Heavy, k)
+	}
+	meta := interval.SenderMeta{SketchBytes: uint64(a.total)}
+	if c := e.GetClock(); c != nil {
+		meta.Clock = interval.ClockStatus{State: c.State, OffsetNS: c.OffsetNs, GrandmasterPresent: c.GrandmasterPresent,
+			GrandmasterID: c.GrandmasterId, PortState: c.PortState, Err: c.Error}
+	}
+	if d := e.GetDrops(); d != nil {
+		meta.KernelDrops, meta.IfDrops, meta.ParseDrops = d.Kernel, d.Interface, d.Parse
+		si.Late, si.Untracked = d.Parse["late"], d.Parse["untracked"]
+	}
+	return &Result{Interval: si, Meta: meta}, nil
+}
