@@ -370,20 +370,20 @@ func (c *Receiver) Validate() error {
 // appears only as a keyed digest.
 func (c *Common) Fingerprint() map[string]string {
 	f := map[string]string{
-		"hash_version":     HashVersion,
-		"interval":         c.Interval.String(),
-		"max_delay":        c.MaxDelay.String(),
-		"guard":            c.Guard.String(),
-		"sketch.rows":      strconv.Itoa(c.Sketch.Rows),
-		"sketch.columns":   strconv.Itoa(c.Sketch.Columns),
-		"sketch.vlda":      strconv.Itoa(c.Sketch.VLDA),
-		"sketch.sampling":  floats(c.SketchParams().Sampling, c.Sketch.Rows),
-		"sketch.bytes":     strconv.FormatBool(c.Sketch.Bytes),
-		"sketch.seed":      seedDigest(c.Sketch.Seed),
-		"lda.banks":        strconv.Itoa(c.LDA.Banks),
-		"lda.cells":        strconv.Itoa(c.LDA.Cells),
-		"capture.weights":  digestYAML(c.Capture.Weights),
-		"capture.classes":  digestYAML(c.Capture.Classes),
+		"hash_version":    HashVersion,
+		"interval":        c.Interval.String(),
+		"max_delay":       c.MaxDelay.String(),
+		"guard":           c.Guard.String(),
+		"sketch.rows":     strconv.Itoa(c.Sketch.Rows),
+		"sketch.columns":  strconv.Itoa(c.Sketch.Columns),
+		"sketch.vlda":     strconv.Itoa(c.Sketch.VLDA),
+		"sketch.sampling": floats(c.SketchParams().Sampling, c.Sketch.Rows),
+		"sketch.bytes":    strconv.FormatBool(c.Sketch.Bytes),
+		"sketch.seed":     seedDigest(c.Sketch.Seed),
+		"lda.banks":       strconv.Itoa(c.LDA.Banks),
+		"lda.cells":       strconv.Itoa(c.LDA.Cells),
+		"capture.weights": digestYAML(c.Capture.Weights),
+		"capture.classes": digestYAML(c.Capture.Classes),
 	}
 	cc := c.CaptureConfig()
 	for k, v := range cc.FingerprintFields() {

@@ -71,7 +71,7 @@ type Receiver struct {
 	senders []*senderState
 	byID    sync.Map // sender id -> *senderState
 
-	pubMu sync.Mutex // publishing is shared by the senders' matcher goroutines
+	pubMu sync.Mutex    // publishing is shared by the senders' matcher goroutines
 	done  chan struct{} // closed when Run returns: stream handlers stop waiting
 }
 
@@ -135,7 +135,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 			return nil, err
 		}
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
-			m: interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
+			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
 			sealed: make(chan *interval.Sealed, 256), in: make(chan senderMsg, 16)})
 	}
 	return r, nil
