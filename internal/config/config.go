@@ -171,7 +171,7 @@ func DefaultSender() Sender {
 // DefaultReceiver returns a receiver configuration with every default set.
 func DefaultReceiver() Receiver {
 	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Receiver: ReceiverSection{
-		Listen: ":7420", Lateness: 10 * time.Second, Keep: 300,
+		Listen: ":7420", Lateness: 10 * time.Second, Keep: 60,
 		MaxFrameBytes: 1 << 20, MaxSketchBytes: 256 << 20, MaxPending: 64,
 	}}
 }

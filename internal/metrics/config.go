@@ -23,6 +23,9 @@ type Config struct {
 	TopN      int          `yaml:"top_n"`         // per-flow series for the heaviest N flows per sender
 	Watch     []match.Rule `yaml:"watch"`         // flows that always get series (at most top_n of them per sender)
 	Buckets   []float64    `yaml:"delay_buckets"` // seconds, for lds_flow_mean_delay_seconds
+	// SpikeWindow is how many intervals lds_flow_spike remembers: a spike of
+	// one 1 s interval stays visible to scrapes taken seconds apart.
+	SpikeWindow int `yaml:"spike_window"`
 }
 
 // MaxTopN caps top_n: each tracked flow costs several series per sender.
@@ -35,7 +38,7 @@ func DefaultBuckets() []float64 {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Listen: ":9465", TopN: 100, Buckets: DefaultBuckets()}
+	return Config{Listen: ":9465", TopN: 100, Buckets: DefaultBuckets(), SpikeWindow: 60}
 }
 
 // Validate says which key is wrong and what would be right.
@@ -51,6 +54,9 @@ func (c Config) Validate() error {
 	}
 	if c.TopN < 1 || c.TopN > MaxTopN {
 		errs = append(errs, fmt.Errorf("metrics.top_n: %d must be in 1..%d", c.TopN, MaxTopN))
+	}
+	if c.SpikeWindow < 1 || c.SpikeWindow > 100000 {
+		errs = append(errs, fmt.Errorf("metrics.spike_window: %d must be in 1..100000 intervals (default 60)", c.SpikeWindow))
 	}
 	if _, err := match.CompileAll("metrics.watch", c.Watch); err != nil {
 		errs = append(errs, err)

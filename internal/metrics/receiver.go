@@ -1,11 +1,13 @@
 package metrics
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,7 +64,6 @@ type senderState struct {
 	completedUnix float64
 	flows         []flowSeries
 	links         []linkSeries
-	spiking       []flowSeries // bounded at top_n
 	spikingN      int
 	nFlows        int
 	trackedTop    int
@@ -72,6 +73,13 @@ type senderState struct {
 	samplesMedian float64
 	sketchBytes   float64
 	connected     *bool
+	spikes        map[flowKey]*spikeHist // flows that spiked within spike_window; at most top_n
+}
+
+// spikeHist is one flow's spiking intervals within the window.
+type spikeHist struct {
+	labels []string
+	ids    []int64 // ascending
 }
 
 type flowSeries struct {
@@ -112,7 +120,7 @@ func newDescs() *descs {
 		FlowCI:      prometheus.NewDesc("lds_flow_delay_ci95_seconds", "95% confidence half-width of lds_flow_delay_seconds.", flowLabels, nil),
 		FlowLoss:    prometheus.NewDesc("lds_flow_loss_ratio", "Estimated lost / sent packets of a tracked flow in the latest interval (clamped to 0..1).", flowLabels, nil),
 		FlowPackets: prometheus.NewDesc("lds_flow_packets", "Estimated packets a tracked flow sent in the latest interval.", flowLabels, nil),
-		FlowSpike:   prometheus.NewDesc("lds_flow_spike", "1 for a tracked flow whose delay spiked against its baseline in the latest interval (at most top_n per sender).", flowLabels, nil),
+		FlowSpike:   prometheus.NewDesc("lds_flow_spike", "Intervals among the sender's last spike_window in which this tracked flow's delay spiked against its baseline (series only while > 0; at most top_n flows per sender).", flowLabels, nil),
 		Spiking:     prometheus.NewDesc("lds_spiking_flows", "Flows spiking in the sender's latest interval.", []string{"sender"}, nil),
 		Tracked:     prometheus.NewDesc("lds_tracked_flows", "Flows with per-flow series, by why they are tracked (top or watch).", []string{"sender", "kind"}, nil),
 		Flows:       prometheus.NewDesc("lds_interval_flows", "Flows estimated in the sender's latest interval.", []string{"sender"}, nil),
@@ -281,38 +289,75 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 		}
 		links = append(links, ls)
 	}
-	// Spiking flows, the largest excess over the threshold first, at most top_n.
-	ev := slices.Clone(spikes)
-	slices.SortFunc(ev, func(a, b spike.Event) int {
-		return -cmpFloat((a.DelayNS-a.CI95NS)-a.ThresholdNS, (b.DelayNS-b.CI95NS)-b.ThresholdNS)
-	})
-	var spiking []flowSeries
-	seen := map[flowKey]bool{}
-	for _, e := range ev {
-		k := flowKey{e.Src, e.Dst, e.SPort, e.DPort, e.Proto}
-		if len(spiking) >= r.cfg.TopN || seen[k] {
-			continue
-		}
-		seen[k] = true
-		spiking = append(spiking, flowSeries{labels: flowLabelValues(sender, e.Src, e.Dst, e.SPort, e.DPort, e.Proto, watchOf[k])})
-	}
-
 	slices.Sort(samples)
 	now := float64(r.now().UnixNano()) / 1e9
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sender(sender)
+	r.recordSpikes(s, iv.Interval, sender, spikes, watchOf)
 	if s.have && iv.Interval < s.interval {
 		r.log.Debug("metrics: older interval counted, latest state kept", "sender", sender, "interval", iv.Interval, "latest", s.interval)
 		return
 	}
 	*s = senderState{
 		have: true, interval: iv.Interval, startNS: iv.StartNS, completedUnix: now,
-		flows: flows, links: links, spiking: spiking, spikingN: len(spikes),
+		flows: flows, links: links, spikingN: len(spikes), spikes: s.spikes,
 		nFlows: len(iv.Flows), trackedTop: sel.topN, trackedWatch: len(sel.picks) - sel.topN,
 		usable: iv.UsableCellRatio, samplesSum: samplesSum, samplesMedian: median(samples),
 		sketchBytes: float64(iv.SketchBytes), connected: s.connected,
+	}
+}
+
+// recordSpikes adds the spikes of interval id to the sender's window, drops
+// what fell out of the last spike_window intervals, and keeps at most top_n
+// flows (those that spiked last). Call with r.mu held.
+func (r *Receiver) recordSpikes(s *senderState, id int64, sender string, spikes []spike.Event, watchOf map[flowKey]string) {
+	if s.spikes == nil {
+		s.spikes = map[flowKey]*spikeHist{}
+	}
+	for _, e := range spikes {
+		k := flowKey{e.Src, e.Dst, e.SPort, e.DPort, e.Proto}
+		h := s.spikes[k]
+		if h == nil {
+			h = &spikeHist{}
+			s.spikes[k] = h
+		}
+		h.labels = flowLabelValues(sender, e.Src, e.Dst, e.SPort, e.DPort, e.Proto, watchOf[k])
+		if i, found := slices.BinarySearch(h.ids, id); !found {
+			h.ids = slices.Insert(h.ids, i, id)
+		}
+	}
+	latest := id
+	if s.have && s.interval > latest {
+		latest = s.interval
+	}
+	for k, h := range s.spikes {
+		cut := 0
+		for cut < len(h.ids) && h.ids[cut] <= latest-int64(r.cfg.SpikeWindow) {
+			cut++
+		}
+		if h.ids = h.ids[cut:]; len(h.ids) == 0 {
+			delete(s.spikes, k)
+		}
+	}
+	if over := len(s.spikes) - r.cfg.TopN; over > 0 {
+		type kh struct {
+			k flowKey
+			h *spikeHist
+		}
+		all := make([]kh, 0, len(s.spikes))
+		for k, h := range s.spikes {
+			all = append(all, kh{k, h})
+		}
+		// Oldest last spike first, then fewest spikes: those go.
+		slices.SortFunc(all, func(a, b kh) int {
+			return cmp.Or(cmp.Compare(a.h.ids[len(a.h.ids)-1], b.h.ids[len(b.h.ids)-1]), cmp.Compare(len(a.h.ids), len(b.h.ids)),
+				cmp.Compare(strings.Join(a.h.labels, ","), strings.Join(b.h.labels, ",")))
+		})
+		for _, x := range all[:over] {
+			delete(s.spikes, x.k)
+		}
 	}
 }
 
@@ -394,8 +439,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(ch, d.FlowLoss, f.lossRatio, f.labels...)
 			gauge(ch, d.FlowPackets, f.packets, f.labels...)
 		}
-		for _, f := range s.spiking {
-			gauge(ch, d.FlowSpike, 1, f.labels...)
+		for _, h := range s.spikes {
+			gauge(ch, d.FlowSpike, float64(len(h.ids)), h.labels...)
 		}
 		gauge(ch, d.Spiking, float64(s.spikingN), name)
 		gauge(ch, d.Tracked, float64(s.trackedTop), name, "top")
@@ -455,16 +500,6 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 func boolFloat(b bool) float64 {
 	if b {
-		return 1
-	}
-	return 0
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
 		return 1
 	}
 	return 0

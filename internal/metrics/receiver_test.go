@@ -339,6 +339,7 @@ func TestConfigValidate(t *testing.T) {
 		{"buckets order", func(c *Config) { c.Buckets = []float64{0.1, 0.01} }, "metrics.delay_buckets[1]"},
 		{"buckets nan", func(c *Config) { c.Buckets = []float64{math.NaN()} }, "metrics.delay_buckets[0]"},
 		{"web config missing", func(c *Config) { c.WebConfig = "/nonexistent/web.yml" }, "metrics.web_config"},
+		{"spike window", func(c *Config) { c.SpikeWindow = 0 }, "metrics.spike_window"},
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
@@ -419,5 +420,75 @@ func BenchmarkObserveInterval100k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.ObserveInterval(iv, nil)
+	}
+}
+
+func TestSpikeWindow(t *testing.T) {
+	r := newReceiver(t, func(c *Config) { c.TopN = 2; c.SpikeWindow = 3 })
+	ev := func(src string) spike.Event {
+		return spike.Event{Sender: "a", Src: src, Dst: "10.9.9.9", SPort: 1, DPort: 1, Proto: 6}
+	}
+	iv := func(id int64) *results.Interval {
+		return &results.Interval{Sender: "a", Interval: id, Outcome: results.OutcomeMatched,
+			Flows: []results.FlowRecord{flow("10.0.0.1", "10.9.9.9", 6, 1, 1, 10, f(1e6))}}
+	}
+	key := "dport=1,dst=10.9.9.9,proto=6,sender=a,sport=1,src=10.0.0.1,watch="
+	steps := []struct {
+		id     int64
+		spikes []spike.Event
+		want   float64 // spiking intervals of 10.0.0.1 within the last 3; 0 = no series
+	}{
+		{1, []spike.Event{ev("10.0.0.1")}, 1},
+		{2, []spike.Event{ev("10.0.0.1")}, 2},
+		{3, nil, 2},
+		{4, nil, 1}, // interval 1 left the window (2..4)
+		{5, nil, 0}, // interval 2 left too: no series at all
+	}
+	for _, st := range steps {
+		r.ObserveInterval(iv(st.id), st.spikes)
+		got := series(t, r.Registry(), "lds_flow_spike")
+		if st.want == 0 {
+			if len(got) != 0 {
+				t.Fatalf("interval %d: lds_flow_spike = %v, want no series", st.id, got)
+			}
+			continue
+		}
+		if len(got) != 1 || got[key] != st.want {
+			t.Fatalf("interval %d: lds_flow_spike = %v, want %s = %v", st.id, got, key, st.want)
+		}
+	}
+	// At most top_n flows are remembered.
+	r.ObserveInterval(iv(6), []spike.Event{ev("10.0.0.1"), ev("10.0.0.2"), ev("10.0.0.3")})
+	if got := series(t, r.Registry(), "lds_flow_spike"); len(got) != 2 {
+		t.Fatalf("%d lds_flow_spike series, want top_n = 2: %v", len(got), got)
+	}
+	if got := series(t, r.Registry(), "lds_spiking_flows"); got["sender=a"] != 3 {
+		t.Fatalf("lds_spiking_flows = %v, want 3 (uncapped count of the latest interval)", got)
+	}
+}
+
+// Scrapes run while intervals are published (run with -race).
+func TestConcurrentScrape(t *testing.T) {
+	r := newReceiver(t, goldenConfig)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			iv := goldenInterval()
+			iv.Interval += int64(i)
+			r.IntervalOutcome("a", iv.Outcome)
+			r.ObserveInterval(iv, []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
+			r.SetClock("sender", "a", "synced", int64(i), 1)
+			r.SenderConnected("a", i%2 == 0)
+		}
+	}()
+	for range 50 {
+		if _, err := r.Registry().Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+	if got := testutil.ToFloat64(r.intervals.WithLabelValues("a", results.OutcomeMatched)); got != 50 {
+		t.Fatalf("matched = %v, want 50", got)
 	}
 }

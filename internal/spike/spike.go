@@ -157,7 +157,7 @@ func (d *Detector) Observe(iv *results.Interval, tracked func(*results.FlowRecor
 		k := key{sender: sender, src: r.Src, dst: r.Dst, sport: r.SPort, dport: r.DPort, proto: r.Proto}
 		b := d.touch(k)
 		x := *r.DelayNS
-		sample := x
+		sample, over := x, false
 		if b.n >= d.cfg.Warmup {
 			thr := b.mean + d.margin(b)
 			if r.CI95NS != nil && *r.CI95NS >= 0 && x-*r.CI95NS > thr {
@@ -168,14 +168,15 @@ func (d *Detector) Observe(iv *results.Interval, tracked func(*results.FlowRecor
 					DelayNS: x, CI95NS: *r.CI95NS, BaselineNS: b.mean, DevNS: b.dev, ThresholdNS: thr,
 				})
 			}
-			// Fold in at most the threshold: one outlier barely moves the
-			// baseline, while a lasting level shift still pulls it up step
-			// by step until the new level stops alarming.
+			// Fold in at most the threshold, and leave dev alone: one
+			// outlier barely moves the baseline and does not widen the
+			// margin, while a lasting level shift still pulls the baseline
+			// up step by step until the new level stops alarming.
 			if sample > thr {
-				sample = thr
+				sample, over = thr, true
 			}
 		}
-		d.update(b, sample)
+		d.update(b, sample, over)
 	}
 	return events
 }
@@ -187,10 +188,10 @@ func (d *Detector) margin(b *baseline) float64 {
 	return math.Max(m, d.cfg.Rel*math.Abs(b.mean))
 }
 
-// update folds one interval's delay into b. During warm-up the weight is
-// 1/(n+1), a plain running mean, so the baseline does not lean on its first
-// sample for 1/alpha intervals.
-func (d *Detector) update(b *baseline, x float64) {
+// update folds one interval's delay into b (the deviation too unless
+// keepDev). During warm-up the weight is 1/(n+1), a plain running mean, so
+// the baseline does not lean on its first sample for 1/alpha intervals.
+func (d *Detector) update(b *baseline, x float64, keepDev bool) {
 	if b.n == 0 {
 		b.mean, b.dev, b.n = x, 0, 1
 		return
@@ -199,7 +200,9 @@ func (d *Detector) update(b *baseline, x float64) {
 	if w := 1 / float64(b.n+1); w > a {
 		a = w
 	}
-	b.dev += a * (math.Abs(x-b.mean) - b.dev)
+	if !keepDev {
+		b.dev += a * (math.Abs(x-b.mean) - b.dev)
+	}
 	b.mean += a * (x - b.mean)
 	b.n++
 }

@@ -265,3 +265,22 @@ func BenchmarkObserve10kFlows(b *testing.B) {
 		d.Observe(iv, nil)
 	}
 }
+
+// One outlier moves the baseline by at most alpha·margin and leaves the
+// deviation (so the margin) unchanged: by hand, baseline 1 ms + 0.1·(2 ms −
+// 1 ms) = 1.1 ms, dev 0, threshold 1.1 ms + max(0, 1 ms, 0.55 ms) = 2.1 ms.
+func TestOutlierDoesNotWidenMargin(t *testing.T) {
+	d := newDetector(t, nil)
+	next := warm(d, "10.0.0.1", 0, 10)
+	if ev := d.Observe(interval(next, rec("10.0.0.1", 50*ms, 0.1*ms)), nil); len(ev) != 1 {
+		t.Fatalf("50 ms outlier: %d events, want 1", len(ev))
+	}
+	ev := d.Observe(interval(next+1, rec("10.0.0.1", 2.5*ms, 0.3*ms)), nil)
+	if len(ev) != 1 {
+		t.Fatal("2.5 ms ± 0.3 ms after the outlier did not spike")
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+	if !near(ev[0].BaselineNS, 1.1*ms) || ev[0].DevNS != 0 || !near(ev[0].ThresholdNS, 2.1*ms) {
+		t.Fatalf("after one outlier: baseline %v dev %v threshold %v, want 1.1 ms, 0, 2.1 ms", ev[0].BaselineNS, ev[0].DevNS, ev[0].ThresholdNS)
+	}
+}

@@ -1,0 +1,166 @@
+package replay
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/join"
+	"github.com/lds-net/lds/internal/results"
+)
+
+// scenario: delays up to just below max_delay (many packets straddle
+// boundaries), several intervals, a mix of protocols and header changes.
+func scenario(seed uint64, loss float64) gen.Scenario {
+	sc := gen.DefaultScenario()
+	sc.Seed = seed
+	sc.Flows = 300
+	sc.RatePPS = 8000
+	sc.Duration = 4 * time.Second
+	sc.Classes = []gen.Class{{Name: "wide", Weight: 1,
+		Delay: gen.DelayModel{Kind: gen.DelayUniform, Min: 100 * time.Microsecond, Max: 48 * time.Millisecond},
+		Loss:  gen.LossModel{Kind: "none"}}}
+	sc.HeavyLoss = gen.HeavyLoss{}
+	if loss > 0 {
+		sc.Classes[0].Loss = gen.LossModel{Kind: "uniform", P: loss}
+		sc.HeavyLoss = gen.HeavyLoss{Fraction: 0.05, P: 0.05}
+	}
+	return sc
+}
+
+type run struct {
+	truth   *join.Result
+	recs    map[join.FlowID]results.FlowRecord
+	outcome map[string]int
+}
+
+func replayScenario(t *testing.T, sc gen.Scenario, configure func(*Options)) run {
+	t.Helper()
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.pcap"), filepath.Join(dir, "b.pcap")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := gen.Generate(ctx, sc, gen.Outputs{SenderPcap: a, ReceiverPcap: b}, log); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "r.jsonl")
+	opt := Options{Config: cfg, SenderPcap: a, ReceiverPcap: b, Out: out}
+	if configure != nil {
+		configure(&opt)
+	}
+	sum, err := Run(ctx, opt, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ground truth: the exact per-packet join of the two captures.
+	truth, err := join.Files(a, b, opt.Config.CaptureConfig(), opt.Config.Interval.Nanoseconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if truth.Unmatched != 0 || truth.Duplicates != 0 {
+		t.Fatalf("join: %d unmatched, %d duplicate identities", truth.Unmatched, truth.Duplicates)
+	}
+	recs := readJSONL(t, out)
+	r := run{truth: truth, recs: map[join.FlowID]results.FlowRecord{}, outcome: sum.Intervals}
+	for _, rec := range recs {
+		k, err := capture.FlowKeyFromAddrs(mustAddr(t, rec.Src), mustAddr(t, rec.Dst), rec.Proto, rec.SPort, rec.DPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := join.FlowID{Interval: rec.Interval, Key: k}
+		if _, dup := r.recs[id]; dup {
+			t.Errorf("flow %v published twice in interval %d", k, rec.Interval)
+		}
+		r.recs[id] = rec
+	}
+	return r
+}
+
+func TestReplayNoLossAgainstJoin(t *testing.T) {
+	r := replayScenario(t, scenario(11, 0), func(o *Options) { o.Config.Sketch.Estimator = "paper" })
+	if r.outcome[results.OutcomeMatched] < 4 || len(r.outcome) != 1 {
+		t.Fatalf("interval outcomes %v: want only matched, >= 4", r.outcome)
+	}
+	var relErr []float64
+	big := 0
+	for id, f := range r.truth.Flows {
+		rec, ok := r.recs[id]
+		if !ok {
+			t.Errorf("flow %v interval %d (%d packets) has no record", id.Key, id.Interval, f.Sent)
+			continue
+		}
+		if f.Lost() != 0 {
+			t.Fatalf("scenario without loss lost %d packets of flow %v", f.Lost(), id.Key)
+		}
+		if rec.Loss != 0 {
+			t.Errorf("false loss %v on flow %v interval %d", rec.Loss, id.Key, id.Interval)
+		}
+		if rec.Packets < float64(f.Sent) {
+			t.Errorf("flow %v: packets %v below the true %d", id.Key, rec.Packets, f.Sent)
+		}
+		if f.Received < 100 {
+			continue
+		}
+		big++
+		if rec.DelayNS == nil {
+			t.Errorf("flow %v interval %d (%d packets): no delay estimate", id.Key, id.Interval, f.Received)
+			continue
+		}
+		relErr = append(relErr, math.Abs(*rec.DelayNS-f.MeanNS)/f.MeanNS)
+	}
+	if len(r.recs) != len(r.truth.Flows) {
+		t.Errorf("%d records for %d true (interval, flow) pairs", len(r.recs), len(r.truth.Flows))
+	}
+	if big < 20 {
+		t.Fatalf("only %d flows with >= 100 packets: scenario too small", big)
+	}
+	slices.Sort(relErr)
+	med, p95 := relErr[len(relErr)/2], relErr[len(relErr)*95/100]
+	t.Logf("flows >= 100 packets: %d, median relative error %.3g, p95 %.3g", big, med, p95)
+	// 300 flows on 4 x 4096 cells: collisions are rare, so nearly every
+	// large flow has a cell of its own and is measured exactly.
+	if med > 0.001 || p95 > 0.05 {
+		t.Errorf("median %.3g / p95 %.3g relative error above 0.1%% / 5%%", med, p95)
+	}
+}
+
+func TestReplayLossAgainstJoin(t *testing.T) {
+	r := replayScenario(t, scenario(12, 0.01), func(o *Options) {
+		o.Config.Sketch.Estimator = "paper"
+		o.Config.Sketch.VLDA = 5
+		o.Config.Sketch.Sampling = []float64{0.1, 0.5, 1, 1}
+	})
+	lossy, detected := 0, 0
+	for id, f := range r.truth.Flows {
+		rec, ok := r.recs[id]
+		if !ok {
+			t.Errorf("flow %v interval %d has no record", id.Key, id.Interval)
+			continue
+		}
+		if rec.Loss+1e-9 < float64(f.Lost()) {
+			t.Errorf("flow %v interval %d: loss estimate %v below the true %d", id.Key, id.Interval, rec.Loss, f.Lost())
+		}
+		if f.Lost() > 0 {
+			lossy++
+			if rec.Loss >= 0.5 {
+				detected++
+			}
+		}
+	}
+	if lossy < 10 || detected != lossy {
+		t.Errorf("lossy flows detected: %d of %d", detected, lossy)
+	}
+	t.Logf("lossy (interval, flow) pairs: %d, all detected", lossy)
+}
