@@ -15,6 +15,7 @@ Commands:
   results   query a receiver's results API and print a table
   gen       write a two-tap capture pair with exact ground truth from a scenario
   eval      compare results JSONL with ground truth: accuracy report and plots
+  join      exact per-packet join of two captures: ground truth for eval
 
 Run 'ldsctl <command> -h' for a command's flags.
 `
@@ -25,7 +26,7 @@ func main() {
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
-		"replay": cmdReplay, "size": cmdSize, "results": cmdResults, "gen": cmdGen, "eval": cmdEval,
+		"replay": cmdReplay, "size": cmdSize, "results": cmdResults, "gen": cmdGen, "eval": cmdEval, "join": cmdJoin,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/lds-net/lds/internal/replay"
@@ -27,6 +28,7 @@ func cmdReplay(args []string) error {
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	firstPartial := fs.Bool("first-partial", false, "the captures began mid-traffic: flag the first interval partial (default: a capture is complete from the start of its first interval)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: ldsctl replay --config FILE --sender-pcap A.pcap --receiver-pcap B.pcap --out results.jsonl\n\n")
 		fs.PrintDefaults()
@@ -51,6 +53,17 @@ func cmdReplay(args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	opt := replay.Options{Config: cfg, SenderPcap: *sp, ReceiverPcap: *rp, Out: *out, Version: version.Version, FirstPartial: *firstPartial}

@@ -112,7 +112,6 @@ type SenderEntry struct {
 // ReceiverSection is the `receiver:` section.
 type ReceiverSection struct {
 	Listen         string        `yaml:"listen"`
-	HTTPListen     string        `yaml:"http_listen"` // results API; empty = served with /metrics
 	TLS            TLSServer     `yaml:"tls"`
 	Senders        []SenderEntry `yaml:"senders"`
 	Lateness       time.Duration `yaml:"lateness"` // wait this long for the other side of an interval
@@ -140,16 +139,19 @@ type Receiver struct {
 func DefaultCommon() Common {
 	sp := sketch.DefaultParams()
 	lp := sketch.DefaultLDAParams()
+	cc := capture.DefaultConfig()
+	cc.Identity.Seed = "" // the seed is sketch.seed; CaptureConfig fills it in
+	cc.Source.Kind = "afpacket"
 	return Common{
 		Interval: time.Second,
 		MaxDelay: 50 * time.Millisecond,
 		Guard:    time.Millisecond,
 		Sketch: Sketch{
 			Rows: sp.Rows, Columns: sp.Columns, VLDA: sp.VLDA, Sampling: append([]float64(nil), sp.Sampling...),
-			Alpha: 0.1, Seed: "change-me", Estimator: "decode", MaxFlows: 1 << 20, Heavy: 1000,
+			Alpha: 0.1, Seed: "change-me", Estimator: "paper", MaxFlows: 1 << 20, Heavy: 1000,
 		},
 		LDA:     LDA{Banks: lp.Banks, Cells: lp.Cells},
-		Capture: capture.DefaultConfig(),
+		Capture: cc,
 		PTP:     ptp.DefaultConfig(),
 		Metrics: metrics.DefaultConfig(),
 		Log:     Log{Level: "info", Format: "text"},
@@ -181,6 +183,9 @@ func LoadSender(path string) (Sender, error) {
 	c := DefaultSender()
 	if err := load(path, &c); err != nil {
 		return c, err
+	}
+	if c.Sender.ID == "" {
+		c.Sender.ID, _ = os.Hostname() // documented default of sender.id
 	}
 	return c, c.Validate()
 }

@@ -95,6 +95,17 @@ func (b *SenderBuilder) Flush(emit func(*SenderInterval)) {
 	}
 }
 
+// FlushPartial emits the open interval when capture stops at now, before
+// the interval's end: it is flagged partial.
+func (b *SenderBuilder) FlushPartial(now int64, emit func(*SenderInterval)) {
+	if b.cur != nil {
+		if now < b.end {
+			b.cur.Partial = true
+		}
+		b.close(emit)
+	}
+}
+
 // Recycle returns the sketches of an interval that is no longer needed.
 func (b *SenderBuilder) Recycle(s *Sketches) { b.pool.put(s) }
 

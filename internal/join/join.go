@@ -13,6 +13,8 @@ import (
 	"sort"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/interval"
 )
 
@@ -163,4 +165,22 @@ func each(path string, p *capture.Parser, fn func(*capture.Packet)) error {
 		}
 		fn(&pk)
 	}
+}
+
+// Truth converts the join into ground-truth records (the format of
+// `ldsctl gen --truth`), sorted, so `ldsctl eval` can score real captures.
+func (r *Result) Truth(t int64) []gen.TruthRecord {
+	flows := r.Sorted()
+	total := map[capture.FlowKey]int64{}
+	for _, f := range flows {
+		total[f.Key] += int64(f.Sent)
+	}
+	out := make([]gen.TruthRecord, 0, len(flows))
+	for _, f := range flows {
+		out = append(out, gen.TruthRecord{Interval: f.Interval, StartNS: f.Interval * t,
+			Src: f.Key.SrcAddr().String(), Dst: f.Key.DstAddr().String(), SPort: f.Key.SPort, DPort: f.Key.DPort, Proto: f.Key.Proto,
+			Sent: int64(f.Sent), Received: int64(f.Received), Lost: int64(f.Lost()),
+			DelayNS: results.Float(f.MeanNS), StddevNS: results.Float(f.StddevNS), FlowPkts: total[f.Key]})
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -96,6 +97,12 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	}
 	rc := opt.Config
 	rc.Receiver.ResultsFile = opt.Out
+	if opt.Out != "" && opt.Out != "-" {
+		// A replay's output is its own: start the file afresh (the daemon appends).
+		if err := os.Truncate(opt.Out, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return sum, fmt.Errorf("--out: %w", err)
+		}
+	}
 	var mu sync.Mutex
 	last := time.Now()
 	rx, err := receiver.New(rc, receiver.Options{Version: opt.Version, Sources: []capture.Source{sb}, Listener: lis,

@@ -111,11 +111,33 @@ func (s *Sender) Run(ctx context.Context) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	// The client outlives a stop request by up to rpc_timeout, so that the
+	// interval flushed at SIGTERM still reaches the receiver.
+	clientCtx, cancelClient := context.WithCancel(context.WithoutCancel(gctx))
+	defer cancelClient()
 	clientDone := make(chan error, 1)
+	clientFinished := make(chan struct{})
 	g.Go(func() error {
-		err := s.client.Run(gctx)
+		err := s.client.Run(clientCtx)
 		clientDone <- err
+		close(clientFinished)
 		return err
+	})
+	g.Go(func() error {
+		select {
+		case <-gctx.Done():
+		case <-clientCtx.Done():
+			return nil
+		}
+		t := time.NewTimer(s.cfg.Sender.RPCTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			s.log.Warn("stopping with unacknowledged intervals", "buffered", s.client.Stats().Buffered)
+		case <-clientFinished:
+		}
+		cancelClient()
+		return nil
 	})
 	if !s.opt.NoHTTP {
 		g.Go(func() error {
@@ -129,7 +151,7 @@ func (s *Sender) Run(ctx context.Context) error {
 		g.Go(func() error { return s.ptp.Run(gctx) })
 	}
 	finished := make(chan *interval.SenderInterval, 8)
-	g.Go(func() error { return s.ship(gctx, finished, srcs[0]) })
+	g.Go(func() error { return s.ship(finished, srcs[0]) })
 	g.Go(func() error {
 		defer close(finished)
 		return s.captureLoop(gctx, srcs[0], finished)
@@ -160,11 +182,15 @@ var errDone = errors.New("replay finished")
 func (s *Sender) captureLoop(ctx context.Context, src capture.Source, out chan<- *interval.SenderInterval) error {
 	rd := capture.NewReader(src, s.parser)
 	var b *interval.SenderBuilder
-	emit := func(si *interval.SenderInterval) {
-		select {
-		case out <- si:
-		case <-ctx.Done():
+	// ship drains out until it is closed, so emitting never blocks for long.
+	emit := func(si *interval.SenderInterval) { out <- si }
+	stop := func() error {
+		if b != nil {
+			// A stop request: ship what the open interval has, flagged
+			// partial, rather than lose it.
+			b.FlushPartial(time.Now().UnixNano(), emit)
 		}
+		return nil
 	}
 	var pkt capture.Packet
 	n := 0
@@ -187,11 +213,11 @@ func (s *Sender) captureLoop(ctx context.Context, src capture.Source, out chan<-
 			b.Add(&pkt, emit)
 			n++
 			if n&1023 == 0 && ctx.Err() != nil {
-				return nil
+				return stop()
 			}
 		case errors.Is(err, capture.ErrTimeout):
 			if ctx.Err() != nil {
-				return nil
+				return stop()
 			}
 			if b != nil && !s.opt.Replay {
 				b.Advance(time.Now().Add(-idleSlack).UnixNano(), emit)
@@ -210,7 +236,7 @@ func (s *Sender) captureLoop(ctx context.Context, src capture.Source, out chan<-
 
 // ship attaches the clock and drop counters to each finished interval and
 // hands it to the client, off the capture goroutine.
-func (s *Sender) ship(ctx context.Context, in <-chan *interval.SenderInterval, src capture.Source) error {
+func (s *Sender) ship(in <-chan *interval.SenderInterval, src capture.Source) error {
 	var prev capture.DropStats
 	for si := range in {
 		meta := interval.SenderMeta{Clock: interval.ClockStatus{State: string(ptp.StateDisabled)}}
@@ -233,7 +259,6 @@ func (s *Sender) ship(ctx context.Context, in <-chan *interval.SenderInterval, s
 		}
 	}
 	s.client.Close()
-	<-ctx.Done()
 	return nil
 }
 

@@ -1,0 +1,190 @@
+package receiver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/join"
+	"github.com/lds-net/lds/internal/receiver"
+	"github.com/lds-net/lds/internal/sender"
+	"github.com/lds-net/lds/internal/testutil"
+)
+
+// TestRealPrometheusScrapesReceiver: a real Prometheus server scrapes a
+// receiver fed by a replay of generated captures; its HTTP API must hold
+// the per-flow and link series with the values of the exact join.
+func TestRealPrometheusScrapesReceiver(t *testing.T) {
+	promBin, err := exec.LookPath("prometheus")
+	if err != nil {
+		testutil.SkipOrFail(t, "prometheus not installed (Debian package prometheus)")
+	}
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.pcap"), filepath.Join(dir, "b.pcap")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sc := gen.DefaultScenario()
+	sc.Duration, sc.Flows = 3*time.Second, 60
+	sc.HeavyLoss = gen.HeavyLoss{}
+	if _, err := gen.Generate(ctx, sc, gen.Outputs{SenderPcap: a, ReceiverPcap: b}, log); err != nil {
+		t.Fatal(err)
+	}
+
+	rc := config.DefaultReceiver()
+	rc.Receiver.TLS.Plaintext = true
+	rc.Receiver.Lateness = 2 * time.Second
+	rc.PTP.Enabled = false
+	rc.Capture.Source.Kind, rc.Capture.Source.File = "file", b
+	rc.Metrics.TopN = 1000
+	if err := rc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	grpcLis, _ := net.Listen("tcp", "127.0.0.1:0")
+	httpLis, _ := net.Listen("tcp", "127.0.0.1:0")
+	srcB, err := capture.OpenFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := readFirstTS(t, a)
+	start := first / int64(time.Second) * int64(time.Second)
+	rx, err := receiver.New(rc, receiver.Options{Sources: []capture.Source{srcB}, Listener: grpcLis, HTTPListener: httpLis, CaptureStart: start}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc2 := config.DefaultSender()
+	sc2.Common = rc.Common
+	sc2.Capture.Source.File = a
+	sc2.Sender.ID, sc2.Sender.Receiver, sc2.Sender.TLS.Plaintext = "edge-a", grpcLis.Addr().String(), true
+	srcA, err := capture.OpenFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sender.New(sc2, sender.Options{Sources: []capture.Source{srcA}, NoHTTP: true, CaptureStart: start}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go rx.Run(ctx)
+	go tx.Run(ctx)
+
+	promLis, _ := net.Listen("tcp", "127.0.0.1:0")
+	promAddr := promLis.Addr().String()
+	promLis.Close()
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: lds\n    static_configs:\n      - targets: ['%s']\n", httpLis.Addr())
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	os.WriteFile(cfgPath, []byte(cfg), 0o644)
+	cmd := exec.CommandContext(ctx, promBin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
+		"--web.listen-address="+promAddr)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+
+	truth, err := join.Files(a, b, rc.CaptureConfig(), int64(rc.Interval))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The receiver publishes the last complete interval's flows; wait until
+	// Prometheus has scraped the sent-packets counter for every interval.
+	var sentTotal uint64
+	for _, f := range truth.Flows {
+		sentTotal += f.Sent
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		v, ok := promScalar(t, promAddr, `sum(lds_link_sent_packets_total)`)
+		if ok && uint64(v) == sentTotal {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus never saw %d sent packets (last %v, %v)", sentTotal, v, ok)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// Per-flow series: the latest complete interval's delay of each flow
+	// must match the join's mean delay (collision-free at this load).
+	res := promVector(t, promAddr, `lds_flow_delay_seconds`)
+	if len(res) == 0 {
+		t.Fatal("no per-flow delay series in Prometheus")
+	}
+	checked := 0
+	for _, r := range res {
+		k := flowKey(t, r.Metric)
+		var best *join.Flow
+		for id, f := range truth.Flows {
+			if id.Key == k && (best == nil || f.Interval > best.Interval) {
+				best = f
+			}
+		}
+		if best == nil || best.Received < 20 {
+			continue
+		}
+		got, _ := strconv.ParseFloat(r.Value[1].(string), 64)
+		if math.Abs(got*1e9-best.MeanNS) > 1e-3*best.MeanNS+1 {
+			t.Errorf("flow %v: Prometheus has %v s, truth %v ns", k, got, best.MeanNS)
+		}
+		checked++
+	}
+	if checked < 5 {
+		t.Errorf("only %d flows checked against truth", checked)
+	}
+	t.Logf("Prometheus: %d per-flow delay series, %d checked against the join; %d packets sent", len(res), checked, sentTotal)
+}
+
+type promSample struct {
+	Metric map[string]string `json:"metric"`
+	Value  []any             `json:"value"`
+}
+
+func promQuery(t *testing.T, addr, q string) []promSample {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			Result []promSample `json:"result"`
+		} `json:"data"`
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	return body.Data.Result
+}
+
+func promScalar(t *testing.T, addr, q string) (float64, bool) {
+	r := promQuery(t, addr, q)
+	if len(r) != 1 {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(r[0].Value[1].(string), 64)
+	return v, err == nil
+}
+
+func promVector(t *testing.T, addr, q string) []promSample { return promQuery(t, addr, q) }
+
+func flowKey(t *testing.T, m map[string]string) capture.FlowKey {
+	t.Helper()
+	num := func(s string) uint64 { v, _ := strconv.ParseUint(m[s], 10, 16); return v }
+	k, err := capture.FlowKeyFromAddrs(mustAddr(t, m["src"]), mustAddr(t, m["dst"]), uint8(num("proto")), uint16(num("sport")), uint16(num("dport")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
