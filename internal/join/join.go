@@ -14,8 +14,8 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/results"
 )
 
 // Flow is the truth about one flow in one interval (by send time).
