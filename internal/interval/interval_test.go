@@ -261,3 +261,81 @@ func TestPartialAndMissingSender(t *testing.T) {
 		t.Error("a sender interval arriving after its interval was final must be reported as duplicate")
 	}
 }
+
+// TestWorkersMergeEqualsOne: packets split over capture workers by flow (as
+// PACKET_FANOUT does), each with its own builders, merge at the boundary
+// into exactly what one worker would have built.
+func TestWorkersMergeEqualsOne(t *testing.T) {
+	p := testParams()
+	base := int64(1_763_000_000) * p.T
+	pk := simulate(t, p, base, 4, 0.01, 9)
+	slices.SortFunc(pk, func(a, b simPkt) int { return int(a.send - b.send) })
+	const n = 3
+	run := func(workers int) (map[int64]*SenderInterval, map[int64]*Sealed) {
+		sm, rm := NewSenderMerger(workers, p.Heavy), NewSealedMerger(workers)
+		snd, rx := map[int64]*SenderInterval{}, map[int64]*Sealed{}
+		emitS := func(si *SenderInterval) {
+			if m, err := sm.Add(si); err != nil {
+				t.Fatal(err)
+			} else if m != nil {
+				snd[m.ID] = m
+			}
+		}
+		emitR := func(s *Sealed) {
+			if m, err := rm.Add(s); err != nil {
+				t.Fatal(err)
+			} else if m != nil {
+				rx[m.ID] = m
+			}
+		}
+		sbs, rbs := make([]*SenderBuilder, workers), make([]*RxBuilder, workers)
+		for w := range workers {
+			sbs[w], _ = NewSenderBuilder(p, base)
+			rbs[w], _ = NewRxBuilder(p, base, true)
+		}
+		for i := range pk {
+			q := pk[i].p
+			q.TS = pk[i].send
+			sbs[int(q.FlowHash%uint64(workers))].Add(&q, emitS)
+		}
+		recv := slices.Clone(pk)
+		slices.SortFunc(recv, func(a, b simPkt) int { return int(a.recv - b.recv) })
+		for i := range recv {
+			if recv[i].lost {
+				continue
+			}
+			q := recv[i].p
+			q.TS = recv[i].recv
+			rbs[int(q.FlowHash%uint64(workers))].Add(&q, emitR)
+		}
+		for w := range workers {
+			sbs[w].Flush(emitS)
+			rbs[w].Flush(emitR)
+		}
+		return snd, rx
+	}
+	s1, r1 := run(1)
+	sn, rn := run(n)
+	if len(s1) != len(sn) || len(r1) != len(rn) || len(s1) < 4 {
+		t.Fatalf("interval counts: %d/%d sender, %d/%d sealed", len(s1), len(sn), len(r1), len(rn))
+	}
+	for id, a := range s1 {
+		b := sn[id]
+		if b == nil || !sameSketches(a.Sk, b.Sk) || !slices.Equal(a.Boundary, b.Boundary) {
+			t.Errorf("sender interval %d: %d workers differ from one", id, n)
+		}
+	}
+	for id, a := range r1 {
+		b := rn[id]
+		if b == nil || !sameSketches(a.Direct, b.Direct) || len(a.HeldNext) != len(b.HeldNext) || a.Flows.Len() != b.Flows.Len() {
+			t.Errorf("sealed interval %d: %d workers differ from one", id, n)
+			continue
+		}
+		for _, f := range a.Flows.Flows {
+			g := b.Flows.Lookup(f.Key)
+			if g == nil || g.Packets != f.Packets || !slices.Equal(g.Cells, f.Cells) {
+				t.Errorf("interval %d flow %v: merged flow table differs", id, f.Key)
+			}
+		}
+	}
+}

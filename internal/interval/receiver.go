@@ -135,6 +135,7 @@ type RxBuilder struct {
 	held         map[int64][]capture.Packet // boundary id b (at b*T) → held packets
 	next         int64                      // next interval to seal
 	started      bool
+	sealedAny    bool
 	late         uint64
 }
 
@@ -147,24 +148,23 @@ func NewRxBuilder(p Params, captureStart int64, composition bool) (*RxBuilder, e
 	if _, err := NewSketches(p); err != nil {
 		return nil, err
 	}
-	return &RxBuilder{p: p, pool: pool{p: p}, captureStart: captureStart, composition: composition,
-		open: map[int64]*rxOpen{}, held: map[int64][]capture.Packet{}}, nil
+	b := &RxBuilder{p: p, pool: pool{p: p}, captureStart: captureStart, composition: composition,
+		open: map[int64]*rxOpen{}, held: map[int64][]capture.Packet{}, started: true}
+	// Start where capture began, the same for every worker of one capture
+	// (their sealed intervals are merged). Packets received in the first
+	// max_delay of that interval may belong to the one before: seal it too.
+	id := ID(captureStart, p.T)
+	b.next = id
+	if captureStart-id*p.T < p.MaxDelay {
+		b.next = id - 1
+	}
+	return b, nil
 }
 
 // Add places one received packet, first sealing every interval whose hold
 // window has passed.
 func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
 	id := ID(pkt.TS, b.p.T)
-	if !b.started {
-		b.started = true
-		b.next = id
-		if pkt.TS-id*b.p.T < b.p.MaxDelay {
-			// Packets held at the first boundary may belong to id-1,
-			// which this receiver never saw begin: start sealing there
-			// so that they are accounted for.
-			b.next = id - 1
-		}
-	}
 	b.Advance(pkt.TS, emit)
 	off := pkt.TS - id*b.p.T
 	switch {
@@ -251,6 +251,8 @@ func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
 	}
 	b.late = 0
 	b.next = id + 1
+	s.First = !b.sealedAny
+	b.sealedAny = true
 	emit(s)
 }
 

@@ -14,8 +14,13 @@ type SenderInterval struct {
 	Sk        *Sketches
 	Boundary  []uint64          // sorted packet hashes seen in [B - max_delay - guard, B), B the interval's end
 	Heavy     []capture.FlowKey // heaviest flows by packets, heaviest first
+	HeavyN    []uint64          // their packet counts (not on the wire: for merging workers)
 	Late      uint64            // packets that arrived after their interval had closed (not counted)
 	Untracked uint64            // packets of flows beyond the flow table cap (counted in sketches, not in Heavy)
+	// Capture health when the interval closed, cumulative since capture
+	// began (set by the capture worker, summed over workers).
+	Counters capture.ParseCounters
+	Drops    capture.DropStats
 }
 
 // SenderBuilder assigns packets to intervals by the sender's own clock and
@@ -43,17 +48,18 @@ func NewSenderBuilder(p Params, captureStart int64) (*SenderBuilder, error) {
 	if _, err := NewSketches(p); err != nil {
 		return nil, err
 	}
-	return &SenderBuilder{p: p, pool: pool{p: p}, captureStart: captureStart,
-		flows: make(map[capture.FlowKey]uint64, min(p.FlowCap, 1<<16))}, nil
+	b := &SenderBuilder{p: p, pool: pool{p: p}, captureStart: captureStart,
+		flows: make(map[capture.FlowKey]uint64, min(p.FlowCap, 1<<16))}
+	// Open the interval capture began in, so that every worker of one
+	// capture emits the same sequence of intervals (they are merged).
+	b.open(ID(captureStart, p.T))
+	return b, nil
 }
 
 // Add counts one packet, first emitting every interval that ended before it.
 func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
-	if b.cur == nil || pkt.TS >= b.end {
+	if pkt.TS >= b.end {
 		b.Advance(pkt.TS, emit)
-		if b.cur == nil {
-			b.open(ID(pkt.TS, b.p.T))
-		}
 	}
 	if pkt.TS < b.end-b.p.T {
 		b.late++ // older than the open interval: already shipped
@@ -120,26 +126,31 @@ func (b *SenderBuilder) open(id int64) {
 func (b *SenderBuilder) close(emit func(*SenderInterval)) {
 	iv := b.cur
 	slices.Sort(iv.Boundary)
-	iv.Heavy = topFlows(b.flows, b.p.Heavy)
+	iv.Heavy, iv.HeavyN = topFlows(b.flows, b.p.Heavy)
 	iv.Late, b.late = b.late, 0
 	clear(b.flows)
 	b.cur = nil
 	emit(iv)
 }
 
+type kv struct {
+	k capture.FlowKey
+	v uint64
+}
+
 // topFlows returns the n keys with the highest counts, heaviest first.
-func topFlows(m map[capture.FlowKey]uint64, n int) []capture.FlowKey {
+func topFlows(m map[capture.FlowKey]uint64, n int) ([]capture.FlowKey, []uint64) {
 	if n <= 0 || len(m) == 0 {
-		return nil
-	}
-	type kv struct {
-		k capture.FlowKey
-		v uint64
+		return nil, nil
 	}
 	all := make([]kv, 0, len(m))
 	for k, v := range m {
 		all = append(all, kv{k, v})
 	}
+	return top(all, n)
+}
+
+func top(all []kv, n int) ([]capture.FlowKey, []uint64) {
 	slices.SortFunc(all, func(a, b kv) int {
 		if a.v != b.v {
 			if a.v > b.v {
@@ -152,11 +163,11 @@ func topFlows(m map[capture.FlowKey]uint64, n int) []capture.FlowKey {
 	if len(all) > n {
 		all = all[:n]
 	}
-	out := make([]capture.FlowKey, len(all))
+	out, cnt := make([]capture.FlowKey, len(all)), make([]uint64, len(all))
 	for i := range all {
-		out[i] = all[i].k
+		out[i], cnt[i] = all[i].k, all[i].v
 	}
-	return out
+	return out, cnt
 }
 
 func compareKeys(a, b capture.FlowKey) int {

@@ -61,7 +61,7 @@ type Receiver struct {
 	opt     Options
 	log     *slog.Logger
 	params  interval.Params
-	parser  *capture.Parser
+	cc      capture.Config
 	est     Estimation
 	metrics *metrics.Receiver
 	store   *api.Store
@@ -71,8 +71,10 @@ type Receiver struct {
 	senders []*senderState
 	byID    sync.Map // sender id -> *senderState
 
-	pubMu sync.Mutex    // publishing is shared by the senders' matcher goroutines
-	done  chan struct{} // closed when Run returns: stream handlers stop waiting
+	pubMu    sync.Mutex // publishing is shared by the senders' matcher goroutines
+	capMu    sync.Mutex // guards capStats: each capture worker's last counters
+	capStats []workerStats
+	done     chan struct{} // closed when Run returns: stream handlers stop waiting
 }
 
 type senderMsg struct {
@@ -83,8 +85,7 @@ type senderMsg struct {
 type senderState struct {
 	entry  config.SenderEntry
 	sel    []match.Compiled
-	rb     *interval.RxBuilder // capture goroutine only
-	m      *interval.Matcher   // matcher goroutine only
+	m      *interval.Matcher // matcher goroutine only
 	sealed chan *interval.Sealed
 	in     chan senderMsg
 
@@ -110,7 +111,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, parser: parser,
+	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
 			FlowHash: parser.FlowHash, Weight: parser.WeightOf},
 		store: api.NewStore(cfg.Receiver.Keep), done: make(chan struct{})}
@@ -162,13 +163,21 @@ func (r *Receiver) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if len(srcs) != 1 {
-		return fmt.Errorf("receiver: %d capture workers: this version runs one (set capture.source.workers: 1)", len(srcs))
-	}
-	for _, s := range srcs {
-		if err := capture.CheckSnaplen(s, r.cfg.Capture.Identity); err != nil {
+	readers := make([]*capture.Reader, len(srcs))
+	for i, src := range srcs {
+		if err := capture.CheckSnaplen(src, r.cfg.Capture.Identity); err != nil {
 			return err
 		}
+		p, err := capture.NewParser(r.cc)
+		if err != nil {
+			return err
+		}
+		readers[i] = capture.NewReader(src, p) // one parser per worker: no shared state on the packet path
+	}
+	r.capStats = make([]workerStats, len(readers))
+	start := r.opt.CaptureStart
+	if start == 0 {
+		start = time.Now().UnixNano()
 	}
 	if r.cfg.Receiver.ResultsFile != "" {
 		w, err := api.NewJSONLWriter(r.cfg.Receiver.ResultsFile)
@@ -228,9 +237,20 @@ func (r *Receiver) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range r.senders {
 		wg.Add(1)
-		g.Go(func() error { defer wg.Done(); return r.matchLoop(gctx, s) })
+		g.Go(func() error { defer wg.Done(); return r.matchLoop(gctx, s, len(readers)) })
 	}
-	g.Go(func() error { return r.captureLoop(gctx, srcs[0]) })
+	var workers sync.WaitGroup
+	for i, rd := range readers {
+		workers.Add(1)
+		g.Go(func() error { defer workers.Done(); return r.captureLoop(gctx, i, rd, start) })
+	}
+	g.Go(func() error {
+		workers.Wait()
+		for _, s := range r.senders {
+			close(s.sealed)
+		}
+		return nil
+	})
 	if r.opt.Replay {
 		// In replay, the daemon is done once every matcher is.
 		g.Go(func() error {
@@ -264,15 +284,18 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 	return wire.ServerTLS(t.Cert, t.Key, t.ClientCA)
 }
 
-// captureLoop reads packets and hands them to every sender entry whose
-// selection they match. It never waits on the network or on estimation,
-// except in replay, where it waits for the matcher to keep memory bounded.
-func (r *Receiver) captureLoop(ctx context.Context, src capture.Source) error {
-	rd := capture.NewReader(src, r.parser)
-	var pkt capture.Packet
-	started := false
+// captureLoop is one capture worker: it reads packets and hands them to
+// every sender entry whose selection they match. It never waits on the
+// network or on estimation, only (in replay) on a full channel to the
+// matcher, which keeps memory bounded.
+func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
+	builders := make([]*interval.RxBuilder, len(r.senders))
 	emitters := make([]func(*interval.Sealed), len(r.senders))
 	for i, s := range r.senders {
+		var err error
+		if builders[i], err = interval.NewRxBuilder(r.params, start, false); err != nil {
+			return err
+		}
 		emitters[i] = func(sl *interval.Sealed) {
 			select {
 			case s.sealed <- sl:
@@ -280,30 +303,15 @@ func (r *Receiver) captureLoop(ctx context.Context, src capture.Source) error {
 			}
 		}
 	}
-	var prevDrops capture.DropStats
+	var pkt capture.Packet
 	n := 0
 	for {
 		err := rd.Next(&pkt)
-		if err == nil && !started {
-			started = true
-			start := r.opt.CaptureStart
-			if start == 0 {
-				start = time.Now().UnixNano()
-				if r.opt.Replay {
-					start = pkt.TS
-				}
-			}
-			for _, s := range r.senders {
-				if s.rb, err = interval.NewRxBuilder(r.params, start, false); err != nil {
-					return err
-				}
-			}
-		}
 		switch {
 		case err == nil:
 			for i, s := range r.senders {
 				if len(s.sel) == 0 || match.First(s.sel, pkt.Key.SrcAddr(), pkt.Key.DstAddr(), pkt.Key.Proto, pkt.Key.SPort, pkt.Key.DPort) >= 0 {
-					s.rb.Add(&pkt, emitters[i])
+					builders[i].Add(&pkt, emitters[i])
 				}
 			}
 			n++
@@ -311,28 +319,27 @@ func (r *Receiver) captureLoop(ctx context.Context, src capture.Source) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				r.publishCapture(src, &prevDrops)
+				r.publishCapture(worker, rd)
 			}
 		case errors.Is(err, capture.ErrTimeout):
 			if ctx.Err() != nil {
 				return nil
 			}
-			if started && !r.opt.Replay {
-				now := time.Now().UnixNano()
-				for i, s := range r.senders {
-					s.rb.Advance(now, emitters[i])
+			if !r.opt.Replay {
+				// Behind the wall clock by the capture ring's latency, so
+				// that packets still in the ring are not late.
+				now := time.Now().Add(-idleSlack).UnixNano()
+				for i := range r.senders {
+					builders[i].Advance(now, emitters[i])
 				}
 			}
-			r.publishCapture(src, &prevDrops)
+			r.publishCapture(worker, rd)
 		case errors.Is(err, io.EOF):
-			for i, s := range r.senders {
-				if s.rb != nil {
-					s.rb.Flush(emitters[i])
-				}
-				close(s.sealed)
+			for i := range r.senders {
+				builders[i].Flush(emitters[i])
 			}
-			r.publishCapture(src, &prevDrops)
-			r.log.Info("receiver capture ended", "packets", n)
+			r.publishCapture(worker, rd)
+			r.log.Info("receiver capture ended", "worker", worker, "packets", n)
 			return nil
 		default:
 			return fmt.Errorf("receiver capture: %w", err)
@@ -340,21 +347,36 @@ func (r *Receiver) captureLoop(ctx context.Context, src capture.Source) error {
 	}
 }
 
-func (r *Receiver) publishCapture(src capture.Source, prev *capture.DropStats) {
-	c := r.parser.Counters()
-	drops := map[string]uint64{"non_ip": c.NonIP, "truncated": c.Truncated, "malformed": c.Malformed,
-		"short_snap": c.ShortSnap, "unsupported_link": c.UnsupportedLink}
-	if st, err := src.Stats(); err == nil {
-		drops["kernel"], drops["interface"] = st.Kernel, st.Interface
-		*prev = st
+// idleSlack: see internal/sender.
+const idleSlack = 250 * time.Millisecond
+
+type workerStats struct {
+	parse capture.ParseCounters
+	drops capture.DropStats
+}
+
+// publishCapture records one worker's cumulative counters and exports the
+// sum over workers.
+func (r *Receiver) publishCapture(worker int, rd *capture.Reader) {
+	st, _ := rd.Source().Stats()
+	r.capMu.Lock()
+	r.capStats[worker] = workerStats{parse: rd.Parser().Counters(), drops: st}
+	var tot workerStats
+	for _, w := range r.capStats {
+		tot.parse = tot.parse.Add(w.parse)
+		tot.drops = tot.drops.Add(w.drops)
 	}
-	r.metrics.CaptureCounters(c.Parsed, drops)
+	r.capMu.Unlock()
+	drops := tot.parse.ByReason()
+	drops["kernel"], drops["interface"] = tot.drops.Kernel, tot.drops.Interface
+	r.metrics.CaptureCounters(tot.parse.Parsed, drops)
 }
 
 // matchLoop owns one sender entry's matcher.
-func (r *Receiver) matchLoop(ctx context.Context, s *senderState) error {
+func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	merger := interval.NewSealedMerger(workers)
 	emit := func(mt *interval.Matched) { r.finish(s, mt) }
 	sealed := s.sealed
 	rxGone, sndGone := false, false
@@ -371,7 +393,13 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState) error {
 				s.m.RxGone(time.Now(), emit)
 				continue
 			}
-			s.m.AddSealed(sl, time.Now(), emit)
+			merged, err := merger.Add(sl)
+			if err != nil {
+				return err
+			}
+			if merged != nil {
+				s.m.AddSealed(merged, time.Now(), emit)
+			}
 		case msg := <-s.in:
 			if msg.gone {
 				if r.opt.Replay {

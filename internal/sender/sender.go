@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -46,7 +47,7 @@ type Sender struct {
 	opt     Options
 	log     *slog.Logger
 	params  interval.Params
-	parser  *capture.Parser
+	cc      capture.Config
 	client  *wire.Client
 	metrics *metrics.Sender
 	ptp     *ptp.Checker
@@ -55,8 +56,7 @@ type Sender struct {
 // New builds the pipeline from a validated configuration.
 func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 	cc := cfg.CaptureConfig()
-	parser, err := capture.NewParser(cc)
-	if err != nil {
+	if _, err := capture.NewParser(cc); err != nil {
 		return nil, err
 	}
 	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
@@ -65,13 +65,14 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 		return nil, err
 	}
 	var creds credentials.TransportCredentials
+	var err error
 	t := cfg.Sender.TLS
 	if !t.Plaintext {
 		if creds, err = wire.ClientTLS(t.Cert, t.Key, t.CA, t.ServerName); err != nil {
 			return nil, err
 		}
 	}
-	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, parser: parser}
+	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc}
 	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID,
 		Version: opt.Version, Fingerprint: cfg.Fingerprint(), ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
@@ -104,11 +105,20 @@ func (s *Sender) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if len(srcs) != 1 {
-		return fmt.Errorf("sender: %d capture workers: this version runs one (set capture.source.workers: 1)", len(srcs))
+	readers := make([]*capture.Reader, len(srcs))
+	for i, src := range srcs {
+		if err := capture.CheckSnaplen(src, s.cfg.Capture.Identity); err != nil {
+			return err
+		}
+		p, err := capture.NewParser(s.cc)
+		if err != nil {
+			return err
+		}
+		readers[i] = capture.NewReader(src, p) // one parser per worker: no shared state on the packet path
 	}
-	if err := capture.CheckSnaplen(srcs[0], s.cfg.Capture.Identity); err != nil {
-		return err
+	start := s.opt.CaptureStart
+	if start == 0 {
+		start = time.Now().UnixNano()
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	// The client outlives a stop request by up to rpc_timeout, so that the
@@ -151,10 +161,19 @@ func (s *Sender) Run(ctx context.Context) error {
 		g.Go(func() error { return s.ptp.Run(gctx) })
 	}
 	finished := make(chan *interval.SenderInterval, 8)
-	g.Go(func() error { return s.ship(finished, srcs[0]) })
+	g.Go(func() error { return s.ship(finished, len(readers)) })
+	var workers sync.WaitGroup
+	for _, rd := range readers {
+		workers.Add(1)
+		g.Go(func() error {
+			defer workers.Done()
+			return s.captureLoop(gctx, rd, start, finished)
+		})
+	}
 	g.Go(func() error {
-		defer close(finished)
-		return s.captureLoop(gctx, srcs[0], finished)
+		workers.Wait()
+		close(finished)
+		return nil
 	})
 	g.Go(func() error { return s.watchClient(gctx) })
 	if s.opt.Replay {
@@ -179,18 +198,18 @@ func (s *Sender) Run(ctx context.Context) error {
 
 var errDone = errors.New("replay finished")
 
-func (s *Sender) captureLoop(ctx context.Context, src capture.Source, out chan<- *interval.SenderInterval) error {
-	rd := capture.NewReader(src, s.parser)
-	var b *interval.SenderBuilder
-	// ship drains out until it is closed, so emitting never blocks for long.
-	emit := func(si *interval.SenderInterval) { out <- si }
-	stop := func() error {
-		if b != nil {
-			// A stop request: ship what the open interval has, flagged
-			// partial, rather than lose it.
-			b.FlushPartial(time.Now().UnixNano(), emit)
-		}
-		return nil
+func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int64, out chan<- *interval.SenderInterval) error {
+	b, err := interval.NewSenderBuilder(s.params, start)
+	if err != nil {
+		return err
+	}
+	// ship drains out until it is closed, so emitting never blocks for
+	// long. Capture health rides along with each interval, read here on
+	// the worker's own goroutine.
+	emit := func(si *interval.SenderInterval) {
+		si.Counters = rd.Parser().Counters()
+		si.Drops, _ = rd.Source().Stats()
+		out <- si
 	}
 	var pkt capture.Packet
 	n := 0
@@ -198,34 +217,24 @@ func (s *Sender) captureLoop(ctx context.Context, src capture.Source, out chan<-
 		err := rd.Next(&pkt)
 		switch {
 		case err == nil:
-			if b == nil {
-				start := s.opt.CaptureStart
-				if start == 0 {
-					start = time.Now().UnixNano()
-					if s.opt.Replay {
-						start = pkt.TS
-					}
-				}
-				if b, err = interval.NewSenderBuilder(s.params, start); err != nil {
-					return err
-				}
-			}
 			b.Add(&pkt, emit)
 			n++
 			if n&1023 == 0 && ctx.Err() != nil {
-				return stop()
+				// A stop request: ship what the open interval has,
+				// flagged partial, rather than lose it.
+				b.FlushPartial(time.Now().UnixNano(), emit)
+				return nil
 			}
 		case errors.Is(err, capture.ErrTimeout):
 			if ctx.Err() != nil {
-				return stop()
+				b.FlushPartial(time.Now().UnixNano(), emit)
+				return nil
 			}
-			if b != nil && !s.opt.Replay {
+			if !s.opt.Replay {
 				b.Advance(time.Now().Add(-idleSlack).UnixNano(), emit)
 			}
 		case errors.Is(err, io.EOF):
-			if b != nil {
-				b.Flush(emit)
-			}
+			b.Flush(emit)
 			s.log.Info("sender capture ended", "packets", n)
 			return nil
 		default:
@@ -234,11 +243,12 @@ func (s *Sender) captureLoop(ctx context.Context, src capture.Source, out chan<-
 	}
 }
 
-// ship attaches the clock and drop counters to each finished interval and
-// hands it to the client, off the capture goroutine.
-func (s *Sender) ship(in <-chan *interval.SenderInterval, src capture.Source) error {
-	var prev capture.DropStats
-	for si := range in {
+// ship merges the workers' intervals, attaches the clock and the capture
+// counters, and hands each to the client, off the capture goroutines.
+func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
+	merger := interval.NewSenderMerger(workers, s.params.Heavy)
+	var prevDrops capture.DropStats
+	submit := func(si *interval.SenderInterval) error {
 		meta := interval.SenderMeta{Clock: interval.ClockStatus{State: string(ptp.StateDisabled)}}
 		if s.ptp != nil {
 			st := s.ptp.Status()
@@ -246,15 +256,28 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, src capture.Source) er
 				GrandmasterID: st.GrandmasterID, PortState: st.PortState, Err: st.Err}
 			s.metrics.SetClock(string(st.State), st.OffsetNS, 0)
 		}
-		if st, err := src.Stats(); err == nil {
-			d := st.Sub(prev)
-			prev = st
-			meta.KernelDrops, meta.IfDrops = d.Kernel, d.Interface
+		d := si.Drops.Sub(prevDrops)
+		prevDrops = si.Drops
+		meta.KernelDrops, meta.IfDrops = d.Kernel, d.Interface
+		meta.ParseDrops = si.Counters.ByReason()
+		drops := si.Counters.ByReason()
+		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
+		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
+		return s.client.Submit(si, meta)
+	}
+	for si := range in {
+		merged, err := merger.Add(si)
+		if err != nil {
+			return err
 		}
-		c := s.parser.Counters()
-		meta.ParseDrops = map[string]uint64{"non_ip": c.NonIP, "truncated": c.Truncated, "malformed": c.Malformed, "short_snap": c.ShortSnap}
-		s.metrics.CaptureCounters(c.Parsed, meta.ParseDrops)
-		if err := s.client.Submit(si, meta); err != nil {
+		if merged != nil {
+			if err := submit(merged); err != nil {
+				return err
+			}
+		}
+	}
+	for _, si := range merger.Flush() {
+		if err := submit(si); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,123 @@
+package interval
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Capture workers (AF_PACKET fanout) each keep their own builder, so the
+// packet path takes no lock; their intervals are merged here, at the
+// boundary. Sketches are linear: merging is exact.
+
+// SenderMerger joins the n workers' copies of each interval.
+type SenderMerger struct {
+	n       int
+	heavy   int
+	pending map[int64][]*SenderInterval
+}
+
+// NewSenderMerger merges n workers, keeping the heavy heaviest keys.
+func NewSenderMerger(n, heavy int) *SenderMerger {
+	return &SenderMerger{n: n, heavy: heavy, pending: map[int64][]*SenderInterval{}}
+}
+
+// Add takes one worker's interval; it returns the merged interval once all
+// n have it, else nil.
+func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
+	if m.n == 1 {
+		return si, nil
+	}
+	p := append(m.pending[si.ID], si)
+	if len(p) < m.n {
+		m.pending[si.ID] = p
+		return nil, nil
+	}
+	delete(m.pending, si.ID)
+	out := p[0]
+	var all []kv
+	for i, k := range out.Heavy {
+		all = append(all, kv{k, out.HeavyN[i]})
+	}
+	for _, o := range p[1:] {
+		if err := out.Sk.Merge(o.Sk); err != nil {
+			return nil, fmt.Errorf("interval %d: merging workers: %w", si.ID, err)
+		}
+		out.Boundary = append(out.Boundary, o.Boundary...)
+		out.Partial = out.Partial || o.Partial
+		out.First = out.First && o.First
+		out.Late += o.Late
+		out.Untracked += o.Untracked
+		out.Counters = out.Counters.Add(o.Counters)
+		out.Drops = out.Drops.Add(o.Drops)
+		for i, k := range o.Heavy {
+			all = append(all, kv{k, o.HeavyN[i]})
+		}
+	}
+	slices.Sort(out.Boundary)
+	out.Heavy, out.HeavyN = top(all, m.heavy)
+	return out, nil
+}
+
+// Flush returns what is left (workers that ended early), merged as far as
+// possible, oldest first.
+func (m *SenderMerger) Flush() []*SenderInterval {
+	var out []*SenderInterval
+	for _, id := range SortedIDs(m.pending) {
+		p := m.pending[id]
+		for len(p) < m.n {
+			p = append(p, nil)
+		}
+		first := p[0]
+		for _, o := range p[1:] {
+			if o != nil {
+				_ = first.Sk.Merge(o.Sk)
+				first.Boundary = append(first.Boundary, o.Boundary...)
+				first.Counters = first.Counters.Add(o.Counters)
+				first.Drops = first.Drops.Add(o.Drops)
+			}
+		}
+		slices.Sort(first.Boundary)
+		first.Partial = true // a worker's share is missing
+		out = append(out, first)
+	}
+	clear(m.pending)
+	return out
+}
+
+// SealedMerger joins the n workers' sealed copies of each interval.
+type SealedMerger struct {
+	n       int
+	pending map[int64][]*Sealed
+}
+
+// NewSealedMerger merges n workers.
+func NewSealedMerger(n int) *SealedMerger {
+	return &SealedMerger{n: n, pending: map[int64][]*Sealed{}}
+}
+
+// Add takes one worker's sealed interval; it returns the merged one once all
+// n have sealed it, else nil.
+func (m *SealedMerger) Add(s *Sealed) (*Sealed, error) {
+	if m.n == 1 {
+		return s, nil
+	}
+	p := append(m.pending[s.ID], s)
+	if len(p) < m.n {
+		m.pending[s.ID] = p
+		return nil, nil
+	}
+	delete(m.pending, s.ID)
+	out := p[0]
+	for _, o := range p[1:] {
+		if err := out.Direct.Merge(o.Direct); err != nil {
+			return nil, fmt.Errorf("interval %d: merging workers: %w", s.ID, err)
+		}
+		out.Flows.merge(o.Flows)
+		out.HeldPrev = append(out.HeldPrev, o.HeldPrev...)
+		out.HeldNext = append(out.HeldNext, o.HeldNext...)
+		out.Partial = out.Partial || o.Partial
+		out.First = out.First && o.First
+		out.Late += o.Late
+	}
+	return out, nil
+}
