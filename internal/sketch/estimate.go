@@ -45,6 +45,11 @@ type FlowEstimate struct {
 	Packets float64 // estimated packets sent (count-min over rows, sampling undone)
 	Bytes   float64 // estimated bytes (NaN if !Params.Bytes)
 	Usable  int     // usable cells among the flow's R·k
+	// Identified: the cells pin Delay down. EstimatePaper: a delay exists.
+	// EstimateDecode: the posterior variance is at most a tenth of the
+	// spread of flow means (docs/decode.md); if not, Delay is the posterior
+	// mean (near the interval's mean) and CI95 is NaN.
+	Identified bool
 }
 
 // EstimateOptions tune EstimatePaper.
@@ -252,6 +257,7 @@ func (e *estimator) flow(f uint64) FlowEstimate {
 	}
 	mean := float64(sumS) / float64(sumN)
 	est.Delay = mean
+	est.Identified = true
 
 	// Effective sample size: rows hold the same packets again, so take the
 	// best row rather than the sum, and never more than were received.

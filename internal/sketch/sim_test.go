@@ -3,7 +3,6 @@ package sketch
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 )
 
@@ -75,15 +74,6 @@ type bin struct {
 	name      string
 	lo, hi    int
 	maxMedian float64 // asserted bound on the median relative error
-}
-
-func median(x []float64) float64 {
-	if len(x) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(x)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func TestSimulatedTraffic(t *testing.T) {

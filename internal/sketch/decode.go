@@ -1,0 +1,610 @@
+package sketch
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Receiver-side decoding (DESIGN.md section 4, "Beyond the paper"; the math
+// is in docs/decode.md). The receiver counted every packet it put into its
+// sketch, so for each candidate flow it knows how many of its packets sit in
+// each of its R·k cells. On a usable cell (same packet set at both ends)
+//
+//	ΔS_c = Σ_f a_fc·δ_f + e_c,   a_fc = w_f·n_fc,
+//
+// with δ_f the flow's mean delay and e_c the deviation of the cell's subset
+// of each flow from that flow's mean. EstimateDecode solves the weighted
+// least-squares problem over all usable cells with a Gaussian prior
+// δ_f ~ N(μ, τ²/PriorWeight) (μ, τ² from the interval), which is the
+// posterior mean of the flows' delays. Stddev and loss are decoded the same
+// way from the signed sums and the count deficits.
+
+// FlowComposition is what the receiver knows exactly about one candidate flow.
+type FlowComposition struct {
+	Flow   uint64   // flow hash
+	Cells  []uint32 // len R*k: packets of this flow that row r sampled at vLDA offset o, index r*k+o (0s for a flow the receiver never saw)
+	Weight float64  // the flow's weight w (0 or 1 = unweighted)
+}
+
+// DecodeOptions tune EstimateDecode. The zero value is the default.
+type DecodeOptions struct {
+	// Paper configures the Fig. 6 estimate used as warm start and for what
+	// the composition cannot tell (bytes, usable-cell counts). Its Weight
+	// function is ignored: FlowComposition.Weight is used instead.
+	Paper EstimateOptions
+	// MaxIter bounds the conjugate-gradient iterations of each solve;
+	// 0 means DefaultDecodeMaxIter.
+	MaxIter int
+	// Tol is the relative residual (preconditioned norm) at which a solve
+	// stops; 0 means DefaultDecodeTol.
+	Tol float64
+	// PriorWeight scales the prior's precision: the flows' mean delays are
+	// taken as N(μ, τ²/PriorWeight), μ the interval's mean delay and τ² the
+	// spread of flow means in the interval (estimated from the data).
+	// 1 (the default, used for 0) is the empirical-Bayes prior; larger pulls
+	// poorly identified flows harder toward μ, smaller trusts the cells more.
+	PriorWeight float64
+}
+
+// Defaults of DecodeOptions.
+const (
+	DefaultDecodeMaxIter = 50
+	DefaultDecodeTol     = 1e-10
+	DefaultPriorWeight   = 1.0
+)
+
+// identifiedFraction: a flow counts as identified when the data leave at
+// most this fraction of the prior variance τ² (posterior sd <= τ/√10).
+const identifiedFraction = 0.1
+
+// noiseFloor keeps every equation's variance positive: a cell whose
+// packets are exactly those of its flows (k = 1, no sampling) has none.
+// Relative to one packet's delay variance.
+const noiseFloor = 1.0
+
+// preIter bounds the first delay solve and the variance solve: the first
+// only has to be good enough to centre the sign sums, and the variances'
+// own noise (a χ²₁ per cell) swamps anything finer.
+const preIter = 20
+
+// Validate reports every problem at once.
+func (o DecodeOptions) Validate() error {
+	var errs []error
+	if _, err := o.Paper.alpha(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MaxIter < 0 {
+		errs = append(errs, fmt.Errorf("decode max iterations %d: must be >= 0 (0 = default %d)", o.MaxIter, DefaultDecodeMaxIter))
+	}
+	if math.IsNaN(o.Tol) || o.Tol < 0 || o.Tol >= 1 {
+		errs = append(errs, fmt.Errorf("decode tolerance %v: must be in [0, 1) (0 = default %g)", o.Tol, DefaultDecodeTol))
+	}
+	if math.IsNaN(o.PriorWeight) || math.IsInf(o.PriorWeight, 0) || o.PriorWeight < 0 {
+		errs = append(errs, fmt.Errorf("decode prior weight %v: must be a finite number >= 0 (0 = default %g)", o.PriorWeight, DefaultPriorWeight))
+	}
+	return errors.Join(errs...)
+}
+
+func (o DecodeOptions) normalized() DecodeOptions {
+	if o.MaxIter == 0 {
+		o.MaxIter = DefaultDecodeMaxIter
+	}
+	if o.Tol == 0 {
+		o.Tol = DefaultDecodeTol
+	}
+	if o.PriorWeight == 0 {
+		o.PriorWeight = DefaultPriorWeight
+	}
+	return o
+}
+
+// lsDecoder holds the sparse system of one EstimateDecode call.
+type lsDecoder struct {
+	snd, rcv *LDS
+	rows, k  int
+	cols     uint64
+	rate     []float64
+	exact    []int // rows with p = 1
+	opt      DecodeOptions
+
+	// per flow
+	w      []float64 // weight
+	recv   []float64 // received packets (exact with a p = 1 row)
+	smp    []float64 // packets in usable cells, best row
+	fStart []int32   // entries of flow f: fStart[f]..fStart[f+1]
+
+	// per entry (flow f in usable cell c), flow-major
+	eCell []int32
+	eFlow []int32
+	eA    []float64 // a = w·n
+	eB    []float64 // w²·n: coefficient of σ_f² in the variance equations
+	eVar  []float64 // w²·n·fpc: coefficient of σ_f² in the noise of ΔS_c
+
+	// per usable cell touched by a candidate
+	cGlob  []int32
+	cY     []float64 // ΔS
+	cN     []float64 // Σw (both ends)
+	cSPM   []float64 // ΔSPM
+	cSN    []float64 // SN
+	cMiss  []float64 // weighted packets from flows not among the candidates
+	cV     []float64 // noise variance of ΔS
+	cStart []int32   // cell-major: entries cEnt[cStart[c]..cStart[c+1]]
+	cEnt   []int32
+
+	mu, tau2, sig2 float64   // prior mean, spread of flow means, typical packet variance
+	lam            []float64 // prior precision of each flow's mean: PriorWeight/(τ² + σ_f²/N_f)
+	iters          [3]int    // CG iterations of the three solves (tests, docs)
+
+	x    []float64 // δ_f - μ
+	varF []float64 // σ_f²
+	post []float64 // posterior variance of δ_f
+
+	// scratch for pcg
+	r, z, p, q, diag, t []float64
+}
+
+// EstimateDecode estimates every candidate flow from both sketches and the
+// receiver's exact composition of its own cells. Results are in the order of
+// flows and fill the same fields as EstimatePaper; Identified says whether
+// the cells pin the flow's delay down (if not, Delay is the posterior mean,
+// close to the interval's mean delay, and CI95 is NaN). A flow with no
+// usable cell gets Delay NaN, as with EstimatePaper.
+//
+// The composition must come from the same receiver sketch: a flow's counts
+// are of the packets each row sampled, indexed r*k + vLDA offset. Flows
+// must be distinct; a cell whose candidates claim more packets than it
+// holds is left out.
+func EstimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) ([]FlowEstimate, error) {
+	_, out, err := estimateDecode(snd, rcv, flows, opt)
+	return out, err
+}
+
+// estimateDecode is EstimateDecode, also returning the solved system (for
+// tests).
+func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) (*lsDecoder, []FlowEstimate, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("decode: %w", err)
+	}
+	opt = opt.normalized()
+	pe, err := newEstimator(snd, rcv, opt.Paper)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := &lsDecoder{snd: snd, rcv: rcv, rows: snd.rows, k: int(snd.k), cols: snd.cols, rate: pe.rate, opt: opt}
+	for r := range d.rate {
+		if snd.thr[r] == 1<<32 {
+			d.exact = append(d.exact, r)
+		}
+	}
+	if err := d.build(flows); err != nil {
+		return nil, nil, err
+	}
+
+	// Warm start and fallbacks: the paper's estimate, with each flow's own
+	// weight.
+	out := make([]FlowEstimate, len(flows))
+	cur := 1.0
+	pe.weight = func(uint64) float64 { return cur }
+	for i := range flows {
+		cur = d.w[i]
+		out[i] = pe.flow(flows[i].Flow)
+	}
+	d.prior(out)
+	d.solveDelay(out, false)
+	d.respread()
+	d.solveVariance(out)
+	d.solveDelay(out, true)
+	d.identify()
+	loss := d.solveLoss(flows, out)
+
+	for i := range out {
+		e := &out[i]
+		e.Loss = loss[i]
+		e.Packets = d.recv[i] + loss[i]
+		e.Samples = d.smp[i]
+		e.Identified = false
+		if d.fStart[i+1] == d.fStart[i] {
+			e.Delay, e.Stddev, e.CI95 = nan, nan, nan
+			continue
+		}
+		e.Delay = d.mu + d.x[i]
+		e.Stddev = nan
+		if e.Samples >= 2 {
+			e.Stddev = math.Sqrt(d.varF[i])
+		}
+		e.CI95 = nan
+		if d.post[i] <= identifiedFraction*d.priorVar(i) {
+			e.Identified = true
+			e.CI95 = z95 * math.Sqrt(d.post[i])
+		}
+	}
+	return d, out, nil
+}
+
+// build turns the compositions into the sparse system over usable cells.
+func (d *lsDecoder) build(flows []FlowComposition) error {
+	R, k, C := d.rows, d.k, d.cols
+	nF := len(flows)
+	d.w = make([]float64, nF)
+	d.recv = make([]float64, nF)
+	d.smp = make([]float64, nF)
+	d.fStart = make([]int32, nF+1)
+	cmap := make([]int32, d.snd.Len())
+	for i := range cmap {
+		cmap[i] = -1
+	}
+	var sumRate float64
+	for _, p := range d.rate {
+		sumRate += p
+	}
+	rowN := make([]float64, R)
+	for i, fc := range flows {
+		if len(fc.Cells) != R*k {
+			return fmt.Errorf("decode: flow %d (%x) has %d cell counts; the receiver must keep rows*vlda = %d per flow", i, fc.Flow, len(fc.Cells), R*k)
+		}
+		w := fc.Weight
+		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return fmt.Errorf("decode: flow %d (%x) has weight %v: must be a finite number >= 0 (0 = 1)", i, fc.Flow, w)
+		}
+		if w == 0 {
+			w = 1
+		}
+		d.w[i] = w
+		// Received packets: exact from a p = 1 row; otherwise the
+		// sampling-weighted estimate Σ_r n_r / Σ_r p_r.
+		var tot float64
+		for r := 0; r < R; r++ {
+			var s float64
+			for o := 0; o < k; o++ {
+				s += float64(fc.Cells[r*k+o])
+			}
+			rowN[r] = s
+			tot += s
+		}
+		if len(d.exact) > 0 {
+			d.recv[i] = rowN[d.exact[0]]
+		} else {
+			d.recv[i] = tot / sumRate
+		}
+		pop := d.recv[i]
+		clear(rowN)
+		h1 := (fc.Flow & 0xffffffff) % C
+		h2 := ((fc.Flow >> 32) | 1) % C
+		col := h1
+		for r := 0; r < R; r++ {
+			base := uint64(r) * C
+			for o := 0; o < k; o++ {
+				n := fc.Cells[r*k+o]
+				if n == 0 {
+					continue
+				}
+				c := col + uint64(o)
+				if c >= C {
+					c -= C
+				}
+				gi := base + c
+				s, v := d.snd.cells[gi], d.rcv.cells[gi]
+				if s.N <= 0 || !usable(s, v) {
+					continue
+				}
+				id := cmap[gi]
+				if id < 0 {
+					id = int32(len(d.cGlob))
+					cmap[gi] = id
+					d.cGlob = append(d.cGlob, int32(gi))
+				}
+				fn := float64(n)
+				// Finite-population correction: the cell holds n of the
+				// flow's pop received packets; their mean deviates from
+				// the flow's mean with variance σ²/n·(pop-n)/(pop-1), so
+				// a cell holding all of them (k = 1, p = 1) is exact.
+				fpc := 0.0
+				if pop > 1 {
+					fpc = min(1, max(0, (pop-fn)/(pop-1)))
+				}
+				d.eCell = append(d.eCell, id)
+				d.eFlow = append(d.eFlow, int32(i))
+				d.eA = append(d.eA, w*fn)
+				d.eB = append(d.eB, w*w*fn)
+				d.eVar = append(d.eVar, w*w*fn*fpc)
+				rowN[r] += fn
+			}
+			if col += h2; col >= C {
+				col -= C
+			}
+		}
+		var best float64
+		for _, n := range rowN {
+			best = max(best, n)
+		}
+		d.smp[i] = best
+		if len(d.exact) > 0 {
+			d.smp[i] = min(best, pop) // never more than were received
+		}
+		clear(rowN)
+		d.fStart[i+1] = int32(len(d.eCell))
+	}
+
+	nC := len(d.cGlob)
+	d.cY = make([]float64, nC)
+	d.cN = make([]float64, nC)
+	d.cSPM = make([]float64, nC)
+	d.cSN = make([]float64, nC)
+	d.cMiss = make([]float64, nC)
+	d.cV = make([]float64, nC)
+	for c, gi := range d.cGlob {
+		s, v := d.snd.cells[gi], d.rcv.cells[gi]
+		d.cY[c] = float64(v.S - s.S)
+		d.cSPM[c] = float64(v.SPM - s.SPM)
+		d.cSN[c] = float64(s.SN)
+		d.cN[c] = float64(s.N)
+	}
+	for e, c := range d.eCell {
+		d.cMiss[c] += d.eA[e]
+	}
+	// Cell-major index, and the mass the candidates do not explain.
+	d.cStart = make([]int32, nC+1)
+	for _, c := range d.eCell {
+		d.cStart[c+1]++
+	}
+	for c := 0; c < nC; c++ {
+		d.cStart[c+1] += d.cStart[c]
+		m := d.cN[c] - d.cMiss[c]
+		if m < -1e-9*d.cN[c] {
+			// The composition claims more packets than the cell holds
+			// (duplicate flows, or a composition from another sketch):
+			// the cell is left out (weight 0, below).
+			m = math.NaN()
+		}
+		d.cMiss[c] = max(0, m)
+		if math.IsNaN(m) {
+			d.cMiss[c] = math.NaN()
+		}
+	}
+	d.cEnt = make([]int32, len(d.eCell))
+	fill := make([]int32, nC)
+	copy(fill, d.cStart[:nC])
+	for e, c := range d.eCell {
+		d.cEnt[fill[c]] = int32(e)
+		fill[c]++
+	}
+	d.x = make([]float64, nF)
+	d.varF = make([]float64, nF)
+	d.post = make([]float64, nF)
+	d.lam = make([]float64, nF)
+	d.r = make([]float64, nF)
+	d.z = make([]float64, nF)
+	d.p = make([]float64, nF)
+	d.q = make([]float64, nF)
+	d.diag = make([]float64, nF)
+	d.t = make([]float64, nC)
+	return nil
+}
+
+// prior sets μ (the interval's mean delay over the usable cells), τ² (the
+// spread of flow means, robustly from the warm start's better-sampled
+// flows) and σ̄² (a typical packet delay variance).
+func (d *lsDecoder) prior(warm []FlowEstimate) {
+	var sy, sn float64
+	for c := range d.cY {
+		if !math.IsNaN(d.cMiss[c]) {
+			sy += d.cY[c]
+			sn += d.cN[c]
+		}
+	}
+	d.mu = 0
+	if sn > 0 {
+		d.mu = sy / sn
+	}
+	var means, vars []float64
+	for _, minS := range []float64{20, 1} {
+		means, vars = means[:0], vars[:0]
+		for _, e := range warm {
+			if e.Samples >= minS && !math.IsNaN(e.Delay) {
+				means = append(means, e.Delay)
+				if !math.IsNaN(e.Stddev) {
+					vars = append(vars, e.Stddev*e.Stddev)
+				}
+			}
+		}
+		if len(means) >= 10 {
+			break
+		}
+	}
+	// The first pass only needs a prior that is not too strong: never
+	// below (μ/2)², since colliding flows can make the warm start's means
+	// look alike. respread refines it from the decoded means.
+	d.tau2 = max(d.tauFloor(), d.mu*d.mu/4)
+	if len(means) > 1 {
+		d.tau2 = max(d.tau2, madVar(means))
+	}
+	d.sig2 = d.tau2
+	if len(vars) > 0 {
+		d.sig2 = max(1, median(vars))
+	}
+	for i := range d.varF {
+		d.varF[i] = d.sig2
+	}
+	d.setPrior()
+}
+
+// setPrior sets each flow's prior precision. The unknown is the mean of the
+// flow's received packets, so its spread around μ is that of the flows'
+// true means (τ²) plus the sampling noise of a mean of N_f packets.
+func (d *lsDecoder) setPrior() {
+	for f := range d.lam {
+		d.lam[f] = d.opt.PriorWeight / d.priorVar(f)
+	}
+}
+
+func (d *lsDecoder) priorVar(f int) float64 {
+	return d.tau2 + d.varF[f]/max(1, d.recv[f])
+}
+
+// respread re-estimates τ² from the decoded means of the better-sampled
+// flows (the warm start's are blurred by collisions, and a handful of
+// colliding flows can even look identical).
+func (d *lsDecoder) respread() {
+	var means []float64
+	for _, minS := range []float64{20, 2} {
+		means = means[:0]
+		for f, x := range d.x {
+			if d.smp[f] >= minS && d.fStart[f+1] > d.fStart[f] {
+				means = append(means, x)
+			}
+		}
+		if len(means) >= 10 {
+			break
+		}
+	}
+	if len(means) >= 2 {
+		d.tau2 = max(d.tauFloor(), madVar(means))
+	}
+	d.setPrior()
+}
+
+func (d *lsDecoder) tauFloor() float64 { return max(1, 1e-6*d.mu*d.mu) }
+
+// madVar is the squared normal-consistent median absolute deviation: a
+// variance that a few wild values do not inflate.
+func madVar(x []float64) float64 {
+	m := median(x)
+	dev := make([]float64, len(x))
+	for i, v := range x {
+		dev[i] = math.Abs(v - m)
+	}
+	s := 1.4826 * median(dev)
+	return s * s
+}
+
+// noise sets the variance of every delay equation from the flows' delay
+// variances (σ_f², floored so that a low estimate cannot make a noisy
+// cell look exact) and the mass of unknown flows.
+func (d *lsDecoder) noise(perFlow bool) {
+	for c := range d.cV {
+		m := d.cMiss[c]
+		if math.IsNaN(m) {
+			d.cV[c] = math.Inf(1)
+			continue
+		}
+		d.cV[c] = noiseFloor*d.sig2 + m*m*d.tau2 + m*d.sig2
+	}
+	for e, c := range d.eCell {
+		s := d.sig2
+		if perFlow {
+			s = max(d.varF[d.eFlow[e]], 0.1*d.sig2)
+		}
+		d.cV[c] += d.eVar[e] * s
+	}
+}
+
+// solveDelay computes the posterior mean of the flows' delays.
+func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
+	d.noise(perFlow)
+	y := make([]float64, len(d.cY))
+	wgt := make([]float64, len(d.cY))
+	for c := range y {
+		y[c] = d.cY[c] - d.mu*d.cN[c] // unknown flows' mass is centred at μ too
+		wgt[c] = 1 / d.cV[c]
+	}
+	if !perFlow {
+		for i := range d.x {
+			d.x[i] = 0
+			if v := warm[i].Delay; !math.IsNaN(v) {
+				// Keep a wild warm start (a crowded cell) from slowing
+				// the solve: the prior says flows sit within a few τ.
+				s := 5 * math.Sqrt(d.tau2)
+				d.x[i] = max(-s, min(s, v-d.mu))
+			}
+		}
+	}
+	it := d.opt.MaxIter
+	if !perFlow {
+		it = min(it, preIter) // a start for the variances; refined below
+	}
+	n := d.pcg(d.eA, wgt, y, d.lam, d.x, it)
+	if perFlow {
+		d.iters[2] = n
+	} else {
+		d.iters[0] = n
+	}
+}
+
+// pcg solves (Aᵀ W A + λ I) x = Aᵀ W y by conjugate gradients with a
+// Jacobi preconditioner, starting from x. A is flow-major (d.fStart,
+// d.eCell, coef); W = diag(wgt). It returns the iterations used.
+func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int) int {
+	nF := len(x)
+	r, z, p, q, diag, t := d.r, d.z, d.p, d.q, d.diag, d.t
+	fs, ec := d.fStart, d.eCell
+	// t = W (y - A x)
+	copy(t, y)
+	for f := 0; f < nF; f++ {
+		xf := x[f]
+		for e := fs[f]; e < fs[f+1]; e++ {
+			t[ec[e]] -= coef[e] * xf
+		}
+	}
+	for c := range t {
+		t[c] *= wgt[c]
+	}
+	var bnorm, rz float64
+	for f := 0; f < nF; f++ {
+		var s, dg, b float64
+		for e := fs[f]; e < fs[f+1]; e++ {
+			a := coef[e]
+			c := ec[e]
+			s += a * t[c]
+			dg += a * a * wgt[c]
+			b += a * wgt[c] * y[c]
+		}
+		dg += lambda[f]
+		diag[f] = dg
+		r[f] = s - lambda[f]*x[f]
+		z[f] = r[f] / dg
+		p[f] = 0
+		rz += r[f] * z[f]
+		bnorm += b * b / dg
+	}
+	tol2 := d.opt.Tol * d.opt.Tol * bnorm
+	it := 0
+	beta := 0.0
+	for ; it < maxIter && rz > tol2 && rz > 0; it++ {
+		// p = z + β·p is folded into the scatter t = A p.
+		clear(t)
+		for f := 0; f < nF; f++ {
+			pf := z[f] + beta*p[f]
+			p[f] = pf
+			for e := fs[f]; e < fs[f+1]; e++ {
+				t[ec[e]] += coef[e] * pf
+			}
+		}
+		for c := range t {
+			t[c] *= wgt[c]
+		}
+		var pq float64
+		for f := 0; f < nF; f++ {
+			s := lambda[f] * p[f]
+			for e := fs[f]; e < fs[f+1]; e++ {
+				s += coef[e] * t[ec[e]]
+			}
+			q[f] = s
+			pq += p[f] * s
+		}
+		if !(pq > 0) {
+			break
+		}
+		alpha := rz / pq
+		var rzNew float64
+		for f := 0; f < nF; f++ {
+			x[f] += alpha * p[f]
+			r[f] -= alpha * q[f]
+			z[f] = r[f] / diag[f]
+			rzNew += r[f] * z[f]
+		}
+		beta = rzNew / rz
+		rz = rzNew
+	}
+	return it
+}
