@@ -148,7 +148,7 @@ func DefaultCommon() Common {
 		Guard:    time.Millisecond,
 		Sketch: Sketch{
 			Rows: sp.Rows, Columns: sp.Columns, VLDA: sp.VLDA, Sampling: append([]float64(nil), sp.Sampling...),
-			Alpha: 0.1, Seed: "change-me", Estimator: "paper", MaxFlows: 1 << 20, Heavy: 1000,
+			Alpha: 0.1, Seed: "change-me", Estimator: "decode", MaxFlows: 1 << 20, Heavy: 1000,
 		},
 		LDA:     LDA{Banks: lp.Banks, Cells: lp.Cells},
 		Capture: cc,

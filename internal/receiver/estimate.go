@@ -58,13 +58,32 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			}
 		}
 	}
-	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: func(f uint64) float64 {
+	weight := func(f uint64) float64 {
 		if w, ok := weights[f]; ok {
 			return w
 		}
 		return 1
-	}}
-	ests, err := sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
+	}
+	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: weight}
+	var ests []sketch.FlowEstimate
+	var err error
+	if e.Estimator == sketch.EstimatorDecode {
+		// The receiver knows exactly how many packets of each flow it put
+		// in each of its cells; flows known only from the sender's heavy
+		// keys sit in no receiver cell.
+		p := mt.Rx.LDS.Params()
+		comp := make([]sketch.FlowComposition, len(hashes))
+		empty := make([]uint32, p.Rows*p.VLDA)
+		for i, h := range hashes {
+			comp[i] = sketch.FlowComposition{Flow: h, Cells: empty, Weight: weight(h)}
+			if i < mt.Flows.Len() {
+				comp[i].Cells = mt.Flows.Flows[i].Cells
+			}
+		}
+		ests, err = sketch.EstimateDecode(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt})
+	} else {
+		ests, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +93,11 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		k := keys[i]
 		r := &iv.Flows[i]
 		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Src: k.SrcAddr().String(), Dst: k.DstAddr().String(),
-			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Loss: est.Loss, Packets: est.Packets, Samples: est.Samples,
+			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
+		if e.Estimator == sketch.EstimatorDecode {
+			r.LossPoint = results.Float(est.Loss)
+		}
 		if !math.IsNaN(est.Bytes) {
 			r.Bytes = results.Float(est.Bytes)
 		}
@@ -83,9 +105,15 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			r.Status = "clock_unsynced"
 			continue // delays from unsynchronized clocks are withheld, counts still publish
 		}
-		r.DelayNS, r.StddevNS, r.CI95NS = results.Float(est.Delay), results.Float(est.Stddev), results.Float(est.CI95)
-		if r.DelayNS == nil {
+		switch {
+		case math.IsNaN(est.Delay):
 			r.Status = "no_usable_cell"
+		case !est.Identified:
+			// Usable cells, but shared with other flows in every one of
+			// them: the value would be the prior, not a measurement.
+			r.Status = "not_identified"
+		default:
+			r.DelayNS, r.StddevNS, r.CI95NS = results.Float(est.Delay), results.Float(est.Stddev), results.Float(est.CI95)
 		}
 	}
 	for c, name := range e.Classes {

@@ -293,7 +293,9 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	emitters := make([]func(*interval.Sealed), len(r.senders))
 	for i, s := range r.senders {
 		var err error
-		if builders[i], err = interval.NewRxBuilder(r.params, start, false); err != nil {
+		// The decoding estimator needs each flow's packets per cell.
+		composition := r.est.Estimator == sketch.EstimatorDecode
+		if builders[i], err = interval.NewRxBuilder(r.params, start, composition); err != nil {
 			return err
 		}
 		emitters[i] = func(sl *interval.Sealed) {

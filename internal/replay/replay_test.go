@@ -89,7 +89,13 @@ func replayScenario(t *testing.T, sc gen.Scenario, configure func(*Options)) run
 }
 
 func TestReplayNoLossAgainstJoin(t *testing.T) {
-	r := replayScenario(t, scenario(11, 0), func(o *Options) { o.Config.Sketch.Estimator = "paper" })
+	for _, est := range []string{"paper", "decode"} {
+		t.Run(est, func(t *testing.T) { replayNoLoss(t, est) })
+	}
+}
+
+func replayNoLoss(t *testing.T, estimator string) {
+	r := replayScenario(t, scenario(11, 0), func(o *Options) { o.Config.Sketch.Estimator = estimator })
 	if r.outcome[results.OutcomeMatched] < 4 || len(r.outcome) != 1 {
 		t.Fatalf("interval outcomes %v: want only matched, >= 4", r.outcome)
 	}
@@ -137,8 +143,14 @@ func TestReplayNoLossAgainstJoin(t *testing.T) {
 }
 
 func TestReplayLossAgainstJoin(t *testing.T) {
+	for _, est := range []string{"paper", "decode"} {
+		t.Run(est, func(t *testing.T) { replayLoss(t, est) })
+	}
+}
+
+func replayLoss(t *testing.T, estimator string) {
 	r := replayScenario(t, scenario(12, 0.01), func(o *Options) {
-		o.Config.Sketch.Estimator = "paper"
+		o.Config.Sketch.Estimator = estimator
 		o.Config.Sketch.VLDA = 5
 		o.Config.Sketch.Sampling = []float64{0.1, 0.5, 1, 1}
 	})

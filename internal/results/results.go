@@ -36,6 +36,9 @@ type FlowRecord struct {
 	ErrorNS   *float64 `json:"clock_error_bound_ns,omitempty"` // |offset_A| + |offset_B|
 	Spike     bool     `json:"spike,omitempty"`                // latency spike against the flow's baseline
 	Status    string   `json:"status,omitempty"`               // "", or why no delay is given
+	// LossPoint is the decoding estimator's point estimate of lost packets
+	// (Loss stays the conservative count-min bound).
+	LossPoint *float64 `json:"loss_point,omitempty"`
 }
 
 // LinkRecord is the link-level (LDA) result of one traffic class in one interval.

@@ -218,8 +218,38 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) (
 			e.Identified = true
 			e.CI95 = z95 * math.Sqrt(d.post[i])
 		}
+		if delay, ok := d.alone(i); ok {
+			// Every received packet of the flow sits, in some unsampled
+			// row, in usable cells holding nothing else: the mean is
+			// exact, and the prior must not pull it.
+			e.Delay, e.Identified, e.CI95 = delay, true, 0
+		}
 	}
 	return d, out, nil
+}
+
+// alone returns flow f's exact mean delay when, in some row with p = 1,
+// all its received packets lie in usable cells that hold no other packets.
+func (d *lsDecoder) alone(f int) (float64, bool) {
+	for _, r := range d.exact {
+		var y, a float64
+		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+			c := d.eCell[e]
+			if int(uint64(d.cGlob[c])/d.cols) != r {
+				continue
+			}
+			if d.cStart[c+1]-d.cStart[c] != 1 || d.cMiss[c] != 0 {
+				a = -1
+				break
+			}
+			y += d.cY[c]
+			a += d.eA[e]
+		}
+		if a > 0 && a == d.w[f]*d.recv[f] {
+			return y / a, true
+		}
+	}
+	return 0, false
 }
 
 // build turns the compositions into the sparse system over usable cells.

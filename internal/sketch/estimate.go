@@ -42,9 +42,13 @@ type FlowEstimate struct {
 	CI95    float64 // 95% half-width of Delay, ns; NaN where undefined
 	Samples float64 // effective sample size (packets of this flow, estimated, in the selected cells)
 	Loss    float64 // estimated lost packets, >= 0
-	Packets float64 // estimated packets sent (count-min over rows, sampling undone)
-	Bytes   float64 // estimated bytes (NaN if !Params.Bytes)
-	Usable  int     // usable cells among the flow's R·k
+	// LossBound is the count-min bound on lost packets (paper section 4.3):
+	// never below the truth when some row is unsampled. EstimatePaper's
+	// Loss is this bound; EstimateDecode's Loss is a point estimate.
+	LossBound float64
+	Packets   float64 // estimated packets sent (count-min over rows, sampling undone)
+	Bytes     float64 // estimated bytes (NaN if !Params.Bytes)
+	Usable    int     // usable cells among the flow's R·k
 	// Identified: the cells pin Delay down. EstimatePaper: a delay exists.
 	// EstimateDecode: the posterior variance is at most a tenth of the
 	// spread of flow means (docs/decode.md); if not, Delay is the posterior
@@ -227,6 +231,7 @@ func (e *estimator) flow(f uint64) FlowEstimate {
 	}
 	est.Packets = pk / w
 	est.Loss = max(0, loss/w)
+	est.LossBound = est.Loss
 	if snd.bytes != nil {
 		est.Bytes = by
 	}
