@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/results"
@@ -52,6 +53,16 @@ type Options struct {
 	// LossThreshold: an estimated loss at or above it counts as "loss
 	// reported" (estimates are fractional); default 0.5 packets.
 	LossThreshold float64
+	// DelayOnly lists run labels that estimate no loss (RLI): their loss
+	// rows say so instead of counting every loss as missed.
+	DelayOnly []string
+	// ShippedBytes: bytes each run (by label) moved between the two taps
+	// over the whole trace, for the cost table (e.g. the sum of the
+	// receiver's results.Interval.SketchBytes for an lds run). The exact
+	// per-packet join's row is always computed from the truth.
+	ShippedBytes map[string]float64
+	// RLI, when set, adds the RLI emulation's bookkeeping to the report.
+	RLI *RLIStats
 }
 
 // DefaultOptions: paper bins, baseline on, threshold 0.5.
@@ -92,7 +103,19 @@ type RunReport struct {
 	Spurious   int // no truth record for (interval, flow)
 	Duplicates int // a second record for the same (interval, flow); the first is kept
 	Invalid    int // unparsable address
+	NoLoss     bool
 	Bins       []BinStats
+}
+
+// CostRow is one line of the cost table: bytes a method moves between the
+// taps over the whole trace.
+type CostRow struct {
+	Label       string
+	Bytes       float64
+	PerInterval float64 // Bytes / intervals of the truth
+	PerPacket   float64 // Bytes / packets sent
+	VsExact     float64 // Bytes / the exact join's bytes
+	Note        string
 }
 
 // Report is the whole evaluation.
@@ -104,6 +127,9 @@ type Report struct {
 	Bins          []Bin
 	Runs          []RunReport // labels sorted, baseline last
 	LossThreshold float64
+	// Cost: the exact per-packet join first, then Options.ShippedBytes by label.
+	Cost []CostRow
+	RLI  *RLIStats
 }
 
 type joinKey struct {
@@ -128,7 +154,8 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 	if opt.LossThreshold <= 0 {
 		opt.LossThreshold = 0.5
 	}
-	rep := Report{Bins: opt.Bins, TruthRecords: len(truth), LossThreshold: opt.LossThreshold}
+	rep := Report{Bins: opt.Bins, TruthRecords: len(truth), LossThreshold: opt.LossThreshold, RLI: opt.RLI}
+	var exportBytes float64
 	idx := make(map[joinKey]int, len(truth))
 	ivs := map[int64]struct{}{}
 	for i := range truth {
@@ -142,6 +169,7 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 				t.Interval, t.Src, t.Dst, t.SPort, t.DPort, t.Proto)
 		}
 		idx[k] = i
+		exportBytes += ExportBytes(t, k.src.Is6())
 		ivs[t.Interval] = struct{}{}
 		rep.PacketsSent += t.Sent
 		rep.PacketsRecv += t.Received
@@ -159,7 +187,34 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 	if opt.Baseline {
 		rep.Runs = append(rep.Runs, evalRun(BaselineLabel, truth, idx, GlobalAverage(truth), opt))
 	}
+	for i := range rep.Runs {
+		rep.Runs[i].NoLoss = slices.Contains(opt.DelayOnly, rep.Runs[i].Label)
+	}
+	rep.Cost = costRows(exportBytes, rep.Intervals, rep.PacketsSent, opt.ShippedBytes)
 	return rep, nil
+}
+
+func costRows(exportBytes float64, intervals int, sent int64, shipped map[string]float64) []CostRow {
+	row := func(l string, b float64, note string) CostRow {
+		return CostRow{Label: l, Bytes: b, PerInterval: b / float64(max(intervals, 1)),
+			PerPacket: b / float64(max(sent, 1)), VsExact: b / exportBytes, Note: note}
+	}
+	rows := []CostRow{row(ExactLabel, exportBytes, fmt.Sprintf(
+		"per packet sent: %d B hash + %d B send time; per (interval, flow): key (%d B IPv4 / %d B IPv6) + %d B count; zero error by definition",
+		ExportHashBytes, ExportTimeBytes, ExportKeyBytesV4, ExportKeyBytesV6, ExportCountBytes))}
+	labels := make([]string, 0, len(shipped))
+	for l := range shipped {
+		labels = append(labels, l)
+	}
+	slices.Sort(labels)
+	for _, l := range labels {
+		note := "given by the caller"
+		if strings.HasPrefix(l, "rli-") {
+			note = fmt.Sprintf("passive emulation: %d B (hash + send time) per reference; active RLI injects probe packets instead", ExportPktBytes)
+		}
+		rows = append(rows, row(l, shipped[l], note))
+	}
+	return rows
 }
 
 func truthKey(t *gen.TruthRecord) (joinKey, error) {

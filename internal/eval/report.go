@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -56,10 +57,15 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	for bi, bin := range r.Bins {
 		for _, run := range r.Runs {
 			s := run.Bins[bi]
+			if run.NoLoss {
+				fmt.Fprintf(&b, "| %s | %s | %d | %d | not estimated | – | – |\n", bin.Name, run.Label, s.Reported, s.LossFlows)
+				continue
+			}
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %d |\n", bin.Name, run.Label, s.Reported, s.LossFlows,
 				num(s.MeanAbsLossErr), s.FalseLoss, s.MissedLoss)
 		}
 	}
+	r.writeBaselines(&b)
 	fmt.Fprintf(&b, "\n## Records\n\n")
 	fmt.Fprintf(&b, "| run | records | matched | spurious | duplicates | invalid |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, run := range r.Runs {
@@ -67,6 +73,34 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func (r Report) writeBaselines(b *strings.Builder) {
+	fmt.Fprintf(b, "\n## Baselines\n\n")
+	fmt.Fprintf(b, "- `%s`: every sender-tap packet looked up at the receiver tap by its identity. Its error is zero by definition (it is the truth); its price is in the cost table below.\n", ExactLabel)
+	fmt.Fprintf(b, "- `%s`: every flow gets its interval's mean delay over all received packets (the paper's \"average\").\n", BaselineLabel)
+	if s := r.RLI; s != nil {
+		fmt.Fprintf(b, "- `%s`: Reference Latency Interpolation emulated passively. The first packet sent in each %s tick is a reference with its exact delay; every other received packet gets the delay interpolated linearly, in receive time, between the references received before and after it; per-flow delay = mean of its packets' estimates. RLI estimates no loss.\n\n",
+			RLILabel(s.RateHz), time.Duration(s.TickNS))
+		fmt.Fprintf(b, "| RLI | value |\n|---|---:|\n")
+		fmt.Fprintf(b, "| packets sent / received | %d / %d |\n", s.Packets, s.Received)
+		fmt.Fprintf(b, "| ticks with traffic | %d |\n", s.Ticks)
+		fmt.Fprintf(b, "| references (usable) | %d (%.4g /s, configured %g /s) |\n", s.References, s.AchievedHz(), s.RateHz)
+		fmt.Fprintf(b, "| references lost (tick without one) | %d |\n", s.LostReferences)
+		fmt.Fprintf(b, "| regular packets interpolated | %d |\n", s.Interpolated)
+		fmt.Fprintf(b, "| extrapolated flat (before first / after last reference) | %d |\n", s.Extrapolated)
+		fmt.Fprintf(b, "| without estimate (no reference at all) | %d |\n", s.Unestimated)
+		fmt.Fprintf(b, "| max packets buffered between references | %d |\n", s.MaxBuffered)
+		fmt.Fprintf(b, "| packets out of send order | %d |\n", s.OutOfOrder)
+	}
+	if len(r.Cost) > 0 {
+		fmt.Fprintf(b, "\n## Cost\n\n")
+		fmt.Fprintf(b, "Bytes moved between the two taps to produce the per-flow results, over the %d intervals of the truth (%d packets sent).\n\n", r.Intervals, r.PacketsSent)
+		fmt.Fprintf(b, "| method | bytes | per interval | per packet sent | vs exact join | what is counted |\n|---|---:|---:|---:|---:|---|\n")
+		for _, c := range r.Cost {
+			fmt.Fprintf(b, "| %s | %.0f | %.0f | %.3g | %s | %s |\n", c.Label, c.Bytes, c.PerInterval, c.PerPacket, pct(c.VsExact), c.Note)
+		}
+	}
 }
 
 // errFloor is where relative errors of 0 are drawn on the log axis.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -76,6 +77,10 @@ func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
 	}
 	if cfg.ResendBuffer < 1 || cfg.ChunkBytes < 1 || cfg.RPCTimeout <= 0 {
 		return nil, errors.New("wire: resend buffer, chunk size and RPC timeout must be positive")
+	}
+	if cfg.BackoffMin <= 0 || cfg.BackoffMax < cfg.BackoffMin {
+		// Run draws a random wait in [0, backoff): a zero backoff would panic.
+		return nil, fmt.Errorf("wire: need 0 < backoff_min <= backoff_max (got %v, %v)", cfg.BackoffMin, cfg.BackoffMax)
 	}
 	return &Client{cfg: cfg, log: log, instance: rand.Uint64(), wake: make(chan struct{}, 1), drained: make(chan struct{})}, nil
 }
@@ -227,6 +232,7 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 		}
 	}
 	c.buf = kept
+	c.stats.Buffered = len(c.buf)
 	c.stats.Connected = true
 	c.mu.Unlock()
 	defer func() {
@@ -261,6 +267,15 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 				seq++
 				f.Seq = seq
 				if err := st.Send(f); err != nil {
+					// Send says only io.EOF when the receiver ended the
+					// stream; its status comes from Recv.
+					if errors.Is(err, io.EOF) {
+						select {
+						case err = <-recvErr:
+							c.refused(err)
+						case <-time.After(c.cfg.RPCTimeout):
+						}
+					}
 					return false, err
 				}
 			}
@@ -290,9 +305,34 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case err := <-recvErr:
+			c.refused(err)
 			return false, err
 		case <-c.wake:
 		case <-tick.C:
+		}
+	}
+}
+
+// refused drops the interval the receiver refused as malformed or too
+// large. Resending it would fail the same way on every reconnect, and each
+// time the intervals queued behind it would wait: a poison pill. The
+// receiver acknowledges in order and its Acks precede the status, so the
+// refused interval is the oldest one sent on this stream and not acknowledged.
+func (c *Client) refused(err error) {
+	st, ok := status.FromError(err)
+	if !ok || (st.Code() != codes.InvalidArgument && st.Code() != codes.ResourceExhausted) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.buf {
+		if p.sent {
+			c.log.Error("receiver refused an interval: dropping it instead of resending it forever",
+				"interval", p.id, "code", st.Code().String(), "err", st.Message())
+			c.buf = append(c.buf[:i], c.buf[i+1:]...)
+			c.stats.Dropped++
+			c.stats.Buffered = len(c.buf)
+			return
 		}
 	}
 }

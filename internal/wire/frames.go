@@ -97,6 +97,7 @@ func DecodeHashes(b []byte, limit int) ([]uint64, error) {
 	if k <= 0 {
 		return nil, errors.New("boundary list: bad count")
 	}
+	limit = max(limit, 0)
 	if n > uint64(limit) || n > uint64(len(b)) {
 		return nil, fmt.Errorf("boundary list: %d hashes exceed the limit %d or the %d bytes sent", n, limit, len(b))
 	}
@@ -112,6 +113,10 @@ func DecodeHashes(b []byte, limit int) ([]uint64, error) {
 			// Sorted distinct hashes; a repeated hash is harmless but a zero
 			// delta after the first is how garbage usually looks.
 			return nil, fmt.Errorf("boundary list: repeated hash at %d", i)
+		}
+		if prev+d < prev {
+			// The receiver binary-searches the list: it must stay sorted.
+			return nil, fmt.Errorf("boundary list: hash %d wraps past 2^64 (not sorted)", i)
 		}
 		prev += d
 		out[i] = prev
@@ -153,15 +158,29 @@ func NewAssembler(p interval.Params, lim Limits) *Assembler {
 	return &Assembler{lim: lim, p: p, nextSeq: 1, blobs: map[blobKey][]byte{}}
 }
 
+// ErrTooLarge marks a frame refused because it would make the receiver
+// hold more than its limits allow (the server answers ResourceExhausted);
+// every other Assembler error is a malformed stream (InvalidArgument).
+var ErrTooLarge = errors.New("over the receiver's limit")
+
 // Result of one frame.
 type Result struct {
 	Interval *interval.SenderInterval // a complete interval (on End)
 	Meta     interval.SenderMeta
 	Voided   int64 // interval id voided by a seq gap (on its End), else 0
 	VoidedOK bool
+	// VoidedIDs lists every interval this frame showed to be voided,
+	// Voided first. A gap that ate the End of one interval and the Start of
+	// the next voids both: count len(VoidedIDs), not one per Result.
+	VoidedIDs []int64
 }
 
-// Frame takes the next frame; it returns a non-nil Result on End.
+func voided(ids ...int64) *Result {
+	return &Result{Voided: ids[0], VoidedOK: true, VoidedIDs: ids}
+}
+
+// Frame takes the next frame; it returns a non-nil Result on End (or when a
+// gap is found to have voided an interval).
 func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 	if f.Seq != a.nextSeq {
 		// Frames were lost or duplicated: the interval in progress cannot be trusted.
@@ -176,43 +195,56 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 				return nil, fmt.Errorf("frame seq %d: Start of interval %d while interval %d is still open", f.Seq, b.Start.Interval, a.cur.Interval)
 			}
 			// The End of the open interval was lost in a gap: void it.
-			res = &Result{Voided: a.cur.Interval, VoidedOK: true}
+			res = voided(a.cur.Interval)
 		}
 		if b.Start.TotalBytes > uint64(a.lim.MaxSketchBytes) {
-			return nil, fmt.Errorf("frame seq %d: interval %d announces %d bytes, over the receiver's max_sketch_bytes %d", f.Seq, b.Start.Interval, b.Start.TotalBytes, a.lim.MaxSketchBytes)
+			return nil, fmt.Errorf("frame seq %d: interval %d announces %d sketch bytes, more than receiver.max_sketch_bytes (%d): %w",
+				f.Seq, b.Start.Interval, b.Start.TotalBytes, a.lim.MaxSketchBytes, ErrTooLarge)
 		}
 		// A gap just before a Start cost only frames of earlier intervals.
 		a.cur, a.total, a.voided = b.Start, 0, false
 		clear(a.blobs)
 		return res, nil
 	case *ldsv1.SenderFrame_Chunk:
+		if a.voided {
+			// The interval in progress (if any) is lost: its chunks are
+			// neither checked nor held, so a gap never turns into an error
+			// or into memory spent on data that will be thrown away.
+			return nil, nil
+		}
 		if a.cur == nil {
-			if a.voided {
-				return nil, nil // the Start was lost: skip until the next one
-			}
 			return nil, fmt.Errorf("frame seq %d: chunk outside an interval (no Start)", f.Seq)
 		}
 		c := b.Chunk
 		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY {
 			return nil, fmt.Errorf("frame seq %d: unknown chunk kind %d", f.Seq, c.Kind)
 		}
-		if int(c.Class) >= a.lim.MaxClasses {
-			return nil, fmt.Errorf("frame seq %d: chunk for class %d, receiver has %d classes", f.Seq, c.Class, a.lim.MaxClasses)
+		if int(c.Class) >= a.lim.MaxClasses || (c.Kind != ldsv1.ChunkKind_CHUNK_KIND_LDA && c.Class != 0) {
+			return nil, fmt.Errorf("frame seq %d: %v chunk for class %d, receiver has %d classes (and only LDA chunks have one)", f.Seq, c.Kind, c.Class, a.lim.MaxClasses)
 		}
+		// Start's announcement was checked against max_sketch_bytes, so
+		// holding the sender to it bounds what the interval may allocate.
 		a.total += len(c.Data)
-		if a.total > a.lim.MaxSketchBytes || uint64(a.total) > a.cur.TotalBytes {
-			return nil, fmt.Errorf("frame seq %d: interval %d sent %d bytes, more than announced (%d) or allowed (%d)", f.Seq, a.cur.Interval, a.total, a.cur.TotalBytes, a.lim.MaxSketchBytes)
+		if uint64(a.total) > a.cur.TotalBytes {
+			return nil, fmt.Errorf("frame seq %d: interval %d sent %d sketch bytes, more than its Start announced (%d)", f.Seq, a.cur.Interval, a.total, a.cur.TotalBytes)
 		}
 		k := blobKey{c.Kind, c.Class}
 		a.blobs[k] = append(a.blobs[k], c.Data...)
 		return nil, nil
 	case *ldsv1.SenderFrame_End:
 		e := b.End
-		if a.cur == nil {
-			if a.voided {
-				a.voided = false
-				return &Result{Voided: e.Interval, VoidedOK: true}, nil
+		if a.voided {
+			a.voided = false
+			if a.cur == nil || a.cur.Interval == e.Interval {
+				a.cur = nil
+				return voided(e.Interval), nil
 			}
+			// The gap ate the End of the open interval and the Start of this one.
+			open := a.cur.Interval
+			a.cur = nil
+			return voided(open, e.Interval), nil
+		}
+		if a.cur == nil {
 			return nil, fmt.Errorf("frame seq %d: End of interval %d without Start", f.Seq, e.Interval)
 		}
 		if e.Interval != a.cur.Interval {
@@ -220,10 +252,6 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 		}
 		start := a.cur
 		a.cur = nil
-		if a.voided {
-			a.voided = false
-			return &Result{Voided: e.Interval, VoidedOK: true}, nil
-		}
 		return a.build(start, e)
 	case *ldsv1.SenderFrame_Hello:
 		return nil, fmt.Errorf("frame seq %d: a second Hello on one stream", f.Seq)
@@ -253,6 +281,11 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 		}
 		if sk.LDA[c], err = sketch.UnmarshalLDA(b, a.lim.MaxCells); err != nil {
 			return nil, fmt.Errorf("interval %d: LDA class %d: %w", id, c, err)
+		}
+		// The estimator pairs the two ends' aggregators cell by cell.
+		if got := sk.LDA[c].Params(); got != a.p.LDA {
+			return nil, fmt.Errorf("interval %d: LDA class %d has %d banks x %d cells, the agreed lda.banks/lda.cells are %d x %d",
+				id, c, got.Banks, got.Cells, a.p.LDA.Banks, a.p.LDA.Cells)
 		}
 	}
 	bnd, err := DecodeHashes(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY, 0}], a.lim.MaxCells)

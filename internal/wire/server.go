@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +58,28 @@ type Server struct {
 
 // NewServer makes the service; register it on a grpc.Server.
 func NewServer(cfg ServerConfig, h Handler, log *slog.Logger) *Server {
+	if cfg.Diff == nil {
+		cfg.Diff = DiffFingerprints
+	}
 	return &Server{cfg: cfg, h: h, log: log}
+}
+
+// DiffFingerprints names, sorted, the keys whose values differ between two
+// fingerprints (a key missing on one side differs).
+func DiffFingerprints(a, b map[string]string) []string {
+	var keys []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			keys = append(keys, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Stream serves one sender.
@@ -111,9 +133,14 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer) error {
 		}
 		res, err := a.Frame(f)
 		if err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				s.h.FrameError(id, "too_large")
+				s.log.Warn("frame over the receiver's limits: ending the stream", "sender", id, "err", err)
+				return status.Errorf(codes.ResourceExhausted, "sender %q: %v", id, err)
+			}
 			s.h.FrameError(id, "malformed")
 			s.log.Warn("malformed frame: ending the stream", "sender", id, "err", err)
-			return status.Errorf(codes.InvalidArgument, "sender %q: %v", id, err)
+			return status.Errorf(codes.InvalidArgument, "sender %q: malformed frame: %v", id, err)
 		}
 		if res == nil {
 			continue
