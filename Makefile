@@ -7,7 +7,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # Debian packages the tests use for real components (installed when run as root).
 DEB_PKGS  := libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd
 
-.PHONY: all build demo test test-short bench lint generate deps install clean eval-paper e2e-live
+.PHONY: all build demo test test-short bench bench-replay lint generate deps install clean eval-paper e2e-live
 
 all: build
 
@@ -55,5 +55,17 @@ install: build
 	install -m 0644 -b configs/sender.yaml configs/receiver.yaml $(DESTDIR)/etc/lds/
 	install -m 0644 deploy/systemd/lds-sender.service deploy/systemd/lds-receiver.service $(DESTDIR)/etc/systemd/system/
 
+# eval-paper: the LDS paper's experiments at paper scale (minutes; not in CI).
+eval-paper: build
+	@bash scripts/eval-paper.sh
+
+# e2e-live: a longer run on a real kernel link between network namespaces (root).
+e2e-live: build
+	@bash scripts/e2e-live.sh
+
+# bench-replay: ldsctl replay against the exact per-packet join, 1M packets.
+bench-replay: build
+	@bash scripts/bench-replay.sh
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) out

@@ -166,7 +166,7 @@ func DefaultSender() Sender {
 	return Sender{Common: c, Sender: SenderSection{
 		ID: host, Receiver: "127.0.0.1:7420", ResendBuffer: 32,
 		BackoffMin: 200 * time.Millisecond, BackoffMax: 30 * time.Second,
-		Keepalive: 30 * time.Second, RPCTimeout: 10 * time.Second, ChunkBytes: 256 << 10,
+		Keepalive: 30 * time.Second, RPCTimeout: 5 * time.Second, ChunkBytes: 256 << 10,
 	}}
 }
 

@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/results"
@@ -156,6 +157,7 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 	}
 	rep := Report{Bins: opt.Bins, TruthRecords: len(truth), LossThreshold: opt.LossThreshold, RLI: opt.RLI}
 	var exportBytes float64
+	tNS := truthInterval(truth)
 	idx := make(map[joinKey]int, len(truth))
 	ivs := map[int64]struct{}{}
 	for i := range truth {
@@ -169,7 +171,7 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 				t.Interval, t.Src, t.Dst, t.SPort, t.DPort, t.Proto)
 		}
 		idx[k] = i
-		exportBytes += ExportBytes(t, k.src.Is6())
+		exportBytes += ExportBytes(t, k.src.Is6(), tNS)
 		ivs[t.Interval] = struct{}{}
 		rep.PacketsSent += t.Sent
 		rep.PacketsRecv += t.Received
@@ -190,18 +192,33 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 	for i := range rep.Runs {
 		rep.Runs[i].NoLoss = slices.Contains(opt.DelayOnly, rep.Runs[i].Label)
 	}
-	rep.Cost = costRows(exportBytes, rep.Intervals, rep.PacketsSent, opt.ShippedBytes)
+	rep.Cost = costRows(exportBytes, tNS, rep.Intervals, rep.PacketsSent, opt.ShippedBytes)
 	return rep, nil
 }
 
-func costRows(exportBytes float64, intervals int, sent int64, shipped map[string]float64) []CostRow {
+// truthInterval recovers T from the truth (start_ns = interval x T); 1 s if
+// it cannot.
+func truthInterval(truth []gen.TruthRecord) int64 {
+	for i := range truth {
+		if iv := truth[i].Interval; iv != 0 && truth[i].StartNS%iv == 0 && truth[i].StartNS/iv > 0 {
+			return truth[i].StartNS / iv
+		}
+	}
+	return int64(time.Second)
+}
+
+func costRows(exportBytes float64, tNS int64, intervals int, sent int64, shipped map[string]float64) []CostRow {
 	row := func(l string, b float64, note string) CostRow {
+		vs := math.NaN()
+		if exportBytes > 0 {
+			vs = b / exportBytes
+		}
 		return CostRow{Label: l, Bytes: b, PerInterval: b / float64(max(intervals, 1)),
-			PerPacket: b / float64(max(sent, 1)), VsExact: b / exportBytes, Note: note}
+			PerPacket: b / float64(max(sent, 1)), VsExact: vs, Note: note}
 	}
 	rows := []CostRow{row(ExactLabel, exportBytes, fmt.Sprintf(
 		"per packet sent: %d B hash + %d B send time; per (interval, flow): key (%d B IPv4 / %d B IPv6) + %d B count; zero error by definition",
-		ExportHashBytes, ExportTimeBytes, ExportKeyBytesV4, ExportKeyBytesV6, ExportCountBytes))}
+		ExportHashBytes, ExportTimeBytes(tNS), ExportKeyBytesV4, ExportKeyBytesV6, ExportCountBytes))}
 	labels := make([]string, 0, len(shipped))
 	for l := range shipped {
 		labels = append(labels, l)
@@ -210,7 +227,7 @@ func costRows(exportBytes float64, intervals int, sent int64, shipped map[string
 	for _, l := range labels {
 		note := "given by the caller"
 		if strings.HasPrefix(l, "rli-") {
-			note = fmt.Sprintf("passive emulation: %d B (hash + send time) per reference; active RLI injects probe packets instead", ExportPktBytes)
+			note = fmt.Sprintf("passive emulation: %d B (hash + send time) per reference; active RLI injects probe packets instead", ExportHashBytes+ExportTimeBytes(tNS))
 		}
 		rows = append(rows, row(l, shipped[l], note))
 	}

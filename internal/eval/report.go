@@ -95,7 +95,7 @@ func (r Report) writeBaselines(b *strings.Builder) {
 	}
 	if len(r.Cost) > 0 {
 		fmt.Fprintf(b, "\n## Cost\n\n")
-		fmt.Fprintf(b, "Bytes moved between the two taps to produce the per-flow results, over the %d intervals of the truth (%d packets sent).\n\n", r.Intervals, r.PacketsSent)
+		fmt.Fprintf(b, "Bytes moved between the two taps to produce the per-flow results, over the %d interval(s) of the truth (%d packets sent).\n\n", r.Intervals, r.PacketsSent)
 		fmt.Fprintf(b, "| method | bytes | per interval | per packet sent | vs exact join | what is counted |\n|---|---:|---:|---:|---:|---|\n")
 		for _, c := range r.Cost {
 			fmt.Fprintf(b, "| %s | %.0f | %.0f | %.3g | %s | %s |\n", c.Label, c.Bytes, c.PerInterval, c.PerPacket, pct(c.VsExact), c.Note)

@@ -34,8 +34,9 @@ type Matched struct {
 	Outcome string          // results.Outcome*
 	Snd     *SenderInterval // nil when the sender's sketch never came
 	Meta    SenderMeta
-	Rx      *Sketches  // nil when the receiver never saw the interval
-	Flows   *FlowTable // receiver's candidate flows
+	Rx      *Sketches   // nil when the receiver never saw the interval
+	RxClock ClockStatus // the receiver's clock when it sealed the interval
+	Flows   *FlowTable  // receiver's candidate flows
 	Partial bool
 	// Held packets placed without the sender's boundary list (it never
 	// came): their cells may mismatch and are then left out, never believed.
@@ -254,7 +255,7 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 		mt.Partial = se.si.Partial
 	}
 	if rx := m.rx[id]; rx != nil {
-		mt.Rx, mt.Flows, mt.Late = rx.Direct, rx.Flows, rx.Late
+		mt.Rx, mt.Flows, mt.Late, mt.RxClock = rx.Direct, rx.Flows, rx.Late, rx.Clock
 		mt.Partial = mt.Partial || rx.Partial
 		start := id * m.p.T
 		if sp := m.resolved[id]; sp != nil {

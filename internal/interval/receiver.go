@@ -116,6 +116,7 @@ type Sealed struct {
 	HeldNext []capture.Packet // held at the boundary (ID+1)*T
 	First    bool             // the first interval this builder sealed
 	Late     uint64           // packets that arrived after their interval was sealed
+	Clock    ClockStatus      // the receiver's clock when the interval was sealed (set by the receiver)
 }
 
 type rxOpen struct {

@@ -400,6 +400,7 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 				return err
 			}
 			if merged != nil {
+				merged.Clock = r.ownClock()
 				s.m.AddSealed(merged, time.Now(), emit)
 			}
 		case msg := <-s.in:
@@ -412,8 +413,14 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 			}
 			res := msg.res
 			if res.VoidedOK {
-				r.metrics.IntervalOutcome(s.name(), results.OutcomeVoidedGap)
-				r.log.Warn("interval voided by a seq gap", "sender", s.name(), "interval", res.Voided)
+				ids := res.VoidedIDs
+				if len(ids) == 0 {
+					ids = []int64{res.Voided}
+				}
+				for range ids {
+					r.metrics.IntervalOutcome(s.name(), results.OutcomeVoidedGap)
+				}
+				r.log.Warn("intervals voided by a seq gap (the sender resends them after a reconnect)", "sender", s.name(), "intervals", ids)
 				continue
 			}
 			r.metrics.SketchBytes(s.name(), int(res.Meta.SketchBytes))
@@ -460,17 +467,32 @@ func (r *Receiver) finish(s *senderState, mt *interval.Matched) {
 	r.publish(iv)
 }
 
+// ownClock is this host's clock verdict now.
+func (r *Receiver) ownClock() interval.ClockStatus {
+	if r.ptp == nil {
+		return interval.ClockStatus{State: string(ptp.StateDisabled)}
+	}
+	st := r.ptp.Status()
+	return interval.ClockStatus{State: string(st.State), OffsetNS: st.OffsetNS, GrandmasterPresent: st.GrandmasterPresent,
+		GrandmasterID: st.GrandmasterID, PortState: st.PortState, Err: st.Err}
+}
+
+// clock judges an interval by both ends' clocks: the sender's when it
+// closed the interval, the receiver's when it sealed it. Anything but
+// synced (or disabled by choice) withholds the delays.
 func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
-	if r.opt.Replay || r.ptp == nil {
+	if r.opt.Replay {
 		return Clock{}
 	}
-	own := r.ptp.Status()
-	other := mt.Meta.Clock
-	r.metrics.SetClock("receiver", sender, string(own.State), own.OffsetNS, math.NaN())
+	own, other := mt.RxClock, mt.Meta.Clock
+	if own.State == "" {
+		own = r.ownClock()
+	}
+	r.metrics.SetClock("receiver", sender, own.State, own.OffsetNS, math.NaN())
 	r.metrics.SetClock("sender", sender, other.State, other.OffsetNS, math.NaN())
 	bad := func(st string) bool { return st != string(ptp.StateSynced) && st != string(ptp.StateDisabled) }
-	c := Clock{Unsynced: bad(string(own.State)) || bad(other.State)}
-	if own.State == ptp.StateSynced && other.State == string(ptp.StateSynced) {
+	c := Clock{Unsynced: bad(own.State) || bad(other.State)}
+	if own.State == string(ptp.StateSynced) && other.State == string(ptp.StateSynced) {
 		c.ErrorNS = results.Float(math.Abs(float64(own.OffsetNS)) + math.Abs(float64(other.OffsetNS)))
 	}
 	return c

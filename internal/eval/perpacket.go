@@ -1,0 +1,189 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/gen"
+)
+
+// PacketDelay is the fate of one sender-tap packet: the per-packet truth
+// the baselines (RLI, exact join) are computed from.
+type PacketDelay struct {
+	Key    gen.FlowKey
+	SendNS int64 // sender-tap timestamp, Unix ns
+	RecvNS int64 // receiver-tap timestamp, Unix ns; meaningless when Lost
+	Lost   bool
+}
+
+// Delay is the packet's one-way delay in ns (receive - send).
+func (p *PacketDelay) Delay() int64 { return p.RecvNS - p.SendNS }
+
+// Packets is a push iterator over per-packet truth in SEND order (the order
+// of the sender tap), lost packets included. The *PacketDelay passed to
+// yield is reused: valid only during the call. Iteration stops early when
+// yield returns false (then the error is nil); the error says why the
+// source could not be read to its end.
+type Packets func(yield func(*PacketDelay) bool) error
+
+// PerPacketFromGen runs the generator on sc and streams its per-packet
+// truth (gen.Outputs.OnPacket, called in send order) while it writes the
+// captures and truth named in out (Generate requires both capture paths).
+// An OnPacket already in out is still called. Each call of the returned
+// iterator runs the generator again.
+func PerPacketFromGen(ctx context.Context, sc gen.Scenario, out gen.Outputs, log *slog.Logger) Packets {
+	return func(yield func(*PacketDelay) bool) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		prev := out.OnPacket
+		stopped := false
+		var pd PacketDelay
+		o := out
+		o.OnPacket = func(p *gen.PacketTruth) {
+			if prev != nil {
+				prev(p)
+			}
+			if stopped {
+				return
+			}
+			pd = PacketDelay{Key: *p.Key, SendNS: p.SendNS, RecvNS: p.RecvNS, Lost: p.Lost}
+			if !yield(&pd) {
+				// Generate checks its context every 64k packets; until then
+				// the callback just returns.
+				stopped = true
+				cancel()
+			}
+		}
+		_, err := gen.Generate(ctx, sc, o, log)
+		if stopped {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("per-packet truth from the generator: %w", err)
+		}
+		return nil
+	}
+}
+
+// JoinCounts is the bookkeeping of a per-packet capture join.
+type JoinCounts struct {
+	Sent       uint64 // sender-tap packets yielded (identity seen once)
+	Received   uint64 // of those, found at the receiver tap
+	Lost       uint64 // Sent - Received
+	Unmatched  uint64 // receiver-tap packets with no (unique) sender-tap twin, or seen twice
+	Duplicates uint64 // extra sender-tap occurrences of an identity: all its copies are left out
+}
+
+// packet identity for the join: the seeded flow hash and packet hash (128
+// bits; a collision is as unlikely as in join's (key, hash) and the map
+// entry stays small).
+type pktID struct{ flow, pkt uint64 }
+
+type joinEntry struct {
+	send, recv int64
+	dup, got   bool
+}
+
+// PerPacketFromCaptures joins two captures per packet by identity (flow key
+// hash, packet hash; cfg.Identity must be the one both daemons use) and
+// streams each sender-tap packet with its receive time or its loss, in the
+// sender capture's order. Identities seen twice at the sender are left out
+// (not joinable), as internal/join does, so the per-packet stream
+// aggregates to join.Files' truth.
+//
+// It reads the sender capture twice and the receiver capture once, and
+// holds one map entry (~60 B) per sender-tap packet. counts (may be nil) is
+// filled when the iterator runs.
+func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, counts *JoinCounts) (Packets, error) {
+	if _, err := capture.NewParser(cfg); err != nil {
+		return nil, fmt.Errorf("per-packet join: capture configuration: %w", err)
+	}
+	if counts == nil {
+		counts = &JoinCounts{}
+	}
+	return func(yield func(*PacketDelay) bool) error {
+		*counts = JoinCounts{}
+		p, err := capture.NewParser(cfg)
+		if err != nil {
+			return err
+		}
+		m := map[pktID]joinEntry{}
+		err = eachPacket(senderPcap, p, func(pk *capture.Packet) bool {
+			id := pktID{pk.FlowHash, pk.PktHash}
+			if e, ok := m[id]; ok {
+				e.dup = true
+				m[id] = e
+				counts.Duplicates++
+				return true
+			}
+			m[id] = joinEntry{send: pk.TS}
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("sender capture %s: %w", senderPcap, err)
+		}
+		err = eachPacket(receiverPcap, p, func(pk *capture.Packet) bool {
+			id := pktID{pk.FlowHash, pk.PktHash}
+			e, ok := m[id]
+			if !ok || e.dup || e.got {
+				counts.Unmatched++
+				return true
+			}
+			e.recv, e.got = pk.TS, true
+			m[id] = e
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("receiver capture %s: %w", receiverPcap, err)
+		}
+		var pd PacketDelay
+		err = eachPacket(senderPcap, p, func(pk *capture.Packet) bool {
+			e := m[pktID{pk.FlowHash, pk.PktHash}]
+			if e.dup {
+				return true
+			}
+			counts.Sent++
+			if e.got {
+				counts.Received++
+			} else {
+				counts.Lost++
+			}
+			k := pk.Key
+			pd = PacketDelay{Key: gen.FlowKey{Src: k.SrcAddr(), Dst: k.DstAddr(), SPort: k.SPort, DPort: k.DPort, Proto: k.Proto},
+				SendNS: pk.TS, RecvNS: e.recv, Lost: !e.got}
+			return yield(&pd)
+		})
+		if err != nil {
+			return fmt.Errorf("sender capture %s (second pass): %w", senderPcap, err)
+		}
+		return nil
+	}, nil
+}
+
+// eachPacket calls fn for every measured packet of a capture file until fn
+// returns false.
+func eachPacket(path string, p *capture.Parser, fn func(*capture.Packet) bool) error {
+	src, err := capture.OpenFile(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	rd := capture.NewReader(src, p)
+	var pk capture.Packet
+	for {
+		err := rd.Next(&pk)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !fn(&pk) {
+			return nil
+		}
+	}
+}

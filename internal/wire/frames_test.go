@@ -1,0 +1,352 @@
+package wire
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lds-net/lds/internal/interval"
+	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestEncodeAssembleRoundTrip: an interval split into chunks of any size
+// comes back equal, field by field, to what was encoded.
+func TestEncodeAssembleRoundTrip(t *testing.T) {
+	p := testParams()
+	for _, chunk := range []int{1, 7, 100, 1 << 20} {
+		si := makeInterval(t, p, 1763000042, 3000, uint64(chunk))
+		si.Partial, si.First = chunk%2 == 1, chunk == 7
+		frames := encodeAll(t, chunk, si)
+
+		// The expected sketch byte count, computed from the blobs themselves.
+		want := 0
+		ldsB, _ := si.Sk.LDS.MarshalBinary()
+		want += len(ldsB)
+		for _, l := range si.Sk.LDA {
+			b, _ := l.MarshalBinary()
+			want += len(b)
+		}
+		want += len(EncodeHashes(si.Boundary))
+		if chunk == 1 && len(frames) != want+2 {
+			t.Fatalf("chunk 1: %d frames, want one per byte plus Start and End (%d)", len(frames), want+2)
+		}
+		for _, f := range frames {
+			if c := f.GetChunk(); c != nil && len(c.Data) > chunk {
+				t.Fatalf("chunk of %d bytes exceeds chunkBytes %d", len(c.Data), chunk)
+			}
+		}
+
+		a := NewAssembler(p, testLimits(p))
+		var got *Result
+		for i, f := range frames {
+			res, err := a.Frame(f)
+			if err != nil {
+				t.Fatalf("chunk %d, frame %d: %v", chunk, i, err)
+			}
+			if res != nil {
+				if i != len(frames)-1 {
+					t.Fatalf("chunk %d: result at frame %d of %d", chunk, i, len(frames))
+				}
+				got = res
+			}
+		}
+		if got == nil || got.Interval == nil || got.VoidedOK {
+			t.Fatalf("chunk %d: no complete interval: %+v", chunk, got)
+		}
+		g := got.Interval
+		if g.ID != si.ID || g.Partial != si.Partial || g.First != si.First {
+			t.Errorf("chunk %d: id/partial/first = %d/%v/%v, want %d/%v/%v", chunk, g.ID, g.Partial, g.First, si.ID, si.Partial, si.First)
+		}
+		if !g.Sk.LDS.Equal(si.Sk.LDS) {
+			t.Errorf("chunk %d: LDS differs after the round trip", chunk)
+		}
+		for c := range si.Sk.LDA {
+			if !g.Sk.LDA[c].Equal(si.Sk.LDA[c]) {
+				t.Errorf("chunk %d: LDA class %d differs", chunk, c)
+			}
+		}
+		if g.Sk.Packets != si.Sk.Packets || g.Sk.Bytes != si.Sk.Bytes || !slices.Equal(g.Sk.ClassPackets, si.Sk.ClassPackets) {
+			t.Errorf("chunk %d: totals %d/%d/%v, want %d/%d/%v", chunk, g.Sk.Packets, g.Sk.Bytes, g.Sk.ClassPackets, si.Sk.Packets, si.Sk.Bytes, si.Sk.ClassPackets)
+		}
+		if len(si.Boundary) == 0 || !slices.Equal(g.Boundary, si.Boundary) {
+			t.Errorf("chunk %d: boundary list of %d hashes, want %d equal ones", chunk, len(g.Boundary), len(si.Boundary))
+		}
+		if len(si.Heavy) == 0 || !slices.Equal(g.Heavy, si.Heavy) {
+			t.Errorf("chunk %d: heavy keys %v, want %v", chunk, g.Heavy, si.Heavy)
+		}
+		if g.Late != si.Late || g.Untracked != si.Untracked {
+			t.Errorf("chunk %d: late/untracked %d/%d, want %d/%d", chunk, g.Late, g.Untracked, si.Late, si.Untracked)
+		}
+		m, wm := got.Meta, testMeta()
+		if m.Clock != wm.Clock || m.KernelDrops != wm.KernelDrops || m.IfDrops != wm.IfDrops {
+			t.Errorf("chunk %d: meta %+v, want %+v", chunk, m, wm)
+		}
+		wantParse := maps.Clone(wm.ParseDrops)
+		wantParse["late"], wantParse["untracked"] = si.Late, si.Untracked
+		if !maps.Equal(m.ParseDrops, wantParse) {
+			t.Errorf("chunk %d: parse drops %v, want %v", chunk, m.ParseDrops, wantParse)
+		}
+		if m.SketchBytes != uint64(want) {
+			t.Errorf("chunk %d: SketchBytes %d, want %d", chunk, m.SketchBytes, want)
+		}
+	}
+}
+
+// outcome is what a frame sequence produced: built and voided interval ids.
+type outcome struct {
+	built, voided []int64
+}
+
+func run(t *testing.T, a *Assembler, frames []*ldsv1.SenderFrame) outcome {
+	t.Helper()
+	var o outcome
+	for _, f := range frames {
+		res, err := a.Frame(f)
+		if err != nil {
+			t.Fatalf("frame seq %d: %v", f.Seq, err)
+		}
+		if res == nil {
+			continue
+		}
+		if res.VoidedOK {
+			if len(res.VoidedIDs) == 0 || res.VoidedIDs[0] != res.Voided {
+				t.Fatalf("Voided %d but VoidedIDs %v", res.Voided, res.VoidedIDs)
+			}
+			o.voided = append(o.voided, res.VoidedIDs...)
+		} else {
+			o.built = append(o.built, res.Interval.ID)
+		}
+	}
+	return o
+}
+
+// TestAssemblerSeqGaps: a gap voids exactly the intervals it touched; the
+// intervals around it are built intact.
+func TestAssemblerSeqGaps(t *testing.T) {
+	p := testParams()
+	ivs := []*interval.SenderInterval{makeInterval(t, p, 10, 400, 1), makeInterval(t, p, 11, 400, 2), makeInterval(t, p, 12, 400, 3)}
+	// Frame indexes of each interval's Start and End in the numbered stream.
+	frames := encodeAll(t, 200, ivs...)
+	var starts, ends []int
+	for i, f := range frames {
+		if f.GetStart() != nil {
+			starts = append(starts, i)
+		}
+		if f.GetEnd() != nil {
+			ends = append(ends, i)
+		}
+	}
+	if len(starts) != 3 || ends[1]-starts[1] < 4 {
+		t.Fatalf("need 3 intervals of several chunks each, got starts %v ends %v", starts, ends)
+	}
+	drop := func(idx ...int) func([]*ldsv1.SenderFrame) []*ldsv1.SenderFrame {
+		return func(fr []*ldsv1.SenderFrame) []*ldsv1.SenderFrame {
+			var out []*ldsv1.SenderFrame
+			for i, f := range fr {
+				if !slices.Contains(idx, i) {
+					out = append(out, f)
+				}
+			}
+			return out
+		}
+	}
+	span := func(from, to int) []int {
+		var s []int
+		for i := from; i <= to; i++ {
+			s = append(s, i)
+		}
+		return s
+	}
+	tests := []struct {
+		name   string
+		mangle func([]*ldsv1.SenderFrame) []*ldsv1.SenderFrame
+		want   outcome
+	}{
+		{"no gap", drop(), outcome{built: []int64{10, 11, 12}}},
+		{"gap inside an interval", drop(starts[1] + 2), outcome{built: []int64{10, 12}, voided: []int64{11}}},
+		{"gap of several chunks", drop(starts[1]+1, starts[1]+2, starts[1]+3), outcome{built: []int64{10, 12}, voided: []int64{11}}},
+		{"gap eats a Start", drop(starts[1]), outcome{built: []int64{10, 12}, voided: []int64{11}}},
+		{"gap eats an End", drop(ends[1]), outcome{built: []int64{10, 12}, voided: []int64{11}}},
+		{"gap eats an End and the next Start", drop(ends[1], starts[2]), outcome{built: []int64{10}, voided: []int64{11, 12}}},
+		{"gap eats the first Start", drop(starts[0]), outcome{built: []int64{11, 12}, voided: []int64{10}}},
+		// A whole interval lost between two good ones cannot be named: it
+		// was never acknowledged, so the sender resends it after a reconnect.
+		{"gap eats a whole interval", drop(span(starts[1], ends[1])...), outcome{built: []int64{10, 12}}},
+		{"duplicated frame", func(fr []*ldsv1.SenderFrame) []*ldsv1.SenderFrame {
+			return slices.Insert(slices.Clone(fr), starts[1]+2, fr[starts[1]+2])
+		}, outcome{built: []int64{10, 12}, voided: []int64{11}}},
+		{"reordered frames", func(fr []*ldsv1.SenderFrame) []*ldsv1.SenderFrame {
+			out := slices.Clone(fr)
+			out[starts[1]+1], out[starts[1]+2] = out[starts[1]+2], out[starts[1]+1]
+			return out
+		}, outcome{built: []int64{10, 12}, voided: []int64{11}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := run(t, NewAssembler(p, testLimits(p)), tc.mangle(frames))
+			if !slices.Equal(got.built, tc.want.built) || !slices.Equal(got.voided, tc.want.voided) {
+				t.Errorf("built %v voided %v, want built %v voided %v", got.built, got.voided, tc.want.built, tc.want.voided)
+			}
+		})
+	}
+}
+
+// TestAssemblerRefuses: every malformed or oversize stream is an error that
+// names the problem; size problems are ErrTooLarge.
+func TestAssemblerRefuses(t *testing.T) {
+	p := testParams()
+	si := makeInterval(t, p, 7, 500, 9)
+	good := func() []*ldsv1.SenderFrame { return encodeAll(t, 256, si) }
+	start := func(fr []*ldsv1.SenderFrame) *ldsv1.Start { return fr[0].GetStart() }
+	end := func(fr []*ldsv1.SenderFrame) *ldsv1.End { return fr[len(fr)-1].GetEnd() }
+	chunk := func(fr []*ldsv1.SenderFrame, i int) *ldsv1.Chunk { return fr[i].GetChunk() }
+	renumber := func(fr []*ldsv1.SenderFrame) []*ldsv1.SenderFrame {
+		for i, f := range fr {
+			f.Seq = uint64(i + 1)
+		}
+		return fr
+	}
+	otherDims := func(lp interval.Params) []*ldsv1.SenderFrame {
+		o := makeInterval(t, lp, 7, 50, 9)
+		return encodeAll(t, 1<<20, o)
+	}
+	tests := []struct {
+		name    string
+		frames  func() []*ldsv1.SenderFrame
+		want    string
+		tooBig  bool
+		limitFn func(*Limits)
+	}{
+		{"chunk without Start", func() []*ldsv1.SenderFrame { return renumber(good()[1:]) }, "no Start", false, nil},
+		{"End without Start", func() []*ldsv1.SenderFrame { return renumber(good()[len(good())-1:]) }, "without Start", false, nil},
+		{"Start while open", func() []*ldsv1.SenderFrame {
+			fr := good()
+			dup := proto.Clone(fr[0]).(*ldsv1.SenderFrame)
+			return renumber(append([]*ldsv1.SenderFrame{dup}, fr...))
+		}, "still open", false, nil},
+		{"End of another interval", func() []*ldsv1.SenderFrame { fr := good(); end(fr).Interval = 8; return fr }, "closes Start of interval 7", false, nil},
+		{"unknown chunk kind", func() []*ldsv1.SenderFrame { fr := good(); chunk(fr, 1).Kind = 9; return fr }, "unknown chunk kind", false, nil},
+		{"class out of range", func() []*ldsv1.SenderFrame {
+			fr := good()
+			for _, f := range fr {
+				if c := f.GetChunk(); c != nil && c.Kind == ldsv1.ChunkKind_CHUNK_KIND_LDA {
+					c.Class = 5
+				}
+			}
+			return fr
+		}, "class 5", false, nil},
+		{"LDS chunk with a class", func() []*ldsv1.SenderFrame { fr := good(); chunk(fr, 1).Class = 1; return fr }, "class 1", false, nil},
+		{"second Hello", func() []*ldsv1.SenderFrame {
+			fr := good()
+			fr[2] = &ldsv1.SenderFrame{Seq: fr[2].Seq, Body: &ldsv1.SenderFrame_Hello{Hello: &ldsv1.Hello{SenderId: "x"}}}
+			return fr
+		}, "second Hello", false, nil},
+		{"empty frame", func() []*ldsv1.SenderFrame { fr := good(); fr[2] = &ldsv1.SenderFrame{Seq: fr[2].Seq}; return fr }, "empty frame", false, nil},
+		{"Start announces more than max_sketch_bytes", func() []*ldsv1.SenderFrame { return good() }, "max_sketch_bytes", true,
+			func(l *Limits) { l.MaxSketchBytes = 1000 }},
+		{"more bytes than announced", func() []*ldsv1.SenderFrame { fr := good(); start(fr).TotalBytes -= 10; return fr }, "more than its Start announced", false, nil},
+		{"garbage LDS", func() []*ldsv1.SenderFrame {
+			fr := good()
+			for i := range chunk(fr, 1).Data {
+				chunk(fr, 1).Data[i] ^= 0x5a
+			}
+			return fr
+		}, "LDS", false, nil},
+		{"LDS of other dimensions", func() []*ldsv1.SenderFrame {
+			lp := testParams()
+			lp.Sketch.Columns = 32
+			return otherDims(lp)
+		}, "LDS dimensions differ", false, nil},
+		{"LDA of other dimensions", func() []*ldsv1.SenderFrame {
+			lp := testParams()
+			lp.LDA.Cells = 8
+			return otherDims(lp)
+		}, "lda.banks/lda.cells", false, nil},
+		{"missing LDA class", func() []*ldsv1.SenderFrame {
+			lp := testParams()
+			lp.Classes = 1
+			return otherDims(lp)
+		}, "no LDA chunk for class 1", false, nil},
+		{"boundary count differs", func() []*ldsv1.SenderFrame { fr := good(); end(fr).BoundaryCount++; return fr }, "boundary hashes, End says", false, nil},
+		{"bad heavy key", func() []*ldsv1.SenderFrame {
+			fr := good()
+			end(fr).Heavy[0].Key = []byte{1, 2}
+			return fr
+		}, "heavy key 0", false, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := testLimits(p)
+			if tc.limitFn != nil {
+				tc.limitFn(&lim)
+			}
+			a := NewAssembler(p, lim)
+			var err error
+			for _, f := range tc.frames() {
+				if _, err = a.Frame(f); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				t.Fatalf("accepted; want an error naming %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name %q", err, tc.want)
+			}
+			if errors.Is(err, ErrTooLarge) != tc.tooBig {
+				t.Errorf("errors.Is(ErrTooLarge) = %v, want %v (%v)", !tc.tooBig, tc.tooBig, err)
+			}
+		})
+	}
+}
+
+func TestHashesRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		h    []uint64
+	}{
+		{"empty", nil},
+		{"one zero", []uint64{0}},
+		{"spread", []uint64{1, 2, 1 << 40, 1<<63 + 5, ^uint64(0)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeHashes(EncodeHashes(tc.h), 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.h) || (len(got) > 0 && !slices.Equal(got, tc.h)) {
+				t.Errorf("got %v, want %v", got, tc.h)
+			}
+		})
+	}
+}
+
+func TestDecodeHashesRefuses(t *testing.T) {
+	tests := []struct {
+		name  string
+		b     []byte
+		limit int
+		want  string
+	}{
+		{"empty", nil, 10, "bad count"},
+		{"over the limit", EncodeHashes([]uint64{1, 2, 3}), 2, "exceed"},
+		{"count beyond the bytes", []byte{100, 1}, 1000, "exceed"},
+		{"truncated", EncodeHashes([]uint64{1, 300})[:3], 10, "truncated"},
+		{"repeated hash", []byte{2, 5, 0}, 10, "repeated"},
+		{"trailing bytes", append(EncodeHashes([]uint64{1}), 7), 10, "trailing"},
+		{"wraps past 2^64", EncodeHashes([]uint64{1 << 63, 1}), 10, "wraps"},
+		{"negative limit", EncodeHashes([]uint64{1}), -1, "exceed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeHashes(tc.b, tc.limit)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}

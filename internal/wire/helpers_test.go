@@ -1,0 +1,89 @@
+package wire
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/sketch"
+	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+)
+
+// testParams are small sketches (a few KiB per interval) so that tests
+// exercise chunking without moving megabytes.
+func testParams() interval.Params {
+	return interval.Params{T: int64(time.Second), MaxDelay: int64(50 * time.Millisecond), Guard: int64(time.Millisecond),
+		Sketch:  sketch.Params{Rows: 3, Columns: 64, VLDA: 1, Sampling: []float64{1, 1, 1}},
+		LDA:     sketch.LDAParams{Banks: 4, Cells: 16},
+		Classes: 2, Heavy: 5, FlowCap: 1000}
+}
+
+func testLimits(p interval.Params) Limits {
+	return Limits{MaxSketchBytes: 1 << 20, MaxCells: p.Sketch.Rows*p.Sketch.Columns + 1<<16, MaxClasses: p.Classes}
+}
+
+// makeInterval fills an interval with n random packets of 8 flows, a sorted
+// boundary list and heavy keys, all drawn from seed.
+func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64) *interval.SenderInterval {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, uint64(id)))
+	sk, err := interval.NewSketches(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []capture.FlowKey
+	for f := range 8 {
+		src, dst := netip.AddrFrom4([4]byte{10, 1, 0, byte(f)}), netip.AddrFrom4([4]byte{192, 0, 2, 7})
+		if f%2 == 1 {
+			src, dst = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(f)}), netip.MustParseAddr("2001:db8::7")
+		}
+		k, err := capture.FlowKeyFromAddrs(src, dst, 6, uint16(40000+f), 443)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	var bnd []uint64
+	for range n {
+		f := r.IntN(len(keys))
+		pk := capture.Packet{Key: keys[f], FlowHash: uint64(f)*0x9e3779b97f4a7c15 + 1, PktHash: r.Uint64(),
+			WireLen: uint32(60 + r.IntN(1400)), Weight: 1, Class: uint16(f % p.Classes)}
+		ts := r.Int64N(p.T)
+		sk.Add(&pk, ts)
+		if ts >= p.T-p.MaxDelay-p.Guard {
+			bnd = append(bnd, pk.PktHash)
+		}
+	}
+	slices.Sort(bnd)
+	bnd = slices.Compact(bnd)
+	return &interval.SenderInterval{ID: id, Sk: sk, Boundary: bnd, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5)), Untracked: uint64(r.IntN(5))}
+}
+
+func testMeta() interval.SenderMeta {
+	return interval.SenderMeta{
+		Clock:       interval.ClockStatus{State: "synced", OffsetNS: -1234, GrandmasterPresent: true, GrandmasterID: "gm-1", PortState: "SLAVE"},
+		KernelDrops: 3, IfDrops: 4, ParseDrops: map[string]uint64{"malformed": 2},
+	}
+}
+
+// encodeAll encodes intervals back to back and numbers the frames 1, 2, ...
+// as a stream does after Hello (seq 0).
+func encodeAll(t testing.TB, chunk int, ivs ...*interval.SenderInterval) []*ldsv1.SenderFrame {
+	t.Helper()
+	var out []*ldsv1.SenderFrame
+	for _, si := range ivs {
+		fr, err := Encode(si, testMeta(), chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fr...)
+	}
+	for i, f := range out {
+		f.Seq = uint64(i + 1)
+	}
+	return out
+}
