@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/lds-net/lds/internal/eval"
 	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/replay"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -68,6 +70,13 @@ func cmdEval(args []string) error {
 	fs.Var(&runs, "results", "results JSONL to evaluate, as label=file or file (repeatable: several estimators side by side)")
 	out := fs.String("out", "", "Markdown report to write (default stdout)")
 	plots := fs.String("plots", "", "directory for PNG plots (CDF per flow-size bin, median/p95 per bin)")
+	sp := fs.String("sender-pcap", "", "with --baselines: the sender-tap capture the results came from")
+	rp := fs.String("receiver-pcap", "", "with --baselines: the receiver-tap capture")
+	cfgPath := fs.String("config", "", "with --baselines: configuration (identity and interval), as for replay")
+	baselines := fs.String("baselines", "", "comma list of per-packet baselines computed from the captures: rli, exact")
+	rliRate := fs.Float64("rli-rate", eval.DefaultRLIRateHz, "RLI reference rate, Hz")
+	var shipped multiFlag
+	fs.Var(&shipped, "shipped-bytes", "label=BYTES: bytes a run shipped over the whole trace (replay prints it), for the cost table (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: ldsctl eval --truth truth.jsonl --results decode=a.jsonl --results paper=b.jsonl [--out report.md] [--plots DIR]\n\n")
 		fs.PrintDefaults()
@@ -93,7 +102,43 @@ func cmdEval(args []string) error {
 		}
 		rs[label] = recs
 	}
-	rep, err := eval.Evaluate(tr, rs)
+	opt := eval.DefaultOptions()
+	if *baselines != "" {
+		if *sp == "" || *rp == "" {
+			return errors.New("--baselines needs --sender-pcap and --receiver-pcap")
+		}
+		cfg, err := replay.Load(*cfgPath)
+		if err != nil {
+			return err
+		}
+		bc := eval.BaselineConfig{T: cfg.Interval.Nanoseconds(), RLIRateHz: *rliRate}
+		if err := bc.ParseBaselineList(*baselines); err != nil {
+			return fmt.Errorf("--baselines: %w", err)
+		}
+		pk, err := eval.PerPacketFromCaptures(*sp, *rp, cfg.CaptureConfig(), nil)
+		if err != nil {
+			return err
+		}
+		b, err := eval.RunBaselines(pk, bc)
+		if err != nil {
+			return err
+		}
+		if err := b.Apply(rs, &opt); err != nil {
+			return err
+		}
+	}
+	for _, s := range shipped {
+		label, v, ok := strings.Cut(s, "=")
+		n, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("--shipped-bytes %q: want label=BYTES", s)
+		}
+		if opt.ShippedBytes == nil {
+			opt.ShippedBytes = map[string]float64{}
+		}
+		opt.ShippedBytes[label] = n
+	}
+	rep, err := eval.EvaluateWith(tr, rs, opt)
 	if err != nil {
 		return err
 	}

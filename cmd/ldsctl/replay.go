@@ -81,9 +81,9 @@ func cmdReplay(args []string) error {
 	if *table > 0 {
 		report.Table(os.Stdout, ivs, *table)
 	}
-	fmt.Fprintf(os.Stderr, "replay done in %.2fs: intervals by outcome %v, %d flow records", sum.Elapsed.Seconds(), sum.Intervals, sum.Flows)
+	fmt.Fprintf(os.Stderr, "replay done in %.2fs: intervals by outcome %v, %d flow records, %d sketch bytes shipped", sum.Elapsed.Seconds(), sum.Intervals, sum.Flows, sum.SketchBytes)
 	if *out != "" {
-		fmt.Fprintf(os.Stderr, " written to %s", *out)
+		fmt.Fprintf(os.Stderr, "; results in %s", *out)
 	}
 	fmt.Fprintln(os.Stderr)
 	return nil

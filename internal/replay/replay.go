@@ -43,7 +43,10 @@ type Options struct {
 type Summary struct {
 	Intervals map[string]int // by outcome
 	Flows     int            // flow records published
-	Elapsed   time.Duration
+	// SketchBytes is what the sender shipped for the complete intervals
+	// (sketch chunks and boundary lists), the cost lds pays.
+	SketchBytes uint64
+	Elapsed     time.Duration
 }
 
 // Load reads a replay configuration: a receiver file (or defaults), with
@@ -114,6 +117,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 			if iv.Outcome == results.OutcomeMatched {
 				sum.Flows += len(iv.Flows)
 			}
+			sum.SketchBytes += iv.SketchBytes
 			if opt.Progress != nil && time.Since(last) > 200*time.Millisecond {
 				last = time.Now()
 				fmt.Fprintf(opt.Progress, "\rreplay: %d intervals final, %d flow records, interval %d", total(sum.Intervals), sum.Flows, iv.Interval)

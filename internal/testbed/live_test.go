@@ -1,0 +1,172 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// needLive skips (or fails under LDS_E2E_REQUIRED=1) when the live
+// testbed cannot run here.
+func needLive(t *testing.T) {
+	t.Helper()
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "needs root (network namespaces, veth, AF_PACKET)"
+	case testing.Short():
+		why = "skipped in -short mode (takes ~20 s)"
+	default:
+		for _, tool := range []string{"ip", "tcpdump"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				why = "needs " + tool + " (apt-get install iproute2 tcpdump)"
+			}
+		}
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("LDS_E2E_REQUIRED") == "1" && !testing.Short() {
+		t.Fatalf("LDS_E2E_REQUIRED=1 but the live testbed %s", why)
+	}
+	t.Skipf("SKIPPED: live end-to-end testbed %s", why)
+}
+
+// buildDaemons builds the three programs the testbed runs, as users get them.
+func buildDaemons(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/",
+		"github.com/lds-net/lds/cmd/lds-sender", "github.com/lds-net/lds/cmd/lds-receiver", "github.com/lds-net/lds/cmd/lds-linkem")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func runLive(t *testing.T, opt Options) *Result {
+	t.Helper()
+	opt.BinDir = buildDaemons(t)
+	opt.WorkDir = t.TempDir()
+	if d := os.Getenv("LDS_TESTBED_DIR"); d != "" {
+		opt.WorkDir = filepath.Clean(d) // kept after the test, for a look at the logs
+	}
+	opt.Prefix = fmt.Sprintf("ldstb-%d-%d", os.Getpid(), time.Now().UnixNano()%100000)
+	if p := os.Getenv("LDS_TESTBED_PREFIX"); p != "" {
+		opt.Prefix = p // scripts/e2e-live.sh deletes these namespaces if the run is cut short
+	}
+	opt.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, opt)
+	if err != nil {
+		t.Fatalf("testbed run (files in %s): %v", opt.WorkDir, err)
+	}
+	var b bytes.Buffer
+	if err := res.WriteMarkdown(&b, opt); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", b.String())
+	if p := os.Getenv("LDS_TESTBED_REPORT"); p != "" {
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return res
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+// check asserts what every live run must show: complete taps, no false
+// loss, coverage and median delay error of the large flows against the
+// tcpdump join, and total loss close to the truth.
+func check(t *testing.T, res *Result) {
+	t.Helper()
+	if res.Traffic.Sent == 0 || res.Traffic.SendErrors != 0 {
+		t.Fatalf("generator: %+v", res.Traffic)
+	}
+	// Tap A (tcpdump on mid's ingress) must have every generated packet,
+	// or the truth itself is incomplete.
+	if res.JoinPackets != res.Traffic.Sent {
+		t.Fatalf("tcpdump at tap A saw %d packets, the generator sent %d", res.JoinPackets, res.Traffic.Sent)
+	}
+	if f := res.Linkem.Forward; f.Overflow != 0 || f.Truncated != 0 || f.SendErrors != 0 {
+		t.Fatalf("emulator dropped frames for its own reasons: %+v", f)
+	}
+	// Every loss at tap B is the emulator's doing (it also saw the
+	// warm-up interval, so compare over every interval).
+	if lost := res.JoinPackets - res.JoinMatched; lost != res.Linkem.Forward.Lost {
+		t.Fatalf("truth lost %d packets, the emulator dropped %d (a tap or the relay lost packets)", lost, res.Linkem.Forward.Lost)
+	}
+	all, ok := res.Bin("all")
+	if !ok {
+		t.Fatal("no 'all' bin for the lds run")
+	}
+	if all.Reported == 0 {
+		t.Fatalf("no result record matched a truth record (%d results)", len(res.Results))
+	}
+	if all.FalseLoss != 0 {
+		t.Errorf("%d flows reported loss where the truth has none", all.FalseLoss)
+	}
+	if all.MissedLoss > all.LossFlows/10 {
+		t.Errorf("%d of %d flows with loss were reported without loss", all.MissedLoss, all.LossFlows)
+	}
+	// Lossy flows are reported (loss, packets) but may lack a delay with
+	// vlda k = 1; flows without loss must nearly all get one.
+	cv := res.Coverage(10)
+	if cv.Flows == 0 || float64(cv.Covered) < 0.9*float64(cv.Flows) {
+		t.Errorf("delay coverage of loss-free flows with >= 10 packets: %d of %d, want >= 90%%", cv.Covered, cv.Flows)
+	}
+	big, _ := res.Bin(">=100")
+	if big.DelayFlows == 0 || big.Covered == 0 {
+		t.Fatalf("no flow with >= 100 packets and a delay estimate in an interval (%d flows): nothing to judge", big.DelayFlows)
+	}
+	if big.MedianRelDelay > 0.05 {
+		t.Errorf("median relative delay error of flows with >= 100 packets: %.4f, want <= 0.05", big.MedianRelDelay)
+	}
+	est, tl := res.Totals()
+	if d := est - tl; d > 0.2*tl+5 || d < -0.2*tl-5 {
+		t.Errorf("estimated total loss %.1f, truth %.0f: off by more than 20%% + 5", est, tl)
+	}
+}
+
+// TestLive is the small live run of `make test`: 4 intervals of 1 s at
+// 3000 packets/s.
+func TestLive(t *testing.T) {
+	needLive(t)
+	check(t, runLive(t, DefaultOptions()))
+}
+
+// TestLiveLong is the longer run of scripts/e2e-live.sh (LDS_E2E_LONG=1;
+// LDS_TESTBED_INTERVALS, LDS_TESTBED_PPS, LDS_TESTBED_FLOWS override).
+func TestLiveLong(t *testing.T) {
+	if os.Getenv("LDS_E2E_LONG") != "1" {
+		t.Skip("SKIPPED: the long live run needs LDS_E2E_LONG=1 (scripts/e2e-live.sh sets it)")
+	}
+	needLive(t)
+	opt := DefaultOptions()
+	opt.Intervals, opt.Traffic.PPS, opt.Traffic.Flows = 20, 10000, 1000
+	for env, p := range map[string]*int{"LDS_TESTBED_INTERVALS": &opt.Intervals, "LDS_TESTBED_PPS": &opt.Traffic.PPS, "LDS_TESTBED_FLOWS": &opt.Traffic.Flows} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s=%q: %v", env, v, err)
+			}
+			*p = n
+		}
+	}
+	check(t, runLive(t, opt))
+}
