@@ -29,7 +29,7 @@ sketch:
   alpha: 0.1
   seed: "paper-eval"
   max_flows: 1048576
-  heavy: 100000
+  heavy: 10000
 capture:
   weights: ${6:-[]}
 CFG

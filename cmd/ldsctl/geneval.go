@@ -155,6 +155,9 @@ func cmdEval(args []string) error {
 		return err
 	}
 	if *plots != "" {
+		if err := os.MkdirAll(*plots, 0o755); err != nil {
+			return fmt.Errorf("--plots: %w", err)
+		}
 		files, err := eval.WritePlots(*plots, rep)
 		if err != nil {
 			return fmt.Errorf("--plots: %w", err)

@@ -270,8 +270,11 @@ func (c *Common) Validate() error {
 	if c.Sketch.MaxFlows < 1 {
 		errs = append(errs, errors.New("sketch.max_flows: must be >= 1"))
 	}
-	if c.Sketch.Heavy < 0 || c.Sketch.Heavy > 100000 {
-		errs = append(errs, errors.New("sketch.heavy: must be in [0, 100000]"))
+	if c.Sketch.Heavy < 0 || c.Sketch.Heavy > 10000 {
+		// The keys travel in the End frame, which must stay well under the
+		// receiver's max_frame_bytes (1 MiB by default): 10000 IPv6 keys
+		// take about 420 KB.
+		errs = append(errs, errors.New("sketch.heavy: must be in [0, 10000]"))
 	}
 	if err := c.LDAParams().Validate(); err != nil {
 		errs = append(errs, err)

@@ -98,6 +98,7 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{"receiver:\n  lateness: 0s\n", "receiver.lateness"},
 		{"receiver:\n  tls:\n    plaintext: false\n", "receiver.tls"},
 		{"log:\n  level: loud\n", "log.level"},
+		{"sketch:\n  heavy: 20000\n", "sketch.heavy"},
 		{"capture:\n  classes:\n    - {name: x, dscp: 46}\n", "dscp"},
 	}
 	for _, c := range cases {
