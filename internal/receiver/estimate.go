@@ -65,7 +65,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		return 1
 	}
 	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: weight}
-	var ests []sketch.FlowEstimate
+	var ests, fallback []sketch.FlowEstimate
 	var err error
 	if e.Estimator == sketch.EstimatorDecode {
 		// The receiver knows exactly how many packets of each flow it put
@@ -81,6 +81,12 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			}
 		}
 		ests, err = sketch.EstimateDecode(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt})
+		if err == nil {
+			// Where the cells cannot separate a flow from its neighbours,
+			// the decoder's value is only its prior (the interval mean);
+			// the paper's least-crowded-cell estimate is better there.
+			fallback, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
+		}
 	} else {
 		ests, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
 	}
@@ -105,12 +111,14 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			r.Status = "clock_unsynced"
 			continue // delays from unsynchronized clocks are withheld, counts still publish
 		}
+		if !est.Identified && fallback != nil && !math.IsNaN(fallback[i].Delay) {
+			est.Delay, est.CI95, est.Identified = fallback[i].Delay, fallback[i].CI95, true
+			r.Estimator = string(sketch.EstimatorPaper)
+		}
 		switch {
 		case math.IsNaN(est.Delay):
 			r.Status = "no_usable_cell"
 		case !est.Identified:
-			// Usable cells, but shared with other flows in every one of
-			// them: the value would be the prior, not a measurement.
 			r.Status = "not_identified"
 		default:
 			r.DelayNS, r.StddevNS, r.CI95NS = results.Float(est.Delay), results.Float(est.Stddev), results.Float(est.CI95)
