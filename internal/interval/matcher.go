@@ -204,7 +204,7 @@ func (m *Matcher) resolve(now time.Time) {
 		case ok:
 			sp := &split{}
 			for i := range pk {
-				if _, found := slices.BinarySearch(list, pk[i].PktHash); found {
+				if _, found := slices.BinarySearch(list, BoundaryKey(pk[i].PktHash)); found {
 					sp.prev = append(sp.prev, pk[i])
 				} else {
 					sp.next = append(sp.next, pk[i])

@@ -54,6 +54,7 @@ func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
 		}
 	}
 	slices.Sort(out.Boundary)
+	out.Boundary = slices.Compact(out.Boundary)
 	out.Heavy, out.HeavyN = top(all, m.heavy)
 	return out, nil
 }
@@ -77,6 +78,7 @@ func (m *SenderMerger) Flush() []*SenderInterval {
 			}
 		}
 		slices.Sort(first.Boundary)
+		first.Boundary = slices.Compact(first.Boundary)
 		first.Partial = true // a worker's share is missing
 		out = append(out, first)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
@@ -80,52 +81,144 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 	return append(append([]*ldsv1.SenderFrame{start}, frames...), end), nil
 }
 
-// EncodeHashes writes sorted hashes as a count and delta varints.
+// EncodeHashes writes sorted, distinct values (the boundary list: packet
+// hash prefixes, see interval.BoundaryKey) compactly: the count and the
+// first value as uvarints, then each gap minus one Rice-coded with a
+// parameter chosen from the mean gap. Random values spread over 2^b cost
+// about b - log2(n) + 2 bits each, against 7-8 bytes as varints.
 func EncodeHashes(h []uint64) []byte {
-	b := binary.AppendUvarint(make([]byte, 0, 4+len(h)*8), uint64(len(h)))
-	var prev uint64
-	for _, x := range h {
-		b = binary.AppendUvarint(b, x-prev)
-		prev = x
+	b := binary.AppendUvarint(make([]byte, 0, 16+len(h)*4), uint64(len(h)))
+	if len(h) == 0 {
+		return b
 	}
-	return b
+	b = binary.AppendUvarint(b, h[0])
+	k := 0
+	if len(h) > 1 {
+		if mean := (h[len(h)-1] - h[0]) / uint64(len(h)-1); mean > 1 {
+			k = bits.Len64(mean*7/10) - 1 // near-optimal Rice parameter, log2(mean·ln 2)
+		}
+	}
+	b = append(b, byte(k))
+	var w bitWriter
+	w.b = b
+	for i := 1; i < len(h); i++ {
+		d := h[i] - h[i-1] - 1
+		for q := d >> k; q > 0; q-- {
+			w.bit(1)
+		}
+		w.bit(0)
+		for j := k - 1; j >= 0; j-- {
+			w.bit(uint(d>>j) & 1)
+		}
+	}
+	return w.flush()
 }
 
-// DecodeHashes reads EncodeHashes' output, refusing more than limit hashes.
+type bitWriter struct {
+	b   []byte
+	acc byte
+	n   uint
+}
+
+func (w *bitWriter) bit(v uint) {
+	w.acc = w.acc<<1 | byte(v)
+	if w.n++; w.n == 8 {
+		w.b = append(w.b, w.acc)
+		w.acc, w.n = 0, 0
+	}
+}
+
+func (w *bitWriter) flush() []byte {
+	if w.n > 0 {
+		w.b = append(w.b, w.acc<<(8-w.n)) // zero padding
+	}
+	return w.b
+}
+
+// DecodeHashes reads EncodeHashes' output, refusing more than limit values,
+// and anything unsorted, truncated, padded with ones or followed by bytes.
 func DecodeHashes(b []byte, limit int) ([]uint64, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 {
 		return nil, errors.New("boundary list: bad count")
 	}
 	limit = max(limit, 0)
-	if n > uint64(limit) || n > uint64(len(b)) {
+	// Every value after the first takes at least one bit.
+	if n > uint64(limit) || n > 8*uint64(len(b))+1 {
 		return nil, fmt.Errorf("boundary list: %d hashes exceed the limit %d or the %d bytes sent", n, limit, len(b))
 	}
 	b = b[k:]
+	if n == 0 {
+		if len(b) != 0 {
+			return nil, fmt.Errorf("boundary list: %d trailing bytes", len(b))
+		}
+		return nil, nil
+	}
+	first, k := binary.Uvarint(b)
+	if k <= 0 || len(b) < k+1 {
+		return nil, errors.New("boundary list: truncated header")
+	}
+	rice := int(b[k])
+	if rice > 63 {
+		return nil, fmt.Errorf("boundary list: Rice parameter %d out of range", rice)
+	}
+	r := bitReader{b: b[k+1:]}
 	out := make([]uint64, n)
-	var prev uint64
-	for i := range out {
-		d, k := binary.Uvarint(b)
-		if k <= 0 {
-			return nil, fmt.Errorf("boundary list: truncated at hash %d of %d", i, n)
+	out[0] = first
+	for i := 1; i < len(out); i++ {
+		var q uint64
+		for {
+			v, ok := r.bit()
+			if !ok {
+				return nil, fmt.Errorf("boundary list: truncated at hash %d of %d", i, n)
+			}
+			if v == 0 {
+				break
+			}
+			q++
 		}
-		if i > 0 && d == 0 {
-			// Sorted distinct hashes; a repeated hash is harmless but a zero
-			// delta after the first is how garbage usually looks.
-			return nil, fmt.Errorf("boundary list: repeated hash at %d", i)
+		if q>>(64-rice) != 0 {
+			return nil, fmt.Errorf("boundary list: hash %d wraps past 2^64 (not sorted)", i)
 		}
-		if prev+d < prev {
+		d := q << rice
+		for j := rice - 1; j >= 0; j-- {
+			v, ok := r.bit()
+			if !ok {
+				return nil, fmt.Errorf("boundary list: truncated at hash %d of %d", i, n)
+			}
+			d |= uint64(v) << j
+		}
+		next := out[i-1] + d + 1
+		if next <= out[i-1] {
 			// The receiver binary-searches the list: it must stay sorted.
 			return nil, fmt.Errorf("boundary list: hash %d wraps past 2^64 (not sorted)", i)
 		}
-		prev += d
-		out[i] = prev
-		b = b[k:]
+		out[i] = next
 	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("boundary list: %d trailing bytes", len(b))
+	if rest := len(r.b) - r.i; rest > 1 || rest == 1 && r.n == 0 {
+		return nil, fmt.Errorf("boundary list: %d trailing bytes", rest)
+	}
+	if r.n > 0 && r.b[r.i]<<r.n != 0 {
+		return nil, errors.New("boundary list: non-zero padding")
 	}
 	return out, nil
+}
+
+type bitReader struct {
+	b []byte
+	i int  // current byte
+	n uint // bits of b[i] consumed
+}
+
+func (r *bitReader) bit() (uint, bool) {
+	if r.i >= len(r.b) {
+		return 0, false
+	}
+	v := uint(r.b[r.i]>>(7-r.n)) & 1
+	if r.n++; r.n == 8 {
+		r.i, r.n = r.i+1, 0
+	}
+	return v, true
 }
 
 // Limits bound what one stream may make the receiver allocate.

@@ -33,7 +33,7 @@ const (
 	ChunkKind_CHUNK_KIND_UNSPECIFIED ChunkKind = 0
 	ChunkKind_CHUNK_KIND_LDS         ChunkKind = 1 // the interval's LDS (sketch.MarshalBinary), possibly split
 	ChunkKind_CHUNK_KIND_LDA         ChunkKind = 2 // one LDA per class, class index in Chunk.class
-	ChunkKind_CHUNK_KIND_BOUNDARY    ChunkKind = 3 // packet hashes seen in [B - max_delay - guard, B), sorted, delta-varint
+	ChunkKind_CHUNK_KIND_BOUNDARY    ChunkKind = 3 // top 40 bits of the packet hashes seen in [B - max_delay - guard, B): count, first (uvarint), Rice parameter (byte), Rice-coded gaps minus one
 )
 
 // Enum value maps for ChunkKind.
