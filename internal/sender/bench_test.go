@@ -1,0 +1,82 @@
+package sender
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/interval"
+)
+
+// BenchmarkPacketPath: the sender's whole per-packet path from a frame in
+// memory: parse, flow key, both hashes, then the interval builder (LDS
+// update, LDA update, boundary list, heavy-flow count). One core.
+func BenchmarkPacketPath(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		vlda     int
+		sampling []float64
+		cols     int
+	}{
+		{"R4-k1-C4096", 1, []float64{1, 1, 1, 1}, 4096},
+		{"R4-k1-C17500", 1, []float64{1, 1, 1, 1}, 17500},
+		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := config.DefaultCommon()
+			c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = tc.vlda, tc.sampling, tc.cols
+			p, err := capture.NewParser(c.CaptureConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ip := interval.Params{T: int64(time.Second), MaxDelay: int64(c.MaxDelay), Guard: int64(c.Guard),
+				Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20}
+			sb, err := interval.NewSenderBuilder(ip, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			frames := makeFrames(b, 4096, 20000)
+			var pkt capture.Packet
+			emit := func(*interval.SenderInterval) {}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f := frames[i&4095]
+				if !p.Parse(f, len(f), int64(i)*1000, layers.LinkTypeEthernet, &pkt) {
+					b.Fatal("frame not parsed")
+				}
+				sb.Add(&pkt, emit)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
+		})
+	}
+}
+
+// makeFrames builds n Ethernet/IPv4/TCP frames over the given number of flows.
+func makeFrames(b *testing.B, n, flows int) [][]byte {
+	b.Helper()
+	out := make([][]byte, n)
+	payload := make([]byte, 200)
+	for i := range out {
+		f := (i * 7919) % flows
+		eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, Id: uint16(i),
+			SrcIP: net.IP{10, byte(f >> 16), byte(f >> 8), byte(f)}, DstIP: net.IP{192, 0, 2, 1}}
+		tcp := &layers.TCP{SrcPort: layers.TCPPort(1024 + f%60000), DstPort: 443, Seq: uint32(i) * 1448, ACK: true, Window: 512}
+		if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+			b.Fatal(err)
+		}
+		payload[0], payload[1] = byte(i), byte(i>>8)
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp, gopacket.Payload(payload)); err != nil {
+			b.Fatal(err)
+		}
+		out[i] = append([]byte(nil), buf.Bytes()...)
+	}
+	return out
+}
