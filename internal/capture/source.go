@@ -3,6 +3,7 @@ package capture
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/gopacket/gopacket/layers"
@@ -180,4 +181,28 @@ func CloseReaders(rs []*Reader) error {
 		errs = append(errs, r.src.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// EachPacket calls fn for every measured packet of a capture file, in file
+// order, until fn returns false (ground-truth joins, evaluation, tools).
+func EachPacket(path string, p *Parser, fn func(*Packet) bool) error {
+	src, err := OpenFile(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	rd := NewReader(src, p)
+	var pk Packet
+	for {
+		err := rd.Next(&pk)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !fn(&pk) {
+			return nil
+		}
+	}
 }

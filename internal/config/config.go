@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -401,23 +400,6 @@ func (c *Common) Fingerprint() map[string]string {
 		f[k] = v
 	}
 	return f
-}
-
-// Diff names the keys whose values differ between two fingerprints.
-func Diff(a, b map[string]string) []string {
-	var keys []string
-	for k, v := range a {
-		if b[k] != v {
-			keys = append(keys, k)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func floats(v []float64, rows int) string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lds-net/lds/internal/wire"
+
 	"gopkg.in/yaml.v3"
 )
 
@@ -120,7 +122,7 @@ func TestFingerprintDiffNamesKeys(t *testing.T) {
 	b.Sketch.Seed = "other"
 	b.Sketch.Columns = 8192
 	b.Interval *= 2
-	d := Diff(a.Fingerprint(), b.Fingerprint())
+	d := wire.DiffFingerprints(a.Fingerprint(), b.Fingerprint())
 	want := []string{"interval", "sketch.columns", "sketch.seed"}
 	if !slices.Equal(d, want) {
 		t.Errorf("diff %v, want %v", d, want)
@@ -131,7 +133,7 @@ func TestFingerprintDiffNamesKeys(t *testing.T) {
 		}
 	}
 	c := DefaultCommon()
-	if len(Diff(a.Fingerprint(), c.Fingerprint())) != 0 {
+	if len(wire.DiffFingerprints(a.Fingerprint(), c.Fingerprint())) != 0 {
 		t.Error("equal configurations must not differ")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -146,14 +147,6 @@ func (s *accs) records(t int64, label string, withLoss bool) []results.FlowRecor
 	return out
 }
 
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return q
-}
-
 // exact aggregates the true delays per (interval, flow).
 type exact struct {
 	t int64
@@ -161,7 +154,7 @@ type exact struct {
 }
 
 func (e *exact) add(p *PacketDelay) {
-	a := &e.a[e.slot(floorDiv(p.SendNS, e.t), &p.Key)]
+	a := &e.a[e.slot(interval.ID(p.SendNS, e.t), &p.Key)]
 	a.sent++
 	if p.Lost {
 		a.lost++
@@ -217,14 +210,14 @@ func (r *rli) add(p *PacketDelay) {
 	first := false
 	if !r.started {
 		r.started = true
-		r.maxSend, r.lastTick = p.SendNS, floorDiv(p.SendNS, r.tick)
+		r.maxSend, r.lastTick = p.SendNS, interval.ID(p.SendNS, r.tick)
 		r.st.FirstSendNS = p.SendNS
 		first = true
 	} else if p.SendNS < r.maxSend {
 		r.st.OutOfOrder++
 	} else {
 		r.maxSend = p.SendNS
-		if tk := floorDiv(p.SendNS, r.tick); tk > r.lastTick {
+		if tk := interval.ID(p.SendNS, r.tick); tk > r.lastTick {
 			r.lastTick, first = tk, true
 		}
 	}
@@ -247,7 +240,7 @@ func (r *rli) add(p *PacketDelay) {
 	for len(r.heap) > 0 && r.heap[0].recv <= r.maxSend {
 		r.handle(r.pop())
 	}
-	slot := r.slot(floorDiv(p.SendNS, r.t), &p.Key)
+	slot := r.slot(interval.ID(p.SendNS, r.t), &p.Key)
 	r.a[slot].sent++ // the receiver counts only what it receives
 	r.push(pendPkt{recv: p.RecvNS, send: p.SendNS, slot: slot, ref: first})
 }

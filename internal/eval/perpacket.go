@@ -2,9 +2,7 @@ package eval
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/lds-net/lds/internal/capture"
@@ -112,7 +110,7 @@ func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, 
 			return err
 		}
 		m := map[pktID]joinEntry{}
-		err = eachPacket(senderPcap, p, func(pk *capture.Packet) bool {
+		err = capture.EachPacket(senderPcap, p, func(pk *capture.Packet) bool {
 			id := pktID{pk.FlowHash, pk.PktHash}
 			if e, ok := m[id]; ok {
 				e.dup = true
@@ -126,7 +124,7 @@ func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, 
 		if err != nil {
 			return fmt.Errorf("sender capture %s: %w", senderPcap, err)
 		}
-		err = eachPacket(receiverPcap, p, func(pk *capture.Packet) bool {
+		err = capture.EachPacket(receiverPcap, p, func(pk *capture.Packet) bool {
 			id := pktID{pk.FlowHash, pk.PktHash}
 			e, ok := m[id]
 			if !ok || e.dup || e.got {
@@ -141,7 +139,7 @@ func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, 
 			return fmt.Errorf("receiver capture %s: %w", receiverPcap, err)
 		}
 		var pd PacketDelay
-		err = eachPacket(senderPcap, p, func(pk *capture.Packet) bool {
+		err = capture.EachPacket(senderPcap, p, func(pk *capture.Packet) bool {
 			e := m[pktID{pk.FlowHash, pk.PktHash}]
 			if e.dup {
 				return true
@@ -162,28 +160,4 @@ func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, 
 		}
 		return nil
 	}, nil
-}
-
-// eachPacket calls fn for every measured packet of a capture file until fn
-// returns false.
-func eachPacket(path string, p *capture.Parser, fn func(*capture.Packet) bool) error {
-	src, err := capture.OpenFile(path)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	rd := capture.NewReader(src, p)
-	var pk capture.Packet
-	for {
-		err := rd.Next(&pk)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !fn(&pk) {
-			return nil
-		}
-	}
 }

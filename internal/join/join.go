@@ -6,9 +6,7 @@
 package join
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 
@@ -63,15 +61,16 @@ func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Resul
 	}
 	sentAt := map[ident]sent{}
 	res := &Result{Flows: map[FlowID]*Flow{}}
-	err = each(senderPcap, p, func(pk *capture.Packet) {
+	err = capture.EachPacket(senderPcap, p, func(pk *capture.Packet) bool {
 		id := ident{pk.Key, pk.PktHash}
 		if s, ok := sentAt[id]; ok {
 			s.dup = true
 			sentAt[id] = s
 			res.Duplicates++
-			return
+			return true
 		}
 		sentAt[id] = sent{ts: pk.TS}
+		return true
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sender capture: %w", err)
@@ -84,12 +83,12 @@ func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Resul
 	}
 	delays := map[FlowID]*acc{}
 	recvd := map[ident]bool{}
-	err = each(receiverPcap, p, func(pk *capture.Packet) {
+	err = capture.EachPacket(receiverPcap, p, func(pk *capture.Packet) bool {
 		id := ident{pk.Key, pk.PktHash}
 		s, ok := sentAt[id]
 		if !ok || s.dup || recvd[id] {
 			res.Unmatched++
-			return
+			return true
 		}
 		recvd[id] = true
 		fid := FlowID{interval.ID(s.ts, t), pk.Key}
@@ -105,6 +104,7 @@ func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Resul
 		a.n++
 		a.sum += d - a.shift
 		a.sq += (d - a.shift) * (d - a.shift)
+		return true
 	})
 	if err != nil {
 		return nil, fmt.Errorf("receiver capture: %w", err)
@@ -145,26 +145,6 @@ func (r *Result) Sorted() []*Flow {
 		return out[i].Key.String() < out[j].Key.String()
 	})
 	return out
-}
-
-func each(path string, p *capture.Parser, fn func(*capture.Packet)) error {
-	src, err := capture.OpenFile(path)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	rd := capture.NewReader(src, p)
-	var pk capture.Packet
-	for {
-		err := rd.Next(&pk)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		fn(&pk)
-	}
 }
 
 // Truth converts the join into ground-truth records (the format of

@@ -204,7 +204,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		senders[e.ID] = true
 	}
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
-		Fingerprint: r.cfg.Fingerprint(), Params: r.params, Senders: senders, Version: r.opt.Version, Diff: config.Diff,
+		Fingerprint: r.cfg.Fingerprint(), Params: r.params, Senders: senders, Version: r.opt.Version,
 		Limits: wire.Limits{MaxSketchBytes: r.cfg.Receiver.MaxSketchBytes, MaxCells: r.params.Sketch.Rows*r.params.Sketch.Columns + 1<<22,
 			MaxClasses: r.params.Classes},
 	}, r, r.log))

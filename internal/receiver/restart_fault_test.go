@@ -19,7 +19,6 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 
-	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/wire"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
@@ -190,7 +189,7 @@ func TestReceiverDropsResentDuplicates(t *testing.T) {
 	}
 	srv := grpc.NewServer(wire.ServerOptions(nil, f.cfg.Receiver.MaxFrameBytes)...)
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{Fingerprint: f.cfg.Fingerprint(), Params: f.params,
-		Diff: config.Diff, Version: "test", Limits: wire.Limits{MaxSketchBytes: f.cfg.Receiver.MaxSketchBytes,
+		Version: "test", Limits: wire.Limits{MaxSketchBytes: f.cfg.Receiver.MaxSketchBytes,
 			MaxCells: f.params.Sketch.Rows*f.params.Sketch.Columns + 1<<22, MaxClasses: f.params.Classes}}, h, testLogger(t, "faults")))
 	go func() { _ = srv.Serve(faultLis) }()
 	t.Cleanup(srv.Stop)

@@ -45,7 +45,6 @@ type ServerConfig struct {
 	Limits      Limits
 	Senders     map[string]bool // allowed sender ids; empty = any
 	Version     string
-	Diff        func(a, b map[string]string) []string
 }
 
 // Server implements the SketchExchange service.
@@ -58,9 +57,6 @@ type Server struct {
 
 // NewServer makes the service; register it on a grpc.Server.
 func NewServer(cfg ServerConfig, h Handler, log *slog.Logger) *Server {
-	if cfg.Diff == nil {
-		cfg.Diff = DiffFingerprints
-	}
 	return &Server{cfg: cfg, h: h, log: log}
 }
 
@@ -102,7 +98,7 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 		s.h.FrameError(id, "unknown_sender")
 		return status.Errorf(codes.PermissionDenied, "sender %q is not in receiver.senders", id)
 	}
-	if d := s.cfg.Diff(s.cfg.Fingerprint, hello.Fingerprint); len(d) > 0 {
+	if d := DiffFingerprints(s.cfg.Fingerprint, hello.Fingerprint); len(d) > 0 {
 		s.h.FrameError(id, "config_mismatch")
 		return status.Errorf(codes.FailedPrecondition, "configuration of sender %q differs from the receiver's in: %s (both ends must use the same values)", id, strings.Join(d, ", "))
 	}

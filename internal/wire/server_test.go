@@ -258,7 +258,7 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRecHandler()
 			cfg := serverConfig()
-			cfg.Fingerprint, cfg.Diff = base.Fingerprint(), config.Diff
+			cfg.Fingerprint = base.Fingerprint()
 			addr, _ := startServer(t, nil, cfg, h, nil, 1<<20)
 			snd := base
 			snd.Sketch.Sampling = slices.Clone(base.Sketch.Sampling)
