@@ -72,6 +72,9 @@ func replayScenario(t *testing.T, sc gen.Scenario, configure func(*Options)) run
 	if truth.Unmatched != 0 || truth.Duplicates != 0 {
 		t.Fatalf("join: %d unmatched, %d duplicate identities", truth.Unmatched, truth.Duplicates)
 	}
+	if n := checkSchema(t, out); n == 0 {
+		t.Fatal("empty results file")
+	}
 	recs := readJSONL(t, out)
 	r := run{truth: truth, recs: map[join.FlowID]results.FlowRecord{}, outcome: sum.Intervals}
 	for _, rec := range recs {
