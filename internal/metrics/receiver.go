@@ -24,7 +24,7 @@ import (
 func knownOutcomes() []string {
 	return []string{
 		results.OutcomeMatched, results.OutcomePartial, results.OutcomeVoidedGap, results.OutcomeNoSender,
-		results.OutcomeUnsynced, results.OutcomeDuplicate, results.OutcomeNoReceiver,
+		results.OutcomeUnsynced, results.OutcomeDuplicate, results.OutcomeNoReceiver, results.OutcomeFailed,
 	}
 }
 

@@ -455,9 +455,10 @@ func (r *Receiver) finish(s *senderState, mt *interval.Matched) {
 	s.mu.Unlock()
 	name := s.name()
 	clk := r.clock(name, mt)
-	iv, err := r.est.Estimate(name, mt, clk)
+	iv, err := r.estimate(name, mt, clk)
 	if err != nil {
-		r.log.Error("estimation failed", "sender", name, "interval", mt.ID, "err", err)
+		r.log.Error("estimation failed: interval not published", "sender", name, "interval", mt.ID, "err", err)
+		r.metrics.IntervalOutcome(name, results.OutcomeFailed)
 		return
 	}
 	if mt.Unresolved > 0 || mt.Late > 0 {
@@ -480,6 +481,17 @@ func (r *Receiver) ownClock() interval.ClockStatus {
 // clock judges an interval by both ends' clocks: the sender's when it
 // closed the interval, the receiver's when it sealed it. Anything but
 // synced (or disabled by choice) withholds the delays.
+// estimate runs the estimator, turning a panic into an error: the sketches
+// come from another host, and one bad interval must not stop the daemon.
+func (r *Receiver) estimate(name string, mt *interval.Matched, clk Clock) (iv *results.Interval, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			iv, err = nil, fmt.Errorf("estimator panic: %v", p)
+		}
+	}()
+	return r.est.Estimate(name, mt, clk)
+}
+
 func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
 	if r.opt.Replay {
 		return Clock{}

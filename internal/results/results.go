@@ -84,6 +84,7 @@ const (
 	OutcomeUnsynced   = "clock_unsynced"
 	OutcomeDuplicate  = "duplicate"
 	OutcomeNoReceiver = "no_receiver_sketch"
+	OutcomeFailed     = "estimation_failed"
 )
 
 // Float returns a pointer to v, or nil where v is NaN or infinite, so that
