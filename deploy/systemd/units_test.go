@@ -8,20 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-func requireOrSkip(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("LDS_E2E_REQUIRED") == "1" {
-		t.Fatalf("required (LDS_E2E_REQUIRED=1) but unavailable: %s", why)
-	}
-	t.Skipf("SKIPPED LOUDLY: %s", why)
-}
+	"github.com/lds-net/lds/internal/testutil"
+)
 
 func TestUnitsVerify(t *testing.T) {
 	sa, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		requireOrSkip(t, "systemd-analyze not installed (Debian package systemd)")
+		testutil.SkipOrFail(t, "%s", "systemd-analyze not installed (Debian package systemd)")
 	}
 	dir := t.TempDir()
 	for _, name := range []string{"lds-sender", "lds-receiver"} {

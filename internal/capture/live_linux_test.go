@@ -15,18 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lds-net/lds/internal/testutil"
+
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
 )
-
-// skipOrFail skips loudly, or fails when end-to-end tests are required.
-func skipOrFail(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("LDS_E2E_REQUIRED") == "1" {
-		t.Fatal("LDS_E2E_REQUIRED=1 but: " + reason)
-	}
-	t.Skip("SKIPPED LIVE CAPTURE TEST: " + reason)
-}
 
 type vethPair struct{ nsA, nsB, ifA, ifB string }
 
@@ -42,10 +35,10 @@ func run(t *testing.T, args ...string) {
 func newVeth(t *testing.T) *vethPair {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root to create network namespaces")
+		testutil.SkipOrFail(t, "%s", "needs root to create network namespaces")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		skipOrFail(t, "needs iproute2 (ip)")
+		testutil.SkipOrFail(t, "%s", "needs iproute2 (ip)")
 	}
 	tag := fmt.Sprintf("%d-%d", os.Getpid(), rand.IntN(1000))
 	v := &vethPair{nsA: "ldscap-" + tag + "-a", nsB: "ldscap-" + tag + "-b",
