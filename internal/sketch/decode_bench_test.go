@@ -70,3 +70,31 @@ func BenchmarkEstimateDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeStages times the two dominant stages alone on the k=5
+// multi-bank system (the decoder is built once): the final delay solve
+// (50 CG iterations) and the identification step.
+func BenchmarkDecodeStages(b *testing.B) {
+	p := Params{Rows: 4, Columns: 17500, VLDA: 5, Sampling: []float64{0.01, 0.1, 0.5, 1}}
+	snd, rcv, comp := benchDecodeInput(b, p, 150000)
+	d, _, err := estimateDecode(snd, rcv, comp, DecodeOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// d.y holds identify's scratch by now and d.wgt the last solve's
+	// weights: the values do not matter for the timing.
+	b.Run("pcg50", func(b *testing.B) {
+		x := make([]float64, d.nA)
+		for b.Loop() {
+			clear(x)
+			d.opt.Tol = 1e-300 // all 50 iterations
+			d.pcg(d.eA, d.wgt, d.y, d.lam[:d.nA], x, 50)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/50/float64(len(d.eCell)), "ns/entry/iter")
+	})
+	b.Run("identify", func(b *testing.B) {
+		for b.Loop() {
+			d.identify()
+		}
+	})
+}

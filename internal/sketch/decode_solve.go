@@ -1,6 +1,9 @@
 package sketch
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // varPriorWeight is the (weak) prior precision of a flow's delay variance
 // toward the interval's typical variance σ̄², in units of 1/σ̄⁴: one cell
@@ -15,12 +18,22 @@ const varPriorWeight = 0.01
 // with noise variance about 2·E[x_c²]² (a χ²₁ per cell).
 func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 	nC := len(d.cY)
-	y := make([]float64, nC)
-	wgt := make([]float64, nC)
+	y, wgt := d.y, d.wgt
 	s2 := d.sig2
+	// The warm start's variances in solver order (pcg's q as scratch: it
+	// is only used once pcg runs): 8 bytes per flow instead of a
+	// FlowEstimate per look-up in the loop over entries.
+	wv := d.q[:d.nA]
+	for f := range wv {
+		wv[f] = s2
+		if sd := warm[d.perm[f]].Stddev; !math.IsNaN(sd) {
+			wv[f] = sd * sd
+		}
+	}
 	for c := 0; c < nC; c++ {
 		miss := d.cMiss[c]
 		if math.IsNaN(miss) || d.cN[c] <= 0 {
+			y[c], wgt[c] = 0, 0
 			continue
 		}
 		m := d.cY[c] / d.cN[c]
@@ -34,37 +47,40 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 			dd := d.mu + d.x[f] - m
 			b := d.eB[e]
 			known += b * (dd*dd + s2) // s2: the unknowns are centred on σ̄²
-			v := s2
-			if sd := warm[f].Stddev; !math.IsNaN(sd) {
-				v = sd * sd
-			}
-			expect += b * (dd*dd + v)
+			expect += b * (dd*dd + wv[f])
 		}
 		y[c] = x*x - known
 		wgt[c] = 1 / (2*expect*expect + noiseFloor*s2*s2)
 	}
-	xs := make([]float64, len(d.x))
+	// Only the nA flows with an equation are solved for; the others keep
+	// σ̄² (their prior variance is all they get).
+	nA := d.nA
+	xs := make([]float64, nA)
 	for f := range xs {
-		if sd := warm[f].Stddev; !math.IsNaN(sd) {
+		if sd := warm[d.perm[f]].Stddev; !math.IsNaN(sd) {
 			xs[f] = max(-s2, min(10*s2, sd*sd-s2))
 		}
 	}
-	lam := make([]float64, len(xs))
+	lam := make([]float64, nA)
 	for f := range lam {
 		lam[f] = d.opt.PriorWeight * varPriorWeight / (s2 * s2)
 	}
 	d.iters[1] = d.pcg(d.eB, wgt, y, lam, xs, min(d.opt.MaxIter, preIter))
-	var typical []float64
-	for f := range xs {
-		d.varF[f] = max(0, s2+xs[f])
+	typical := d.buf[:0]
+	for f := range d.varF {
+		v := s2
+		if f < nA {
+			v = max(0, s2+xs[f])
+		}
+		d.varF[f] = v
 		if d.smp[f] >= 20 {
-			typical = append(typical, d.varF[f])
+			typical = append(typical, v)
 		}
 	}
 	// The typical packet variance, now from decoded flows rather than the
 	// collision-blurred warm start: it sets the noise floors.
 	if len(typical) >= 5 {
-		d.sig2 = max(1, median(typical))
+		d.sig2 = max(1, medianInPlace(typical))
 	}
 	d.setPrior()
 }
@@ -79,19 +95,29 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 //
 // over U. Flows that share all their cells in the same proportions (no
 // separating cell) keep about the prior variance and are not identified.
+//
+// Cost: the scan of f's cells is sequential over cell-major copies of what
+// it needs (no random access per flow g). A flow g with a single usable
+// cell can share only that cell with f, so its term (a²/(P_g − p_gc)) is
+// precomputed per entry and just added; only flows with several usable
+// cells go through a small hash table (reset by generation, in L1) that
+// finds those sharing more than one of f's cells, whose terms couple them.
 func (d *lsDecoder) identify() {
-	nF, nC := len(d.x), len(d.cY)
+	nA, nE := d.nA, len(d.eCell)
 	lam := d.lam
+	for f := nA; f < len(d.post); f++ {
+		d.post[f] = 1 / lam[f]
+	}
 	// Level-1 information each entry brings to its flow: the cell's other
 	// flows at their prior variance.
-	q := make([]float64, nC)
+	q := d.t // pcg's scratch: the solves are done
 	copy(q, d.cV)
 	for e, c := range d.eCell {
 		q[c] += d.eA[e] * d.eA[e] / lam[d.eFlow[e]]
 	}
-	pe := make([]float64, len(d.eCell))
-	P := make([]float64, nF)
-	for f := 0; f < nF; f++ {
+	pe := make([]float64, nE)
+	P := d.r[:nA]
+	for f := 0; f < nA; f++ {
 		P[f] = lam[f]
 		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
 			c := d.eCell[e]
@@ -108,32 +134,121 @@ func (d *lsDecoder) identify() {
 	// T_c = Σ_g a_gc²·s_g over the cell, s_g the variance g keeps without
 	// cell c: a flow with a single usable cell needs nothing else (no loop
 	// can pass through one cell), which spares most small flows the scan.
-	T := make([]float64, nC)
+	T := d.y
+	clear(T)
 	for e, c := range d.eCell {
 		if !math.IsInf(d.cV[c], 1) {
 			g := d.eFlow[e]
 			T[c] += d.eA[e] * d.eA[e] / max(P[g]-pe[e], lam[g])
 		}
 	}
-	type rec struct {
-		g, li, prev int32
-		a           float64
+	// Cell-major copies of what the scan needs, so that it reads memory in
+	// order (the scan touches Σ_c |c|² entries, mostly out of cache). Hot:
+	// the flow, the single-cell term a²·s_g, and a 32-bit signature of g's
+	// other usable cells (bit c mod 32; a flow's cells in a row are
+	// consecutive numbers, so they get distinct bits). If it misses f's
+	// cells, g shares no other cell with f and the single-cell term is
+	// exact; otherwise (a real share, common with k > 1 as neighbouring
+	// windows overlap, or a false alarm) it goes through the hash table.
+	type hotEntry struct {
+		g     int32
+		other uint32
+		s1    float64
 	}
-	var recs []rec
-	stamp := make([]int32, nF)
-	excl := make([]float64, nF)
-	head := make([]int32, nF)
+	type coldEntry struct {
+		a, pe, pg, lmg float64
+	}
+	pos := make([]int32, nE)
+	for j, e := range d.cEnt {
+		pos[e] = int32(j)
+	}
+	hot := make([]hotEntry, nE)
+	cold := make([]coldEntry, nE)
+	sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
+	for g := 0; g < nA; g++ {
+		sigE = sigE[:0]
+		var acc uint32
+		for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
+			sigE = append(sigE, acc)
+			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+				acc |= 1 << (uint(c) & 31)
+			}
+		}
+		acc = 0 // suffix ORs
+		for e := d.fStart[g+1] - 1; e >= d.fStart[g]; e-- {
+			i := e - d.fStart[g]
+			sigE[i] |= acc
+			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+				acc |= 1 << (uint(c) & 31)
+			}
+		}
+		for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
+			if math.IsInf(d.cV[d.eCell[e]], 1) {
+				continue
+			}
+			j := pos[e]
+			a := d.eA[e]
+			hot[j] = hotEntry{g: int32(g), s1: a * a * (1 / max(P[g]-pe[e], lam[g])), other: sigE[e-d.fStart[g]]}
+			cold[j] = coldEntry{a: a, pe: pe[e], pg: P[g], lmg: lam[g]}
+		}
+	}
+
+	// A slot per flow g that passed the signature filter; its records
+	// (one per shared cell) are chained from head. Only a g with several
+	// records (really sharing cells) reads the cold entries; a false alarm
+	// adds the hot single-cell term, which is then exact.
+	type slot struct {
+		gen, g, head, n int32
+		s               float64 // 0 until computed
+	}
+	type rec struct {
+		slot, li, prev, j int32
+		s1                float64
+	}
+	var (
+		recs  []rec
+		table []slot
+		gen   int32
+	)
+	// Visit the flows in the order of their last usable cell (cells are
+	// numbered by row and column): consecutive flows then share cells,
+	// which stay in cache. Counting sort; flows with none go first.
+	nC := len(d.cY)
+	order := make([]int32, nA)
+	{
+		key := make([]int32, nA)
+		start := make([]int32, nC+2)
+		for f := 0; f < nA; f++ {
+			k := int32(0)
+			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+					k = c + 1
+				}
+			}
+			key[f] = k
+			start[k+1]++
+		}
+		for i := 1; i < len(start); i++ {
+			start[i] += start[i-1]
+		}
+		for f := 0; f < nA; f++ {
+			order[start[key[f]]] = int32(f)
+			start[key[f]]++
+		}
+	}
 	maxL := d.rows * d.k
 	S := make([]float64, maxL*maxL)
 	af := make([]float64, maxL)
 	cells := make([]int32, maxL)
-	for f := 0; f < nF; f++ {
-		L := 0
+	for _, f32 := range order {
+		f := int(f32)
+		L, bound := 0, 0
 		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
 			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
 				af[L] = d.eA[e]
 				cells[L] = c
 				L++
+				bound += int(d.cStart[c+1] - d.cStart[c])
 			}
 		}
 		if L == 0 {
@@ -150,33 +265,71 @@ func (d *lsDecoder) identify() {
 			d.post[f] = 1 / (lam[f] + af[0]*af[0]/(d.cV[c]+other))
 			continue
 		}
+		// Open addressing at load <= 1/2, on the smallest power-of-two
+		// prefix of the table that allows it (small stays in L1).
+		size := 1 << bits.Len(uint(2*bound))
+		if size > len(table) {
+			table = make([]slot, size)
+			gen = 0
+		}
+		gen++
+		mask := uint32(size - 1)
 		S := S[:L*L]
 		clear(S)
 		recs = recs[:0]
+		self := int32(f)
+		var sigF uint32
+		for _, c := range cells[:L] {
+			sigF |= 1 << (uint(c) & 31)
+		}
 		for li := 0; li < L; li++ {
 			c := cells[li]
-			S[li*L+li] = d.cV[c]
+			sum := d.cV[c]
 			for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
-				e2 := d.cEnt[j]
-				g := d.eFlow[e2]
-				if int(g) == f {
+				h := &hot[j]
+				g := h.g
+				if g == self {
 					continue
 				}
-				if stamp[g] != int32(f+1) {
-					stamp[g], excl[g], head[g] = int32(f+1), 0, -1
+				if h.other&sigF == 0 {
+					sum += h.s1
+					continue
 				}
-				excl[g] += pe[e2]
-				recs = append(recs, rec{g: g, li: int32(li), prev: head[g], a: d.eA[e2]})
-				head[g] = int32(len(recs) - 1)
+				k := (uint32(g) * 0x9e3779b1) & mask
+				for table[k].gen == gen && table[k].g != g {
+					k = (k + 1) & mask
+				}
+				t := &table[k]
+				if t.gen != gen {
+					*t = slot{gen: gen, g: g, head: -1}
+				}
+				t.n++
+				recs = append(recs, rec{slot: int32(k), li: int32(li), prev: t.head, j: j, s1: h.s1})
+				t.head = int32(len(recs) - 1)
 			}
+			S[li*L+li] = sum
 		}
 		for _, rc := range recs {
-			s := 1 / max(P[rc.g]-excl[rc.g], lam[rc.g])
+			t := &table[rc.slot]
 			i := int(rc.li)
-			S[i*L+i] += rc.a * rc.a * s
+			if t.n == 1 {
+				S[i*L+i] += rc.s1
+				continue
+			}
+			if t.s == 0 {
+				var excl float64
+				for j := t.head; j >= 0; j = recs[j].prev {
+					excl += cold[recs[j].j].pe
+				}
+				en := &cold[rc.j]
+				t.s = 1 / max(en.pg-excl, en.lmg)
+			}
+			s := t.s
+			a := cold[rc.j].a
+			S[i*L+i] += a * a * s
 			for j := rc.prev; j >= 0; j = recs[j].prev {
 				o := int(recs[j].li)
-				v := rc.a * recs[j].a * s
+				v := a * cold[recs[j].j].a * s
 				S[i*L+o] += v
 				S[o*L+i] += v
 			}
@@ -259,14 +412,20 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 			rows[r] = r
 		}
 	}
-	var cand []int32
+	nCand := 0
+	for i := range flows {
+		if warm[i].Loss > 0 {
+			nCand++
+		}
+	}
+	if nCand == 0 {
+		return out
+	}
+	cand := make([]int32, 0, nCand)
 	for i := range flows {
 		if warm[i].Loss > 0 {
 			cand = append(cand, int32(i))
 		}
-	}
-	if len(cand) == 0 {
-		return out
 	}
 	// The interval's loss odds, from the whole first used row.
 	var sn, rn float64
@@ -277,17 +436,26 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	}
 	rho := max(0, sn-rn) / max(1, rn)
 	per := len(rows) * k
-	cmap := make(map[uint64]int32, len(cand)*per)
-	var cDef []float64
+	// Global cell -> deficit index (-1: none yet); an array, as a map
+	// costs more than the EM itself.
+	cmap := make([]int32, d.snd.Len())
+	for i := range cmap {
+		cmap[i] = -1
+	}
+	cDef := make([]float64, 0, min(len(cmap), len(cand)*per))
 	ec := make([]int32, 0, len(cand)*per)
 	ea := make([]float64, 0, len(cand)*per)
+	eStart := make([]int32, len(cand)+1) // candidate j: entries eStart[j]..eStart[j+1]
 	th := make([]float64, len(cand))
 	ub := make([]float64, len(cand))
+	seen := make([]bool, len(cand))
 	for j, i := range cand {
 		f := flows[i].Flow
 		h1 := (f & 0xffffffff) % C
 		h2 := ((f >> 32) | 1) % C
-		seen := d.recv[i] > 0
+		fi := d.inv[i] // internal index
+		recv, w := d.recv[fi], d.w[fi]
+		seen[j] = recv > 0
 		for _, r := range rows {
 			col := (h1 + uint64(r)*h2) % C
 			for o := 0; o < k; o++ {
@@ -296,30 +464,34 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 					c -= C
 				}
 				gi := uint64(r)*C + c
-				id, ok := cmap[gi]
-				if !ok {
+				id := cmap[gi]
+				if id < 0 {
 					id = int32(len(cDef))
 					cmap[gi] = id
 					cDef = append(cDef, max(0, float64(d.snd.cells[gi].N-d.rcv.cells[gi].N)))
 				}
-				a := d.w[i] * d.rate[r] / float64(k)
-				if seen {
-					a = d.w[i] * float64(flows[i].Cells[r*k+o])
+				a := w * d.rate[r] / float64(k)
+				if seen[j] {
+					a = w * float64(flows[i].Cells[r*k+o])
+				}
+				if a == 0 {
+					continue // adds nothing to the EM sums below
 				}
 				ec = append(ec, id)
 				ea = append(ea, a)
 			}
 		}
+		eStart[j+1] = int32(len(ec))
 		// Unknown: odds θ (seen) or lost packets ℓ (never seen).
 		scale := 1.0
-		if seen {
-			scale = 1 / d.recv[i]
+		if seen[j] {
+			scale = 1 / recv
 		}
 		ub[j] = math.Inf(1)
 		if len(d.exact) > 0 {
 			ub[j] = warm[i].Loss * scale
 		}
-		th[j] = min(ub[j], rho*scale/max(1e-300, scaleOdds(seen, d.recv[i])))
+		th[j] = min(ub[j], rho*scale/max(1e-300, scaleOdds(seen[j], recv)))
 	}
 	// MAP rather than ML: a Gamma prior on θ_f at the interval's loss odds,
 	// worth lossPriorPackets delivered packets. Without it a small flow
@@ -331,14 +503,14 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	for it := 0; it < iters; it++ {
 		clear(mean)
 		for j := range cand {
-			for e := j * per; e < (j+1)*per; e++ {
+			for e := eStart[j]; e < eStart[j+1]; e++ {
 				mean[ec[e]] += ea[e] * th[j]
 			}
 		}
 		var moved float64
 		for j := range cand {
 			var num, den float64
-			for e := j * per; e < (j+1)*per; e++ {
+			for e := eStart[j]; e < eStart[j+1]; e++ {
 				a := ea[e]
 				den += a
 				if m := mean[ec[e]]; m > 0 {
@@ -346,7 +518,7 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 				}
 			}
 			var nt float64
-			if d.recv[cand[j]] > 0 {
+			if seen[j] {
 				nt = (th[j]*num + pa) / (den + pb)
 			} else if den > 0 {
 				nt = th[j] * num / den
@@ -360,8 +532,8 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 		}
 	}
 	for j, i := range cand {
-		if d.recv[i] > 0 {
-			out[i] = th[j] * d.recv[i]
+		if seen[j] {
+			out[i] = th[j] * d.recv[d.inv[i]]
 		} else {
 			out[i] = th[j]
 		}

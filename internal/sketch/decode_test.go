@@ -419,3 +419,149 @@ func TestDecodeOptionsAndInputErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeIdentifyMatchesDefinition checks the fast identification step
+// (signature filter, hash grouping, cache-ordered scan) against the
+// formula of docs/decode.md evaluated directly for every flow: over f's
+// usable cells U, S = V_U + Σ_g s_g·a_g·a_gᵀ with s_g = 1/max(P_g −
+// Σ_{c∈U} p_gc, λ_g), Var = 1/(λ_f + a_fᵀ S⁻¹ a_f). Both k = 1 (few
+// shared pairs) and k = 5 multi-bank (many: neighbouring windows) under
+// loss, so that some cells are left out.
+func TestDecodeIdentifyMatchesDefinition(t *testing.T) {
+	mb := []float64{0.01, 0.1, 0.5, 1}
+	for ci, p := range []Params{{Rows: 4, Columns: 250, VLDA: 1}, {Rows: 4, Columns: 400, VLDA: 5, Sampling: mb}} {
+		sndP, rcvP, flows := simulateLossy(uint64(700+ci), 2000, 0.002, 0.01)
+		snd, rcv := build(t, p, sndP, rcvP)
+		keys := make([]uint64, len(flows))
+		for i, f := range flows {
+			keys[i] = f.hash
+		}
+		d, _, err := estimateDecode(snd, rcv, compositions(rcv, keys, rcvP), DecodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inf := func(c int32) bool { return math.IsInf(d.cV[c], 1) }
+		// P_g and p_gc by definition.
+		q := slices.Clone(d.cV)
+		for e, c := range d.eCell {
+			q[c] += d.eA[e] * d.eA[e] / d.lam[d.eFlow[e]]
+		}
+		pe := make([]float64, len(d.eCell))
+		P := slices.Clone(d.lam)
+		for e, c := range d.eCell {
+			if f := d.eFlow[e]; !inf(c) {
+				a := d.eA[e]
+				pe[e] = a * a / max(d.cV[c], q[c]-a*a/d.lam[f])
+				P[f] += pe[e]
+			}
+		}
+		var shared, checked int
+		for f := 0; f < d.nA; f++ {
+			var U []int32
+			var af []float64
+			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+				if c := d.eCell[e]; !inf(c) {
+					U = append(U, c)
+					af = append(af, d.eA[e])
+				}
+			}
+			L := len(U)
+			if L == 0 {
+				continue
+			}
+			S := make([]float64, L*L)
+			type share struct {
+				li []int
+				a  []float64
+			}
+			others := map[int32]*share{}
+			excl := map[int32]float64{}
+			for li, c := range U {
+				S[li*L+li] = d.cV[c]
+				for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
+					e := d.cEnt[j]
+					g := d.eFlow[e]
+					if int(g) == f {
+						continue
+					}
+					if others[g] == nil {
+						others[g] = &share{}
+					}
+					others[g].li = append(others[g].li, li)
+					others[g].a = append(others[g].a, d.eA[e])
+					excl[g] += pe[e]
+				}
+			}
+			for g, sh := range others {
+				if len(sh.li) > 1 {
+					shared++
+				}
+				s := 1 / max(P[g]-excl[g], d.lam[g])
+				for i := range sh.li {
+					for j := range sh.li {
+						S[sh.li[i]*L+sh.li[j]] += sh.a[i] * sh.a[j] * s
+					}
+				}
+			}
+			want := 1 / (d.lam[f] + quadInv(S, af, L))
+			checked++
+			if math.Abs(d.post[f]-want) > 1e-9*want {
+				t.Errorf("k=%d flow %d (%d cells): posterior variance %g, definition %g", p.VLDA, f, L, d.post[f], want)
+			}
+		}
+		t.Logf("k=%d: %d flows checked, %d flow pairs sharing several cells", p.VLDA, checked, shared)
+		if checked < 500 || shared == 0 {
+			t.Fatalf("k=%d: %d flows, %d shared pairs: the case does not exercise the coupling", p.VLDA, checked, shared)
+		}
+	}
+}
+
+// FuzzEstimateDecode feeds arbitrary packets, losses and (possibly
+// inconsistent) compositions: the decoder must not panic and must return
+// one sane estimate per flow.
+func FuzzEstimateDecode(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, uint8(1), uint8(0))
+	f.Add([]byte("a longer seed with several flows and packets in it"), uint8(5), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, k uint8, mode uint8) {
+		p := Params{Rows: 3, Columns: 7, VLDA: 1 + int(k%4)}
+		if mode&1 == 1 {
+			p.Sampling = []float64{0.5, 1, 0.25}
+		}
+		snd, err := NewLDS(p)
+		if err != nil {
+			t.Skip(err)
+		}
+		rcv, _ := NewLDS(p)
+		nF := 1 + len(data)%5
+		keys := make([]uint64, nF)
+		for i := range keys {
+			keys[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+		}
+		var pkts []pk
+		for i, b := range data {
+			x := pk{flow: keys[int(b)%nF], hash: uint64(i) * 0xff51afd7ed558ccd, ts: int64(i), delay: int64(b) * 1000, w: 1, size: 100}
+			snd.Update(x.flow, x.hash, x.ts, 1, 100)
+			if b%7 == 0 { // lost
+				continue
+			}
+			rcv.Update(x.flow, x.hash, x.ts+x.delay, 1, 100)
+			pkts = append(pkts, x)
+		}
+		comp := compositions(rcv, keys, pkts)
+		if mode&2 == 2 && len(data) > 0 { // corrupt a count
+			comp[0].Cells[int(data[0])%len(comp[0].Cells)] += uint32(data[0])
+		}
+		out, err := EstimateDecode(snd, rcv, comp, DecodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) != nF {
+			t.Fatalf("%d estimates for %d flows", len(out), nF)
+		}
+		for i, e := range out {
+			if math.IsInf(e.Delay, 0) || e.Loss < 0 || math.IsNaN(e.Loss) || e.CI95 < 0 || (e.Identified && math.IsNaN(e.Delay)) {
+				t.Fatalf("flow %d: %+v", i, e)
+			}
+		}
+	})
+}
