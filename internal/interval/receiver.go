@@ -2,6 +2,7 @@ package interval
 
 import (
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/sketch"
 )
 
 // FlowStat is what the receiver knows exactly about one flow in one
@@ -25,13 +26,19 @@ type FlowTable struct {
 	Untracked uint64
 	cap       int
 	cellsPer  int
+	cols, k   int // sketch columns and vLDA length, for the composition
+	slab      []uint32
 	pos       []int32
 }
 
-// NewFlowTable makes a table for at most limit flows; withCells keeps the
-// per-cell composition (cellsPer = rows*k entries per flow).
-func NewFlowTable(limit, cellsPer int) *FlowTable {
-	return &FlowTable{idx: make(map[capture.FlowKey]int32, min(limit, 1<<14)), cap: limit, cellsPer: cellsPer}
+// NewFlowTable makes a table for at most limit flows; with composition it
+// keeps each flow's packets per (row, vLDA offset) of a sketch of p.
+func NewFlowTable(limit int, p sketch.Params, composition bool) *FlowTable {
+	ft := &FlowTable{idx: make(map[capture.FlowKey]int32, min(limit, 1<<14)), cap: limit}
+	if composition {
+		ft.cellsPer, ft.cols, ft.k = p.Rows*p.VLDA, p.Columns, p.VLDA
+	}
+	return ft
 }
 
 // Len is the number of tracked flows.
@@ -57,7 +64,13 @@ func (ft *FlowTable) add(pkt *capture.Packet, sk *Sketches) {
 		ft.idx[pkt.Key] = i
 		var cells []uint32
 		if ft.cellsPer > 0 {
-			cells = make([]uint32, ft.cellsPer)
+			// Counters come from a slab: one allocation per 4096 flows.
+			if len(ft.slab)+ft.cellsPer > cap(ft.slab) {
+				ft.slab = make([]uint32, 0, 4096*ft.cellsPer)
+			}
+			n := len(ft.slab)
+			ft.slab = ft.slab[:n+ft.cellsPer]
+			cells = ft.slab[n : n+ft.cellsPer : n+ft.cellsPer]
 		}
 		ft.Flows = append(ft.Flows, FlowStat{Key: pkt.Key, FlowHash: pkt.FlowHash, Cells: cells})
 	}
@@ -66,15 +79,13 @@ func (ft *FlowTable) add(pkt *capture.Packet, sk *Sketches) {
 	f.Bytes += uint64(pkt.WireLen)
 	if ft.cellsPer > 0 {
 		ft.pos = sk.LDS.Positions(pkt.FlowHash, pkt.PktHash, ft.pos[:0])
-		k := ft.cellsPer / len(ft.pos)
 		for r, c := range ft.pos {
 			if c < 0 {
 				continue
 			}
 			first, _ := sk.LDS.FlowCells(pkt.FlowHash, r)
-			cols := sk.LDS.Params().Columns
-			off := (int(c) - r*cols - first + cols) % cols
-			f.Cells[r*k+off]++
+			off := (int(c) - r*ft.cols - first + ft.cols) % ft.cols
+			f.Cells[r*ft.k+off]++
 		}
 	}
 }
@@ -195,11 +206,7 @@ func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
 func (b *RxBuilder) openFor(id int64) *rxOpen {
 	o := b.open[id]
 	if o == nil {
-		cells := 0
-		if b.composition {
-			cells = b.p.Sketch.Rows * b.p.Sketch.VLDA
-		}
-		o = &rxOpen{sk: b.pool.get(), flows: NewFlowTable(b.p.FlowCap, cells)}
+		o = &rxOpen{sk: b.pool.get(), flows: NewFlowTable(b.p.FlowCap, b.p.Sketch, b.composition)}
 		b.open[id] = o
 	}
 	return o
