@@ -7,7 +7,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # Debian packages the tests use for real components (installed when run as root).
 DEB_PKGS  := libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd
 
-.PHONY: all build demo test test-short bench bench-replay lint generate deps install clean eval-paper e2e-live
+.PHONY: all build demo test test-short bench bench-live bench-replay lint generate deps install clean eval-paper e2e-live
 
 all: build
 
@@ -62,6 +62,10 @@ eval-paper: build
 # e2e-live: a longer run on a real kernel link between network namespaces (root).
 e2e-live: build
 	@bash scripts/e2e-live.sh
+
+# bench-live: lds-sender against tcpdump on a real veth at the highest rate (root).
+bench-live: build
+	@bash scripts/bench-live.sh
 
 # bench-replay: ldsctl replay against the exact per-packet join, 1M packets.
 bench-replay: build

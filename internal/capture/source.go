@@ -16,7 +16,7 @@ var ErrTimeout = errors.New("capture: no packet within the poll timeout")
 
 // DropStats are cumulative drop counters of a source since it was opened.
 type DropStats struct {
-	Received  uint64 // packets the kernel handed to this source (0 where unknown)
+	Received  uint64 // packets that reached this socket, dropped ones included (TPACKET tp_packets, like tcpdump's "received by filter"); 0 where unknown
 	Kernel    uint64 // dropped by the kernel: ring or buffer full
 	Interface uint64 // dropped by the interface/driver (rx_dropped + rx_missed_errors)
 }

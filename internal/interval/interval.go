@@ -14,6 +14,7 @@ package interval
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/sketch"
@@ -28,7 +29,7 @@ type Params struct {
 	LDA      sketch.LDAParams
 	Classes  int // LDA classes, including the default class 0
 	Heavy    int // sender: heaviest flow keys reported per interval
-	FlowCap  int // per-interval flow table cap
+	FlowCap  int // receiver: per-interval flow table cap
 }
 
 // Validate checks the relations the boundary logic relies on.
@@ -117,30 +118,29 @@ func (s *Sketches) Reset() {
 	s.Packets, s.Bytes = 0, 0
 }
 
-// pool recycles sketches so that a boundary costs no allocation in steady state.
-type pool struct {
-	p    Params
-	free []*Sketches
-}
+// pool recycles sketches so that a boundary costs no allocation in steady
+// state. Safe for concurrent use: sketches come back from the goroutine
+// that encoded or estimated them.
+type pool struct{ p sync.Pool }
 
-func (pl *pool) get() *Sketches {
-	if n := len(pl.free); n > 0 {
-		s := pl.free[n-1]
-		pl.free = pl.free[:n-1]
+func newPool(p Params) (*pool, error) {
+	if _, err := NewSketches(p); err != nil {
+		return nil, err
+	}
+	pl := &pool{}
+	pl.p.New = func() any {
+		s, _ := NewSketches(p) // p was validated above
 		return s
 	}
-	s, err := NewSketches(pl.p)
-	if err != nil {
-		// Params were validated by the constructor; this cannot happen.
-		panic(fmt.Sprintf("interval: sketch allocation with validated params: %v", err))
-	}
-	return s
+	return pl, nil
 }
 
+func (pl *pool) get() *Sketches { return pl.p.Get().(*Sketches) }
+
 func (pl *pool) put(s *Sketches) {
-	if s == nil || len(pl.free) >= 8 {
+	if s == nil {
 		return
 	}
 	s.Reset()
-	pl.free = append(pl.free, s)
+	pl.p.Put(s)
 }

@@ -42,6 +42,16 @@ type Matched struct {
 	// came): their cells may mismatch and are then left out, never believed.
 	Unresolved uint64
 	Late       uint64
+	release    func()
+}
+
+// Release returns the receiver's sketches for reuse once estimated.
+func (mt *Matched) Release() {
+	if mt.release != nil {
+		mt.release()
+		mt.release = nil
+	}
+	mt.Rx = nil
 }
 
 type split struct {
@@ -126,6 +136,7 @@ func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
 // AddSender takes the sender's interval; it reports false for a duplicate
 // (already final) so that the caller acknowledges without using it.
 func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, emit func(*Matched)) bool {
+	si.Finish()
 	if m.done[si.ID] || m.snd[si.ID] != nil {
 		m.Duplicates++
 		return false
@@ -256,6 +267,7 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	}
 	if rx := m.rx[id]; rx != nil {
 		mt.Rx, mt.Flows, mt.Late, mt.RxClock = rx.Direct, rx.Flows, rx.Late, rx.Clock
+		mt.release = rx.Release
 		mt.Partial = mt.Partial || rx.Partial
 		start := id * m.p.T
 		if sp := m.resolved[id]; sp != nil {

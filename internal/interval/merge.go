@@ -21,9 +21,10 @@ func NewSenderMerger(n, heavy int) *SenderMerger {
 	return &SenderMerger{n: n, heavy: heavy, pending: map[int64][]*SenderInterval{}}
 }
 
-// Add takes one worker's interval; it returns the merged interval once all
-// n have it, else nil.
+// Add takes one worker's interval; it returns the merged (and finished)
+// interval once all n have it, else nil. Call it off the capture goroutine.
 func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
+	si.Finish()
 	if m.n == 1 {
 		return si, nil
 	}
@@ -33,6 +34,10 @@ func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
 		return nil, nil
 	}
 	delete(m.pending, si.ID)
+	return m.merge(p)
+}
+
+func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 	out := p[0]
 	var all []kv
 	for i, k := range out.Heavy {
@@ -40,13 +45,13 @@ func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
 	}
 	for _, o := range p[1:] {
 		if err := out.Sk.Merge(o.Sk); err != nil {
-			return nil, fmt.Errorf("interval %d: merging workers: %w", si.ID, err)
+			return nil, fmt.Errorf("interval %d: merging workers: %w", out.ID, err)
 		}
+		o.Release()
 		out.Boundary = append(out.Boundary, o.Boundary...)
 		out.Partial = out.Partial || o.Partial
 		out.First = out.First && o.First
 		out.Late += o.Late
-		out.Untracked += o.Untracked
 		out.Counters = out.Counters.Add(o.Counters)
 		out.Drops = out.Drops.Add(o.Drops)
 		for i, k := range o.Heavy {
@@ -60,27 +65,16 @@ func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
 }
 
 // Flush returns what is left (workers that ended early), merged as far as
-// possible, oldest first.
+// possible and flagged partial, oldest first.
 func (m *SenderMerger) Flush() []*SenderInterval {
 	var out []*SenderInterval
 	for _, id := range SortedIDs(m.pending) {
-		p := m.pending[id]
-		for len(p) < m.n {
-			p = append(p, nil)
+		merged, err := m.merge(m.pending[id])
+		if err != nil {
+			continue // cannot happen: one builder's params
 		}
-		first := p[0]
-		for _, o := range p[1:] {
-			if o != nil {
-				_ = first.Sk.Merge(o.Sk)
-				first.Boundary = append(first.Boundary, o.Boundary...)
-				first.Counters = first.Counters.Add(o.Counters)
-				first.Drops = first.Drops.Add(o.Drops)
-			}
-		}
-		slices.Sort(first.Boundary)
-		first.Boundary = slices.Compact(first.Boundary)
-		first.Partial = true // a worker's share is missing
-		out = append(out, first)
+		merged.Partial = true // a worker's share is missing
+		out = append(out, merged)
 	}
 	clear(m.pending)
 	return out
@@ -114,6 +108,7 @@ func (m *SealedMerger) Add(s *Sealed) (*Sealed, error) {
 		if err := out.Direct.Merge(o.Direct); err != nil {
 			return nil, fmt.Errorf("interval %d: merging workers: %w", s.ID, err)
 		}
+		o.Release()
 		out.Flows.merge(o.Flows)
 		out.HeldPrev = append(out.HeldPrev, o.HeldPrev...)
 		out.HeldNext = append(out.HeldNext, o.HeldNext...)

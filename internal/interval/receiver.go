@@ -128,6 +128,7 @@ type Sealed struct {
 	First    bool             // the first interval this builder sealed
 	Late     uint64           // packets that arrived after their interval was sealed
 	Clock    ClockStatus      // the receiver's clock when the interval was sealed (set by the receiver)
+	pool     *pool
 }
 
 type rxOpen struct {
@@ -140,7 +141,7 @@ type rxOpen struct {
 // concurrent use.
 type RxBuilder struct {
 	p            Params
-	pool         pool
+	pool         *pool
 	captureStart int64
 	composition  bool
 	open         map[int64]*rxOpen
@@ -157,10 +158,11 @@ func NewRxBuilder(p Params, captureStart int64, composition bool) (*RxBuilder, e
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := NewSketches(p); err != nil {
+	pl, err := newPool(p)
+	if err != nil {
 		return nil, err
 	}
-	b := &RxBuilder{p: p, pool: pool{p: p}, captureStart: captureStart, composition: composition,
+	b := &RxBuilder{p: p, pool: pl, captureStart: captureStart, composition: composition,
 		open: map[int64]*rxOpen{}, held: map[int64][]capture.Packet{}, started: true}
 	// Start where capture began, the same for every worker of one capture
 	// (their sealed intervals are merged). Packets received in the first
@@ -244,13 +246,10 @@ func (b *RxBuilder) Flush(emit func(*Sealed)) {
 	}
 }
 
-// Recycle returns sketches no longer needed.
-func (b *RxBuilder) Recycle(s *Sketches) { b.pool.put(s) }
-
 func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
 	o := b.openFor(id)
 	delete(b.open, id)
-	s := &Sealed{ID: id, Partial: b.captureStart > id*b.p.T, Direct: o.sk, Flows: o.flows,
+	s := &Sealed{ID: id, Partial: b.captureStart > id*b.p.T, Direct: o.sk, Flows: o.flows, pool: b.pool,
 		HeldNext: b.held[id+1], Late: b.late}
 	delete(b.held, id+1)
 	if hp, ok := b.held[id]; ok {
@@ -262,6 +261,14 @@ func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
 	s.First = !b.sealedAny
 	b.sealedAny = true
 	emit(s)
+}
+
+// Release returns Direct's sketches for reuse (any goroutine).
+func (s *Sealed) Release() {
+	if s.pool != nil && s.Direct != nil {
+		s.pool.put(s.Direct)
+	}
+	s.Direct = nil
 }
 
 // consumed reports whether the held set of boundary id has been handed

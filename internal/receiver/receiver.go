@@ -454,6 +454,7 @@ func (r *Receiver) finish(s *senderState, mt *interval.Matched) {
 	}
 	s.mu.Unlock()
 	name := s.name()
+	defer mt.Release() // the receiver's sketches go back to its capture pool
 	clk := r.clock(name, mt)
 	iv, err := r.estimate(name, mt, clk)
 	if err != nil {

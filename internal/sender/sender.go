@@ -263,7 +263,9 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
 		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
-		return s.client.Submit(si, meta)
+		err := s.client.Submit(si, meta) // encodes: the sketches are free after it
+		si.Release()
+		return err
 	}
 	for si := range in {
 		merged, err := merger.Add(si)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
@@ -25,6 +26,7 @@ const (
 // Encode turns a finished interval into frames (seq left at 0: the stream
 // numbers them). Each blob is split into chunks of at most chunkBytes.
 func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes int) ([]*ldsv1.SenderFrame, error) {
+	si.Finish()
 	lds, err := si.Sk.LDS.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("wire: encoding LDS of interval %d: %w", si.ID, err)
@@ -64,13 +66,13 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 	for i, k := range si.Heavy {
 		heavy[i] = &ldsv1.FlowKey{Key: k.AppendBinary(nil)}
 	}
-	parse := map[string]uint64{"late": si.Late, "untracked": si.Untracked}
+	parse := map[string]uint64{"late": si.Late}
 	for k, v := range meta.ParseDrops {
 		parse[k] = v
 	}
 	end := &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_End{End: &ldsv1.End{
 		Interval: si.ID,
-		Totals:   &ldsv1.Totals{Packets: si.Sk.Packets, Bytes: si.Sk.Bytes, ClassPackets: si.Sk.ClassPackets},
+		Totals:   &ldsv1.Totals{Packets: si.Sk.Packets, Bytes: si.Sk.Bytes, ClassPackets: slices.Clone(si.Sk.ClassPackets)},
 		Clock: &ldsv1.ClockStatus{State: meta.Clock.State, OffsetNs: meta.Clock.OffsetNS,
 			GrandmasterPresent: meta.Clock.GrandmasterPresent, GrandmasterId: meta.Clock.GrandmasterID,
 			PortState: meta.Clock.PortState, Error: meta.Clock.Err},
@@ -410,7 +412,7 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 	}
 	if d := e.GetDrops(); d != nil {
 		meta.KernelDrops, meta.IfDrops, meta.ParseDrops = d.Kernel, d.Interface, d.Parse
-		si.Late, si.Untracked = d.Parse["late"], d.Parse["untracked"]
+		si.Late = d.Parse["late"]
 	}
 	return &Result{Interval: si, Meta: meta}, nil
 }

@@ -77,15 +77,15 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 		if len(si.Heavy) == 0 || !slices.Equal(g.Heavy, si.Heavy) {
 			t.Errorf("chunk %d: heavy keys %v, want %v", chunk, g.Heavy, si.Heavy)
 		}
-		if g.Late != si.Late || g.Untracked != si.Untracked {
-			t.Errorf("chunk %d: late/untracked %d/%d, want %d/%d", chunk, g.Late, g.Untracked, si.Late, si.Untracked)
+		if g.Late != si.Late {
+			t.Errorf("chunk %d: late %d, want %d", chunk, g.Late, si.Late)
 		}
 		m, wm := got.Meta, testMeta()
 		if m.Clock != wm.Clock || m.KernelDrops != wm.KernelDrops || m.IfDrops != wm.IfDrops {
 			t.Errorf("chunk %d: meta %+v, want %+v", chunk, m, wm)
 		}
 		wantParse := maps.Clone(wm.ParseDrops)
-		wantParse["late"], wantParse["untracked"] = si.Late, si.Untracked
+		wantParse["late"] = si.Late
 		if !maps.Equal(m.ParseDrops, wantParse) {
 			t.Errorf("chunk %d: parse drops %v, want %v", chunk, m.ParseDrops, wantParse)
 		}

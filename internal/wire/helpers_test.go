@@ -60,7 +60,7 @@ func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64)
 	}
 	slices.Sort(bnd)
 	bnd = slices.Compact(bnd)
-	return &interval.SenderInterval{ID: id, Sk: sk, Boundary: bnd, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5)), Untracked: uint64(r.IntN(5))}
+	return &interval.SenderInterval{ID: id, Sk: sk, Boundary: bnd, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5))}
 }
 
 func testMeta() interval.SenderMeta {

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# bench-live.sh measures live capture on a real kernel link (issue 8):
+# a blaster pushes minimal UDP frames into a veth between two network
+# namespaces as fast as it can, and at the other end tcpdump -w /dev/null
+# and the real lds-sender (workers 1 and 2) capture with the same ring
+# size, alone and at the same time. It compares the kernel's own drop
+# counters (tcpdump's "dropped by kernel", lds-sender's
+# lds_capture_drops_total{reason="kernel"}) and CPU per packet
+# (internal/testbed/perf.go, TestLivePerfBench).
+#
+# It writes the report into docs/testbed.md between the "bench-live report"
+# markers (section "Live capture performance") and keeps the run's files
+# under $OUT.
+#
+# Needs root, ip(8), tcpdump and go. Knobs (environment):
+#   LDS_PERF_SECONDS (default 5)   blast length per trial
+#   LDS_PERF_REPS    (default 3)   repetitions of every trial
+#   RINGS            (default "1048576x64 262144x4")  block_size x num_blocks per socket
+#   THREADS          (default "1 2")   blaster threads (1 leaves a core to the captures)
+#   OUT                            directory for configs, logs, reports
+#   NO_DOC=1                       do not touch docs/testbed.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "bench-live: needs root (network namespaces, veth, AF_PACKET)" >&2
+	exit 1
+fi
+for tool in ip tcpdump go; do
+	command -v "$tool" >/dev/null || { echo "bench-live: $tool not found (make deps installs iproute2 and tcpdump)" >&2; exit 1; }
+done
+
+prefix="ldsperf-$$"
+OUT=${OUT:-$(mktemp -d /tmp/lds-bench-live.XXXXXX)}
+RINGS=${RINGS:-"1048576x64 262144x4"}
+THREADS=${THREADS:-"1 2"}
+mkdir -p "$OUT"
+
+# The test deletes its namespaces itself; this catches an interrupted run.
+cleanup() {
+	for ns in "$prefix-a" "$prefix-b"; do
+		ip netns del "$ns" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT INT TERM
+
+report="$OUT/report.md"
+{
+	echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)), load average at start $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared), $(tcpdump --version 2>&1 | head -2 | tr '\n' ' ' | sed 's/ $//'):"
+	echo
+	echo '```'
+	echo "scripts/bench-live.sh   # LDS_PERF_SECONDS=${LDS_PERF_SECONDS:-5} LDS_PERF_REPS=${LDS_PERF_REPS:-3} RINGS=\"$RINGS\" THREADS=\"$THREADS\""
+	echo '```'
+} >"$report"
+
+status=0
+n=0
+for ring in $RINGS; do
+	bs=${ring%x*}
+	nb=${ring#*x}
+	for th in $THREADS; do
+		n=$((n + 1))
+		part="$OUT/part-$n.md"
+		echo "bench-live: ring ${bs}x${nb}, ${th} blaster thread(s) (files in $OUT/run-$n)"
+		set +e
+		LDS_PERF_BENCH=1 LDS_E2E_REQUIRED=1 LDS_PERF_PREFIX="$prefix" LDS_PERF_DIR="$OUT/run-$n" \
+			LDS_PERF_REPORT="$part" LDS_PERF_BLOCK_SIZE="$bs" LDS_PERF_NUM_BLOCKS="$nb" LDS_PERF_THREADS="$th" \
+			go test -count=1 -timeout 30m -run '^TestLivePerfBench$' -v ./internal/testbed/ >"$OUT/test-$n.log" 2>&1
+		st=$?
+		set -e
+		grep -E '^(--- |PASS|FAIL|ok )' "$OUT/test-$n.log" || true
+		if [ "$st" != 0 ] || [ ! -s "$part" ]; then
+			echo "bench-live: run $n failed (status $st); see $OUT/test-$n.log" >&2
+			status=1
+			continue
+		fi
+		{
+			echo
+			echo "#### Ring $((bs * nb / 1024)) KiB per socket ($nb × $((bs / 1024)) KiB), $th blaster thread(s)"
+			echo
+			cat "$part"
+		} >>"$report"
+	done
+done
+
+cat "$report"
+if [ "${NO_DOC:-}" = 1 ]; then
+	exit "$status"
+fi
+doc=docs/testbed.md
+begin='<!-- bench-live report: begin -->'
+end='<!-- bench-live report: end -->'
+if ! grep -qF "$begin" "$doc"; then
+	printf '\n### Latest bench-live run\n\n%s\n%s\n' "$begin" "$end" >>"$doc"
+fi
+awk -v b="$begin" -v e="$end" -v f="$report" '
+	$0 == b { print; while ((getline l < f) > 0) print l; skip = 1; next }
+	$0 == e { skip = 0 }
+	!skip { print }
+' "$doc" >"$OUT/testbed.md.new"
+mv "$OUT/testbed.md.new" "$doc"
+echo "bench-live: report written into $doc (status $status)"
+exit "$status"
