@@ -333,7 +333,7 @@ func TestWorkersMergeEqualsOne(t *testing.T) {
 			continue
 		}
 		for _, f := range a.Flows.Flows {
-			g := b.Flows.Lookup(f.Key)
+			g := b.Flows.Lookup(f.Key, f.FlowHash)
 			if g == nil || g.Packets != f.Packets || !slices.Equal(g.Cells, f.Cells) {
 				t.Errorf("interval %d flow %v: merged flow table differs", id, f.Key)
 			}
@@ -388,4 +388,28 @@ func TestHeavyFlowsFound(t *testing.T) {
 		}
 	}
 	t.Logf("%d flows, %d packets; top-20 sizes %d..%d all reported among %d", len(flows), len(order), flows[0].n, flows[19].n, len(got.Heavy))
+}
+
+// TestFlowTableHashCollision: the flow table is keyed by the 64-bit flow
+// hash for speed, but two flows that share a hash stay two flows.
+func TestFlowTableHashCollision(t *testing.T) {
+	ft := NewFlowTable(10, sketch.DefaultParams(), false)
+	a, _ := capture.FlowKeyFromAddrs(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.1"), 6, 1, 2)
+	b, _ := capture.FlowKeyFromAddrs(netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("192.0.2.1"), 6, 1, 2)
+	for i := range 5 {
+		k := a
+		if i%2 == 1 {
+			k = b
+		}
+		ft.add(&capture.Packet{Key: k, FlowHash: 42, WireLen: 100}, nil)
+	}
+	fa, fb := ft.Lookup(a, 42), ft.Lookup(b, 42)
+	if ft.Len() != 2 || fa == nil || fb == nil || fa.Packets != 3 || fb.Packets != 2 {
+		t.Fatalf("flows %d, a %+v, b %+v: want 2 flows with 3 and 2 packets", ft.Len(), fa, fb)
+	}
+	other := NewFlowTable(10, sketch.DefaultParams(), false)
+	other.merge(ft)
+	if g := other.Lookup(b, 42); g == nil || g.Packets != 2 || other.Len() != 2 {
+		t.Fatalf("merge lost a colliding flow: %+v", g)
+	}
 }

@@ -21,7 +21,8 @@ type FlowStat struct {
 // FlowTable is the receiver's per-interval table of candidate flows,
 // capped; packets of flows beyond the cap are counted, not tracked.
 type FlowTable struct {
-	idx       map[capture.FlowKey]int32
+	idx       map[uint64]int32          // by flow hash: a cheap key on the packet path
+	coll      map[capture.FlowKey]int32 // the rare flows whose hash another flow has
 	Flows     []FlowStat
 	Untracked uint64
 	cap       int
@@ -34,7 +35,7 @@ type FlowTable struct {
 // NewFlowTable makes a table for at most limit flows; with composition it
 // keeps each flow's packets per (row, vLDA offset) of a sketch of p.
 func NewFlowTable(limit int, p sketch.Params, composition bool) *FlowTable {
-	ft := &FlowTable{idx: make(map[capture.FlowKey]int32, min(limit, 1<<14)), cap: limit}
+	ft := &FlowTable{idx: make(map[uint64]int32, min(limit, 1<<14)), cap: limit}
 	if composition {
 		ft.cellsPer, ft.cols, ft.k = p.Rows*p.VLDA, p.Columns, p.VLDA
 	}
@@ -44,24 +45,45 @@ func NewFlowTable(limit int, p sketch.Params, composition bool) *FlowTable {
 // Len is the number of tracked flows.
 func (ft *FlowTable) Len() int { return len(ft.Flows) }
 
-// Lookup returns the stat of key, or nil.
-func (ft *FlowTable) Lookup(k capture.FlowKey) *FlowStat {
-	if i, ok := ft.idx[k]; ok {
+// Lookup returns the stat of flow k with flow hash h, or nil.
+func (ft *FlowTable) Lookup(k capture.FlowKey, h uint64) *FlowStat {
+	if i, ok := ft.find(k, h); ok {
 		return &ft.Flows[i]
 	}
 	return nil
 }
 
+func (ft *FlowTable) find(k capture.FlowKey, h uint64) (int32, bool) {
+	i, ok := ft.idx[h]
+	if ok && ft.Flows[i].Key != k {
+		i, ok = ft.coll[k] // 64-bit hash collision: never on real traffic, still exact
+	}
+	return i, ok
+}
+
+// insert adds a new flow's index under its hash (or, if another flow has
+// that hash, under its key).
+func (ft *FlowTable) insert(k capture.FlowKey, h uint64, i int32) {
+	if _, taken := ft.idx[h]; !taken {
+		ft.idx[h] = i
+		return
+	}
+	if ft.coll == nil {
+		ft.coll = map[capture.FlowKey]int32{}
+	}
+	ft.coll[k] = i
+}
+
 // add counts pkt; sk gives the cells it touched, for the composition.
 func (ft *FlowTable) add(pkt *capture.Packet, sk *Sketches) {
-	i, ok := ft.idx[pkt.Key]
+	i, ok := ft.find(pkt.Key, pkt.FlowHash)
 	if !ok {
 		if len(ft.Flows) >= ft.cap {
 			ft.Untracked++
 			return
 		}
 		i = int32(len(ft.Flows))
-		ft.idx[pkt.Key] = i
+		ft.insert(pkt.Key, pkt.FlowHash, i)
 		var cells []uint32
 		if ft.cellsPer > 0 {
 			// Counters come from a slab: one allocation per 4096 flows.
@@ -94,14 +116,14 @@ func (ft *FlowTable) add(pkt *capture.Packet, sk *Sketches) {
 func (ft *FlowTable) merge(o *FlowTable) {
 	for j := range o.Flows {
 		of := &o.Flows[j]
-		i, ok := ft.idx[of.Key]
+		i, ok := ft.find(of.Key, of.FlowHash)
 		if !ok {
 			if len(ft.Flows) >= ft.cap {
 				ft.Untracked += of.Packets
 				continue
 			}
 			i = int32(len(ft.Flows))
-			ft.idx[of.Key] = i
+			ft.insert(of.Key, of.FlowHash, i)
 			ft.Flows = append(ft.Flows, FlowStat{Key: of.Key, FlowHash: of.FlowHash, Cells: make([]uint32, len(of.Cells))})
 		}
 		f := &ft.Flows[i]

@@ -46,9 +46,9 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		hashes = append(hashes, f.FlowHash)
 	}
 	for _, k := range mt.Snd.Heavy {
-		if mt.Flows.Lookup(k) == nil {
+		if h := e.FlowHash(k); mt.Flows.Lookup(k, h) == nil {
 			keys = append(keys, k)
-			hashes = append(hashes, e.FlowHash(k))
+			hashes = append(hashes, h)
 		}
 	}
 	if e.Weight != nil {
