@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lds-net/lds/internal/heapq"
+
 	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
@@ -295,44 +297,11 @@ func (r *rli) finish() {
 	r.buf = r.buf[:0]
 }
 
-func (r *rli) push(q pendPkt) {
-	h := append(r.heap, q)
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !pendLess(&h[i], &h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-	r.heap = h
-}
+func (r *rli) push(q pendPkt) { r.heap = heapq.Push(r.heap, q, pendLess) }
 
-func (r *rli) pop() pendPkt {
-	h := r.heap
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			break
-		}
-		m := l
-		if l+1 < len(h) && pendLess(&h[l+1], &h[l]) {
-			m = l + 1
-		}
-		if !pendLess(&h[m], &h[i]) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	r.heap = h
-	return top
+func (r *rli) pop() (q pendPkt) {
+	r.heap, q = heapq.Pop(r.heap, pendLess)
+	return q
 }
 
 // receive time, then send time: a deterministic order for ties.

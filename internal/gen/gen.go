@@ -13,6 +13,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lds-net/lds/internal/heapq"
+
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
@@ -490,23 +492,9 @@ func (g *generator) flowLess(a, b int32) bool {
 	return a < b
 }
 
+// siftDown restores the flow heap below i (flows ordered by next send time).
 func (g *generator) siftDown(h []int32, i int) {
-	n := len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && g.flowLess(h[r], h[l]) {
-			m = r
-		}
-		if !g.flowLess(h[m], h[i]) {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
+	heapq.Down(h, i, func(a, b *int32) bool { return g.flowLess(*a, *b) })
 }
 
 func pendLess(a, b *pending) bool {
@@ -516,43 +504,9 @@ func pendLess(a, b *pending) bool {
 	return a.seq < b.seq
 }
 
-func pendPush(h []pending, p pending) []pending {
-	h = append(h, p)
-	i := len(h) - 1
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !pendLess(&h[i], &h[parent]) {
-			break
-		}
-		h[i], h[parent] = h[parent], h[i]
-		i = parent
-	}
-	return h
-}
+func pendPush(h []pending, p pending) []pending { return heapq.Push(h, p, pendLess) }
 
-func pendPop(h []pending) ([]pending, pending) {
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	h = h[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && pendLess(&h[r], &h[l]) {
-			m = r
-		}
-		if !pendLess(&h[m], &h[i]) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	return h, top
-}
+func pendPop(h []pending) ([]pending, pending) { return heapq.Pop(h, pendLess) }
 
 func (g *generator) run(ctx context.Context, out Outputs) (sum Summary, err error) {
 	sc := g.sc

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lds-net/lds/internal/heapq"
+
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
@@ -438,46 +440,14 @@ func parseFrame(b []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16
 }
 
 // push and pop keep e.heap a min-heap by (due, seq); callers hold e.mu.
-func (e *Emulator) push(f *frame) {
-	h := append(e.heap, f)
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !frameLess(h[i], h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-	e.heap = h
+func (e *Emulator) push(f *frame) { e.heap = heapq.Push(e.heap, f, frameLessP) }
+
+func (e *Emulator) pop() (f *frame) {
+	e.heap, f = heapq.Pop(e.heap, frameLessP)
+	return f
 }
 
-func (e *Emulator) pop() *frame {
-	h := e.heap
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h[last] = nil
-	h = h[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			break
-		}
-		m := l
-		if r := l + 1; r < len(h) && frameLess(h[r], h[l]) {
-			m = r
-		}
-		if !frameLess(h[m], h[i]) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	e.heap = h
-	return top
-}
+func frameLessP(a, b **frame) bool { return frameLess(*a, *b) }
 
 func frameLess(a, b *frame) bool {
 	if a.due != b.due {
