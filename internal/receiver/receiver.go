@@ -305,6 +305,20 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			}
 		}
 	}
+	// On a stop request, seal what has been captured and hand it to the
+	// matchers (they drain their channel before finalizing): nothing
+	// captured is dropped silently at SIGTERM.
+	stop := func() error {
+		for i, s := range r.senders {
+			builders[i].Flush(func(sl *interval.Sealed) {
+				select {
+				case s.sealed <- sl:
+				case <-time.After(stopGrace):
+				}
+			})
+		}
+		return nil
+	}
 	var pkt capture.Packet
 	n := 0
 	for {
@@ -319,13 +333,13 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			n++
 			if n&1023 == 0 {
 				if ctx.Err() != nil {
-					return nil
+					return stop()
 				}
 				r.publishCapture(worker, rd)
 			}
 		case errors.Is(err, capture.ErrTimeout):
 			if ctx.Err() != nil {
-				return nil
+				return stop()
 			}
 			if !r.opt.Replay {
 				// Behind the wall clock by the capture ring's latency, so
@@ -388,6 +402,7 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 		}
 		select {
 		case <-ctx.Done():
+			r.stopMatching(s, merger, sealed, emit)
 			return nil
 		case sl, ok := <-sealed:
 			if !ok {
@@ -431,6 +446,36 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 			s.m.Tick(time.Now(), emit)
 		}
 	}
+}
+
+// stopGrace bounds how long a stopping receiver waits for the last sealed
+// intervals of its capture workers.
+const stopGrace = 2 * time.Second
+
+// stopMatching finalizes one sender's intervals at a stop request: it takes
+// what the capture workers sealed on their way out, then emits everything
+// (matched where both ends are present, else with the outcome that says
+// what is missing), so that the results file ends complete.
+func (r *Receiver) stopMatching(s *senderState, merger *interval.SealedMerger, sealed <-chan *interval.Sealed, emit func(*interval.Matched)) {
+	deadline := time.After(stopGrace)
+	for sealed != nil {
+		select {
+		case sl, ok := <-sealed:
+			if !ok {
+				sealed = nil
+				break
+			}
+			if merged, err := merger.Add(sl); err == nil && merged != nil {
+				merged.Clock = r.ownClock()
+				s.m.AddSealed(merged, time.Now(), emit)
+			}
+		case <-deadline:
+			sealed = nil
+		}
+	}
+	now := time.Now()
+	s.m.RxGone(now, emit)
+	s.m.SenderGone(now, emit)
 }
 
 func (s *senderState) name() string {
