@@ -22,28 +22,42 @@ import (
 	"github.com/lds-net/lds/internal/testutil/ptp4l"
 )
 
-// paced replays a capture in real time: a packet is handed out once the
-// wall clock reaches its timestamp, so the daemons run as they would live.
+// paced replays a capture in real time, as a live source: a packet is
+// handed out once the wall clock reaches its timestamp; until then (and
+// after ctx ends) it answers capture.ErrTimeout, like an idle interface.
 type paced struct {
 	capture.Source
-	ctx context.Context
+	ctx  context.Context
+	data []byte
+	ts   int64
+	wl   int
+	have bool
 }
 
-func (p paced) ReadPacket(buf []byte) ([]byte, int64, int, error) {
-	data, ts, wl, err := p.Source.ReadPacket(buf)
-	if err != nil {
-		return data, ts, wl, err
+func newPaced(ctx context.Context, s capture.Source) *paced { return &paced{Source: s, ctx: ctx} }
+
+func (p *paced) ReadPacket(buf []byte) ([]byte, int64, int, error) {
+	if !p.have {
+		data, ts, wl, err := p.Source.ReadPacket(buf)
+		if err != nil {
+			return data, ts, wl, err
+		}
+		p.data, p.ts, p.wl, p.have = append(p.data[:0], data...), ts, wl, true
 	}
-	if d := time.Until(time.Unix(0, ts)); d > 0 {
+	if d := time.Until(time.Unix(0, p.ts)); d > 0 {
 		select {
-		case <-time.After(d):
+		case <-time.After(min(d, 100*time.Millisecond)):
 		case <-p.ctx.Done():
 		}
+		if time.Now().UnixNano() < p.ts {
+			return nil, 0, 0, capture.ErrTimeout
+		}
 	}
-	return data, ts, wl, nil
+	p.have = false
+	return p.data, p.ts, p.wl, nil
 }
 
-func (p paced) LinkType() layers.LinkType { return p.Source.LinkType() }
+func (p *paced) LinkType() layers.LinkType { return p.Source.LinkType() }
 
 // TestClockUnsyncedWithholdsDelays: both daemons check a real ptp4l slave
 // (free_running, no CAP_SYS_TIME); while its master runs the intervals are
@@ -98,7 +112,7 @@ func TestClockUnsyncedWithholdsDelays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return paced{s, ctx}
+		return newPaced(ctx, s)
 	}
 	var mu sync.Mutex
 	got := map[int64]*results.Interval{}
