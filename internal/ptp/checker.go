@@ -74,6 +74,7 @@ func (c *Checker) Poll(ctx context.Context) (Status, error) {
 		c.st.Err = err.Error()
 	} else {
 		r.apply(&c.st, &c.track, now)
+		c.readPHC(&c.st)
 		c.st.Reachable = true
 		c.st.LastOK = now
 		c.st.Err = ""

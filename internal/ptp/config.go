@@ -27,6 +27,13 @@ type Config struct {
 	// UNCALIBRATED is accepted too, because with free_running ptp4l never
 	// leaves it (see docs/ptp.md); set this where ptp4l disciplines the clock.
 	RequireLocked bool `yaml:"require_locked"`
+	// PHC checks the system clock against the PTP hardware clock ptp4l
+	// disciplines (kept in step by phc2sys): "" = off, "auto" = the PHC
+	// of the interface ptp4l reports, or a device path such as /dev/ptp0.
+	// Captures are stamped with the system clock (or the NIC), so a PHC
+	// that is synced while the system clock drifts would still bias
+	// delays: |PHC - system| above offset_limit counts as unsynced.
+	PHC string `yaml:"phc"`
 }
 
 // DefaultConfig returns the defaults documented in docs/ptp.md.

@@ -42,6 +42,13 @@ type Status struct {
 	// delay measurement; the checker sets this once offsetFromMaster has
 	// changed since the port started measuring. See offsetTracker.
 	OffsetMeasured bool
+
+	// PHC versus system clock (ptp.phc): the device read, the offset
+	// (system - PHC) and its read delay, or why it could not be read.
+	PHCDevice   string
+	PHCOffsetNS int64
+	PHCDelayNS  int64
+	PHCErr      string
 }
 
 // Judge is the sync decision, a pure function of what was polled. Synced
@@ -80,6 +87,10 @@ func Judge(s Status, cfg Config, now time.Time) State {
 	case !s.OffsetMeasured:
 		return StateUnsynced
 	case absDur(s.OffsetNS) > cfg.OffsetLimit:
+		return StateUnsynced
+	case cfg.PHC != "" && (s.PHCErr != "" || absDur(s.PHCOffsetNS) > cfg.OffsetLimit):
+		// The system clock the captures use is not known to follow the
+		// PHC that ptp4l disciplines.
 		return StateUnsynced
 	}
 	return StateSynced

@@ -26,6 +26,8 @@ func TestJudge(t *testing.T) {
 	locked.RequireLocked = true
 	disabled := cfg
 	disabled.Enabled = false
+	withPHC := cfg
+	withPHC.PHC = "/dev/ptp0"
 
 	tests := []struct {
 		name string
@@ -34,6 +36,10 @@ func TestJudge(t *testing.T) {
 		want State
 	}{
 		{"all good", cfg, func(*Status) {}, StateSynced},
+		{"phc: system clock follows the PHC", withPHC, func(s *Status) { s.PHCOffsetNS = -40_000 }, StateSynced},
+		{"phc: system clock 150µs off the PHC", withPHC, func(s *Status) { s.PHCOffsetNS = 150_000 }, StateUnsynced},
+		{"phc: device unreadable", withPHC, func(s *Status) { s.PHCErr = "no such device" }, StateUnsynced},
+		{"phc off: offset ignored", cfg, func(s *Status) { s.PHCOffsetNS = 1e9 }, StateSynced},
 		{"disabled wins over everything", disabled, func(s *Status) { *s = Status{} }, StateDisabled},
 		{"never answered", cfg, func(s *Status) { *s = Status{Err: "no such file"} }, StateUnknown},
 		{"uncalibrated accepted (free_running)", cfg, func(s *Status) { s.PortState = "UNCALIBRATED" }, StateSynced},

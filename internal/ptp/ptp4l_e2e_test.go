@@ -115,6 +115,24 @@ func TestRealPtp4l(t *testing.T) {
 		t.Errorf("pmc says portState %s, checker %s", got, s.PortState)
 	}
 
+	// 1b. ptp.phc auto against this ptp4l: its interface is a veth (no
+	// PTP hardware clock; here it is not even in this test's namespace),
+	// so the PHC cannot be read: the check must say so, naming the
+	// interface, and refuse to call the clock synced rather than skip the
+	// comparison. (No machine here has a PHC to read a real offset from.)
+	phcCfg := cfg
+	phcCfg.PHC = "auto"
+	pc, err := New(phcCfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, _ := pc.Poll(context.Background())
+	pc.Close()
+	if ps.State != StateUnsynced || !strings.Contains(ps.PHCErr, vB) || !strings.Contains(ps.PHCErr, "no PHC") {
+		t.Errorf("ptp.phc auto on a veth: state %s, PHCErr %q: want unsynced naming %s and the missing PHC", ps.State, ps.PHCErr, vB)
+	}
+	t.Logf("phase 1b: ptp.phc auto on a veth: %s (%s)", ps.State, ps.PHCErr)
+
 	// 2. The master dies: announce receipt timeout (3 x 125 ms) moves the
 	// slave port to LISTENING.
 	master.Kill()
