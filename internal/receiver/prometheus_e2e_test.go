@@ -182,7 +182,7 @@ func promVector(t *testing.T, addr, q string) []promSample { return promQuery(t,
 func flowKey(t *testing.T, m map[string]string) capture.FlowKey {
 	t.Helper()
 	num := func(s string) uint64 { v, _ := strconv.ParseUint(m[s], 10, 16); return v }
-	k, err := capture.FlowKeyFromAddrs(mustAddr(t, m["src"]), mustAddr(t, m["dst"]), uint8(num("proto")), uint16(num("sport")), uint16(num("dport")))
+	k, err := capture.FlowKeyFromAddrs(testutil.MustAddr(t, m["src"]), testutil.MustAddr(t, m["dst"]), uint8(num("proto")), uint16(num("sport")), uint16(num("dport")))
 	if err != nil {
 		t.Fatal(err)
 	}

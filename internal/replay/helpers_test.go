@@ -21,15 +21,6 @@ func readJSONL(t *testing.T, path string) []results.FlowRecord {
 	return recs
 }
 
-func mustAddr(t *testing.T, s string) netip.Addr {
-	t.Helper()
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
 // checkSchema holds every line of a results file to the contract of
 // DESIGN.md §6: these keys, these JSON types, null only where allowed.
 func checkSchema(t *testing.T, path string) int {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lds-net/lds/internal/testutil"
+
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/join"
@@ -78,7 +80,7 @@ func replayScenario(t *testing.T, sc gen.Scenario, configure func(*Options)) run
 	recs := readJSONL(t, out)
 	r := run{truth: truth, recs: map[join.FlowID]results.FlowRecord{}, outcome: sum.Intervals}
 	for _, rec := range recs {
-		k, err := capture.FlowKeyFromAddrs(mustAddr(t, rec.Src), mustAddr(t, rec.Dst), rec.Proto, rec.SPort, rec.DPort)
+		k, err := capture.FlowKeyFromAddrs(testutil.MustAddr(t, rec.Src), testutil.MustAddr(t, rec.Dst), rec.Proto, rec.SPort, rec.DPort)
 		if err != nil {
 			t.Fatal(err)
 		}

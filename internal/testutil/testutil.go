@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"net/netip"
 	"os"
 	"testing"
 )
@@ -26,4 +27,14 @@ func RequireRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		SkipOrFail(t, "needs root (network namespaces, raw sockets)")
 	}
+}
+
+// MustAddr parses an IP address or fails the test.
+func MustAddr(t testing.TB, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
