@@ -7,6 +7,7 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/join"
 )
 
 // PacketDelay is the fate of one sender-tap packet: the per-packet truth
@@ -76,16 +77,6 @@ type JoinCounts struct {
 	Duplicates uint64 // extra sender-tap occurrences of an identity: all its copies are left out
 }
 
-// packet identity for the join: the seeded flow hash and packet hash (128
-// bits; a collision is as unlikely as in join's (key, hash) and the map
-// entry stays small).
-type pktID struct{ flow, pkt uint64 }
-
-type joinEntry struct {
-	send, recv int64
-	dup, got   bool
-}
-
 // PerPacketFromCaptures joins two captures per packet by identity (flow key
 // hash, packet hash; cfg.Identity must be the one both daemons use) and
 // streams each sender-tap packet with its receive time or its loss, in the
@@ -93,8 +84,9 @@ type joinEntry struct {
 // (not joinable), as internal/join does, so the per-packet stream
 // aggregates to join.Files' truth.
 //
-// It reads the sender capture twice and the receiver capture once, and
-// holds one map entry (~60 B) per sender-tap packet. counts (may be nil) is
+// It reads the sender capture twice and the receiver capture once
+// (join.MatchFiles, then the sender again for its order), and holds one
+// map entry per sender-tap packet. counts (may be nil) is
 // filled when the iterator runs.
 func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, counts *JoinCounts) (Packets, error) {
 	if _, err := capture.NewParser(cfg); err != nil {
@@ -109,50 +101,26 @@ func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, 
 		if err != nil {
 			return err
 		}
-		m := map[pktID]joinEntry{}
-		err = capture.EachPacket(senderPcap, p, func(pk *capture.Packet) bool {
-			id := pktID{pk.FlowHash, pk.PktHash}
-			if e, ok := m[id]; ok {
-				e.dup = true
-				m[id] = e
-				counts.Duplicates++
-				return true
-			}
-			m[id] = joinEntry{send: pk.TS}
-			return true
-		})
+		m, err := join.MatchFiles(senderPcap, receiverPcap, p)
 		if err != nil {
-			return fmt.Errorf("sender capture %s: %w", senderPcap, err)
+			return err
 		}
-		err = capture.EachPacket(receiverPcap, p, func(pk *capture.Packet) bool {
-			id := pktID{pk.FlowHash, pk.PktHash}
-			e, ok := m[id]
-			if !ok || e.dup || e.got {
-				counts.Unmatched++
-				return true
-			}
-			e.recv, e.got = pk.TS, true
-			m[id] = e
-			return true
-		})
-		if err != nil {
-			return fmt.Errorf("receiver capture %s: %w", receiverPcap, err)
-		}
+		counts.Unmatched, counts.Duplicates = m.Unmatched, m.Duplicates
 		var pd PacketDelay
 		err = capture.EachPacket(senderPcap, p, func(pk *capture.Packet) bool {
-			e := m[pktID{pk.FlowHash, pk.PktHash}]
-			if e.dup {
+			recv, got, joinable := m.Lookup(pk.Key, pk.PktHash)
+			if !joinable {
 				return true
 			}
 			counts.Sent++
-			if e.got {
+			if got {
 				counts.Received++
 			} else {
 				counts.Lost++
 			}
 			k := pk.Key
 			pd = PacketDelay{Key: gen.FlowKey{Src: k.SrcAddr(), Dst: k.DstAddr(), SPort: k.SPort, DPort: k.DPort, Proto: k.Proto},
-				SendNS: pk.TS, RecvNS: e.recv, Lost: !e.got}
+				SendNS: pk.TS, RecvNS: recv, Lost: !got}
 			return yield(&pd)
 		})
 		if err != nil {

@@ -48,6 +48,66 @@ type ident struct {
 	hash uint64
 }
 
+// Match is the per-packet join of two captures: each sender-tap packet
+// identity, with its send time and, if it reached the receiver tap, its
+// receive time.
+type Match struct {
+	sent       map[ident]fate
+	Unmatched  uint64 // receiver-tap packets with no sender-tap twin
+	Duplicates uint64 // identities seen twice at the sender tap (not joinable)
+}
+
+type fate struct {
+	send, recv int64
+	dup, got   bool
+}
+
+// MatchFiles reads the sender capture, then the receiver capture, joining
+// packets by identity (flow key and packet hash, as p computes them).
+func MatchFiles(senderPcap, receiverPcap string, p *capture.Parser) (*Match, error) {
+	m := &Match{sent: map[ident]fate{}}
+	err := capture.EachPacket(senderPcap, p, func(pk *capture.Packet) bool {
+		id := ident{pk.Key, pk.PktHash}
+		if f, ok := m.sent[id]; ok {
+			f.dup = true
+			m.sent[id] = f
+			m.Duplicates++
+			return true
+		}
+		m.sent[id] = fate{send: pk.TS}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sender capture %s: %w", senderPcap, err)
+	}
+	err = capture.EachPacket(receiverPcap, p, func(pk *capture.Packet) bool {
+		id := ident{pk.Key, pk.PktHash}
+		f, ok := m.sent[id]
+		if !ok || f.dup || f.got {
+			m.Unmatched++
+			return true
+		}
+		f.recv, f.got = pk.TS, true
+		m.sent[id] = f
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receiver capture %s: %w", receiverPcap, err)
+	}
+	return m, nil
+}
+
+// Lookup gives the fate of a sender-tap packet: its receive time and
+// whether it arrived; joinable is false for an identity seen twice at the
+// sender (or never).
+func (m *Match) Lookup(key capture.FlowKey, pktHash uint64) (recv int64, got, joinable bool) {
+	f, ok := m.sent[ident{key, pktHash}]
+	if !ok || f.dup {
+		return 0, false, false
+	}
+	return f.recv, f.got, true
+}
+
 // Files joins two capture files with the given capture configuration
 // (identity, selection) and interval length t (ns).
 func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Result, error) {
@@ -55,79 +115,50 @@ func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	type sent struct {
-		ts  int64
-		dup bool
-	}
-	sentAt := map[ident]sent{}
-	res := &Result{Flows: map[FlowID]*Flow{}}
-	err = capture.EachPacket(senderPcap, p, func(pk *capture.Packet) bool {
-		id := ident{pk.Key, pk.PktHash}
-		if s, ok := sentAt[id]; ok {
-			s.dup = true
-			sentAt[id] = s
-			res.Duplicates++
-			return true
-		}
-		sentAt[id] = sent{ts: pk.TS}
-		return true
-	})
+	m, err := MatchFiles(senderPcap, receiverPcap, p)
 	if err != nil {
-		return nil, fmt.Errorf("sender capture: %w", err)
+		return nil, err
 	}
+	res := &Result{Flows: map[FlowID]*Flow{}, Unmatched: m.Unmatched, Duplicates: m.Duplicates}
 	type acc struct {
-		n        uint64
 		sum, sq  float64
 		shift    float64
 		hasShift bool
 	}
-	delays := map[FlowID]*acc{}
-	recvd := map[ident]bool{}
-	err = capture.EachPacket(receiverPcap, p, func(pk *capture.Packet) bool {
-		id := ident{pk.Key, pk.PktHash}
-		s, ok := sentAt[id]
-		if !ok || s.dup || recvd[id] {
-			res.Unmatched++
-			return true
-		}
-		recvd[id] = true
-		fid := FlowID{interval.ID(s.ts, t), pk.Key}
-		a := delays[fid]
-		if a == nil {
-			a = &acc{}
-			delays[fid] = a
-		}
-		d := float64(pk.TS - s.ts)
-		if !a.hasShift {
-			a.shift, a.hasShift = d, true // shifted sums keep the variance exact
-		}
-		a.n++
-		a.sum += d - a.shift
-		a.sq += (d - a.shift) * (d - a.shift)
-		return true
-	})
-	if err != nil {
-		return nil, fmt.Errorf("receiver capture: %w", err)
-	}
-	for id, s := range sentAt {
+	accs := map[FlowID]*acc{}
+	for id, s := range m.sent {
 		if s.dup {
 			continue
 		}
-		fid := FlowID{interval.ID(s.ts, t), id.key}
+		fid := FlowID{interval.ID(s.send, t), id.key}
 		f := res.Flows[fid]
 		if f == nil {
 			f = &Flow{Interval: fid.Interval, Key: id.key, MeanNS: math.NaN(), StddevNS: math.NaN()}
 			res.Flows[fid] = f
+			accs[fid] = &acc{}
 		}
 		f.Sent++
 		res.Packets++
+		if !s.got {
+			continue
+		}
+		a := accs[fid]
+		d := float64(s.recv - s.send)
+		if !a.hasShift {
+			a.shift, a.hasShift = d, true // shifted sums keep the variance exact
+		}
+		f.Received++
+		a.sum += d - a.shift
+		a.sq += (d - a.shift) * (d - a.shift)
 	}
-	for fid, a := range delays {
-		f := res.Flows[fid]
-		f.Received = a.n
-		m := a.sum / float64(a.n)
-		f.MeanNS = a.shift + m
-		f.StddevNS = math.Sqrt(math.Max(0, a.sq/float64(a.n)-m*m))
+	for fid, f := range res.Flows {
+		if f.Received == 0 {
+			continue
+		}
+		a := accs[fid]
+		mean := a.sum / float64(f.Received)
+		f.MeanNS = a.shift + mean
+		f.StddevNS = math.Sqrt(math.Max(0, a.sq/float64(f.Received)-mean*mean))
 	}
 	return res, nil
 }
