@@ -52,18 +52,26 @@ func buildDaemons(t *testing.T) string {
 	return dir
 }
 
+// prepareRun builds the daemons and picks the work directory (dirEnv keeps
+// it after the test, for a look at the logs) and the namespace prefix
+// (prefixEnv lets the driving script delete the namespaces if a run is cut
+// short).
+func prepareRun(t *testing.T, dirEnv, prefixEnv, prefix string) (bin, work, pfx string, log *slog.Logger) {
+	t.Helper()
+	bin, work, pfx = buildDaemons(t), t.TempDir(), prefix
+	if d := os.Getenv(dirEnv); d != "" {
+		work = filepath.Clean(d)
+	}
+	if p := os.Getenv(prefixEnv); p != "" {
+		pfx = p
+	}
+	return bin, work, pfx, slog.New(slog.NewTextHandler(testWriter{t}, nil))
+}
+
 func runLive(t *testing.T, opt Options) *Result {
 	t.Helper()
-	opt.BinDir = buildDaemons(t)
-	opt.WorkDir = t.TempDir()
-	if d := os.Getenv("LDS_TESTBED_DIR"); d != "" {
-		opt.WorkDir = filepath.Clean(d) // kept after the test, for a look at the logs
-	}
-	opt.Prefix = fmt.Sprintf("ldstb-%d-%d", os.Getpid(), time.Now().UnixNano()%100000)
-	if p := os.Getenv("LDS_TESTBED_PREFIX"); p != "" {
-		opt.Prefix = p // scripts/e2e-live.sh deletes these namespaces if the run is cut short
-	}
-	opt.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	opt.BinDir, opt.WorkDir, opt.Prefix, opt.Log = prepareRun(t, "LDS_TESTBED_DIR", "LDS_TESTBED_PREFIX",
+		fmt.Sprintf("ldstb-%d-%d", os.Getpid(), time.Now().UnixNano()%100000))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, opt)

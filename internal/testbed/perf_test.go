@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -211,16 +209,7 @@ func needPerf(t *testing.T) {
 
 func perfRun(t *testing.T, opt PerfOptions) *PerfResult {
 	t.Helper()
-	opt.BinDir = buildDaemons(t)
-	opt.WorkDir = t.TempDir()
-	if d := os.Getenv("LDS_PERF_DIR"); d != "" {
-		opt.WorkDir = filepath.Clean(d)
-	}
-	opt.Prefix = fmt.Sprintf("ldsperf-%d", os.Getpid())
-	if p := os.Getenv("LDS_PERF_PREFIX"); p != "" {
-		opt.Prefix = p // scripts/bench-live.sh deletes these namespaces if the run is cut short
-	}
-	opt.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	opt.BinDir, opt.WorkDir, opt.Prefix, opt.Log = prepareRun(t, "LDS_PERF_DIR", "LDS_PERF_PREFIX", fmt.Sprintf("ldsperf-%d", os.Getpid()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	res, err := RunPerf(ctx, opt)
