@@ -58,11 +58,26 @@ run ten-x-memory "$(config c700k 4 175000 1 '1, 1, 1, 1')" noloss
 # Flow classes by source prefix (the generator draws IPv4 sources uniformly
 # in 10.0.0.0/8): gold = 2/256 of the IPv4 flows (~0.7 % of all flows),
 # silver = 22/256 (~7.7 %), bronze = the rest, IPv6 included.
+# weights-1-1-1 is the same sketch without weights: the reference of Fig. 12.
+run weights-1-1-1 "$(config w1-1 4 10000 1 '1, 1, 1, 1')" noloss
 for w in "25 100" "10 100" "50 2500"; do
   set -- $w
   weights="[{name: gold, weight: $2, src: [10.0.0.0/15]}, {name: silver, weight: $1, src: [10.2.0.0/15, 10.4.0.0/14, 10.8.0.0/13, 10.16.0.0/13]}]"
   run "weights-1-$1-$2" "$(config "w$1-$2" 4 10000 1 '1, 1, 1, 1' "$weights")" noloss
 done
+# Fig. 12: every weighting and the unweighted run side by side, per class.
+# The classes come from one config's rules (all weightings share them);
+# labels are "estimator bronze/silver/gold".
+byclass=()
+for w in 1-1 10-100 25-100 50-2500; do
+  for est in paper decode; do
+    byclass+=(--results "$est 1/${w//-//}=$out/weights-1-$w-$est.jsonl")
+  done
+done
+$bin eval --truth "$out/noloss-truth.jsonl" --config "$out/config-w25-100.yaml" --default-class bronze \
+  "${byclass[@]}" --out "$out/weights-by-class.md" --plots "$out/plots-weights-by-class"
+echo "== weights-by-class (class, bin, run, flows, coverage, median, p95)"
+sed -n '/^### Mean delay per class/,$p' "$out/weights-by-class.md" | grep -E '^\| [a-z]+ \| (all|>=100) \|'
 rm -f "$out"/noloss-?.pcap
 for p in 0.001 0.005 0.01; do
   gen "loss$p" "$p"

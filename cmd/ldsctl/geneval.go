@@ -72,13 +72,14 @@ func cmdEval(args []string) error {
 	plots := fs.String("plots", "", "directory for PNG plots (CDF per flow-size bin, median/p95 per bin)")
 	sp := fs.String("sender-pcap", "", "with --baselines: the sender-tap capture the results came from")
 	rp := fs.String("receiver-pcap", "", "with --baselines: the receiver-tap capture")
-	cfgPath := fs.String("config", "", "with --baselines: configuration (identity and interval), as for replay")
+	cfgPath := fs.String("config", "", "configuration, as for replay: identity and interval for --baselines; its capture.weights rules, if any, also split the report per weight class (use the rules the runs were made with; their weights may differ)")
+	defClass := fs.String("default-class", eval.DefaultClassName, "with --config: name of the class of flows no weight rule matches (weight 1)")
 	baselines := fs.String("baselines", "", "comma list of per-packet baselines computed from the captures: rli, exact")
 	rliRate := fs.Float64("rli-rate", eval.DefaultRLIRateHz, "RLI reference rate, Hz")
 	var shipped multiFlag
 	fs.Var(&shipped, "shipped-bytes", "label=BYTES: bytes a run shipped over the whole trace (replay prints it), for the cost table (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ldsctl eval --truth truth.jsonl --results decode=a.jsonl --results paper=b.jsonl [--out report.md] [--plots DIR]\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: ldsctl eval --truth truth.jsonl --results decode=a.jsonl --results paper=b.jsonl [--config weights.yaml [--default-class bronze]] [--out report.md] [--plots DIR]\n\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(args)
@@ -103,6 +104,18 @@ func cmdEval(args []string) error {
 		rs[label] = recs
 	}
 	opt := eval.DefaultOptions()
+	if *cfgPath != "" {
+		cfg, err := replay.Load(*cfgPath)
+		if err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		if opt.Classes, err = eval.NewWeightClasses(cfg.CaptureConfig(), *defClass, "`"+*cfgPath+"`"); err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		if opt.Classes == nil {
+			fmt.Fprintf(os.Stderr, "ldsctl eval: %s has no capture.weights rules: no per-class breakdown\n", *cfgPath)
+		}
+	}
 	if *baselines != "" {
 		if *sp == "" || *rp == "" {
 			return errors.New("--baselines needs --sender-pcap and --receiver-pcap")

@@ -64,6 +64,9 @@ type Options struct {
 	ShippedBytes map[string]float64
 	// RLI, when set, adds the RLI emulation's bookkeeping to the report.
 	RLI *RLIStats
+	// Classes, when set, breaks every run down per flow-weight class as
+	// well (RunReport.Classes, the paper's Fig. 12).
+	Classes *WeightClasses
 }
 
 // DefaultOptions: paper bins, baseline on, threshold 0.5.
@@ -106,6 +109,9 @@ type RunReport struct {
 	Invalid    int // unparsable address
 	NoLoss     bool
 	Bins       []BinStats
+	// Classes[c][b]: the flows of class Report.Classes[c] in bin
+	// Report.Bins[b]; nil without Options.Classes.
+	Classes [][]BinStats
 }
 
 // CostRow is one line of the cost table: bytes a method moves between the
@@ -131,6 +137,10 @@ type Report struct {
 	// Cost: the exact per-packet join first, then Options.ShippedBytes by label.
 	Cost []CostRow
 	RLI  *RLIStats
+	// Classes are the flow-weight classes (Options.Classes), ClassSource
+	// where their rules came from; nil/"" without Options.Classes.
+	Classes     []ClassInfo
+	ClassSource string
 }
 
 type joinKey struct {
@@ -177,6 +187,14 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 		rep.PacketsRecv += t.Received
 	}
 	rep.Intervals = len(ivs)
+	var cls []int
+	if opt.Classes != nil {
+		var err error
+		if cls, rep.Classes, err = opt.Classes.classify(truth); err != nil {
+			return rep, err
+		}
+		rep.ClassSource = opt.Classes.Source()
+	}
 
 	labels := make([]string, 0, len(runs))
 	for l := range runs {
@@ -184,10 +202,10 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 	}
 	slices.Sort(labels)
 	for _, l := range labels {
-		rep.Runs = append(rep.Runs, evalRun(l, truth, idx, runs[l], opt))
+		rep.Runs = append(rep.Runs, evalRun(l, truth, idx, runs[l], opt, cls, len(rep.Classes)))
 	}
 	if opt.Baseline {
-		rep.Runs = append(rep.Runs, evalRun(BaselineLabel, truth, idx, GlobalAverage(truth), opt))
+		rep.Runs = append(rep.Runs, evalRun(BaselineLabel, truth, idx, GlobalAverage(truth), opt, cls, len(rep.Classes)))
 	}
 	for i := range rep.Runs {
 		rep.Runs[i].NoLoss = slices.Contains(opt.DelayOnly, rep.Runs[i].Label)
@@ -256,7 +274,9 @@ type flowEval struct {
 	loss     float64
 }
 
-func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []results.FlowRecord, opt Options) RunReport {
+// evalRun joins one run to the truth and aggregates it per bin and, when
+// cls is set (class index per truth record), per class and bin.
+func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []results.FlowRecord, opt Options, cls []int, nClasses int) RunReport {
 	rr := RunReport{Label: label, Records: len(recs)}
 	fe := make([]flowEval, len(truth))
 	for i := range recs {
@@ -287,56 +307,69 @@ func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []
 		fe[ti] = e
 	}
 	for _, b := range opt.Bins {
-		bs := BinStats{Bin: b.Name}
-		var stdErr []float64
-		var lossErrSum float64
-		for i := range truth {
-			t := &truth[i]
-			if !b.has(t.Sent) {
-				continue
-			}
-			bs.Flows++
-			e := fe[i]
-			if e.has {
-				bs.Reported++
-				lossErrSum += math.Abs(e.loss - float64(t.Lost))
-				if t.Lost > 0 {
-					bs.LossFlows++
-					if e.loss < opt.LossThreshold {
-						bs.MissedLoss++
-					}
-				} else if e.loss >= opt.LossThreshold {
-					bs.FalseLoss++
-				}
-			}
-			if t.DelayNS == nil || *t.DelayNS <= 0 {
-				continue
-			}
-			bs.DelayFlows++
-			if !e.hasDelay {
-				continue
-			}
-			bs.Covered++
-			bs.RelDelay = append(bs.RelDelay, math.Abs(e.delay-*t.DelayNS) / *t.DelayNS)
-			if e.hasStd && t.StddevNS != nil && *t.StddevNS > 0 {
-				stdErr = append(stdErr, math.Abs(e.std-*t.StddevNS) / *t.StddevNS)
+		rr.Bins = append(rr.Bins, binStats(b, truth, fe, opt, nil, 0))
+	}
+	if cls != nil {
+		rr.Classes = make([][]BinStats, nClasses)
+		for c := range nClasses {
+			for _, b := range opt.Bins {
+				rr.Classes[c] = append(rr.Classes[c], binStats(b, truth, fe, opt, cls, c))
 			}
 		}
-		slices.Sort(bs.RelDelay)
-		slices.Sort(stdErr)
-		bs.Coverage = ratio(bs.Covered, bs.DelayFlows)
-		bs.MedianRelDelay = Quantile(bs.RelDelay, 0.5)
-		bs.P95RelDelay = Quantile(bs.RelDelay, 0.95)
-		bs.MeanRelDelay = mean(bs.RelDelay)
-		bs.StdFlows = len(stdErr)
-		bs.MedianRelStddev = Quantile(stdErr, 0.5)
-		bs.MeanAbsLossErr = math.NaN()
-		if bs.Reported > 0 {
-			bs.MeanAbsLossErr = lossErrSum / float64(bs.Reported)
-		}
-		rr.Bins = append(rr.Bins, bs)
 	}
 	return rr
+}
+
+// binStats aggregates the flows of bin b (and, with cls, of class c only).
+func binStats(b Bin, truth []gen.TruthRecord, fe []flowEval, opt Options, cls []int, c int) BinStats {
+	bs := BinStats{Bin: b.Name}
+	var stdErr []float64
+	var lossErrSum float64
+	for i := range truth {
+		t := &truth[i]
+		if !b.has(t.Sent) || (cls != nil && cls[i] != c) {
+			continue
+		}
+		bs.Flows++
+		e := fe[i]
+		if e.has {
+			bs.Reported++
+			lossErrSum += math.Abs(e.loss - float64(t.Lost))
+			if t.Lost > 0 {
+				bs.LossFlows++
+				if e.loss < opt.LossThreshold {
+					bs.MissedLoss++
+				}
+			} else if e.loss >= opt.LossThreshold {
+				bs.FalseLoss++
+			}
+		}
+		if t.DelayNS == nil || *t.DelayNS <= 0 {
+			continue
+		}
+		bs.DelayFlows++
+		if !e.hasDelay {
+			continue
+		}
+		bs.Covered++
+		bs.RelDelay = append(bs.RelDelay, math.Abs(e.delay-*t.DelayNS) / *t.DelayNS)
+		if e.hasStd && t.StddevNS != nil && *t.StddevNS > 0 {
+			stdErr = append(stdErr, math.Abs(e.std-*t.StddevNS) / *t.StddevNS)
+		}
+	}
+	slices.Sort(bs.RelDelay)
+	slices.Sort(stdErr)
+	bs.Coverage = ratio(bs.Covered, bs.DelayFlows)
+	bs.MedianRelDelay = Quantile(bs.RelDelay, 0.5)
+	bs.P95RelDelay = Quantile(bs.RelDelay, 0.95)
+	bs.MeanRelDelay = mean(bs.RelDelay)
+	bs.StdFlows = len(stdErr)
+	bs.MedianRelStddev = Quantile(stdErr, 0.5)
+	bs.MeanAbsLossErr = math.NaN()
+	if bs.Reported > 0 {
+		bs.MeanAbsLossErr = lossErrSum / float64(bs.Reported)
+	}
+	return bs
 }
 
 func ratio(a, b int) float64 {

@@ -71,6 +71,7 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	for _, run := range r.Runs {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d |\n", run.Label, run.Records, run.Matched, run.Spurious, run.Duplicates, run.Invalid)
 	}
+	r.writeClasses(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -103,54 +104,77 @@ func (r Report) writeBaselines(b *strings.Builder) {
 	}
 }
 
+// writeClasses adds the per weight class breakdown (paper Fig. 12) after
+// every other section, so tools reading the sections above are unaffected.
+func (r Report) writeClasses(b *strings.Builder) {
+	if len(r.Classes) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n## Weight classes\n\n")
+	fmt.Fprintf(b, "Every truth flow is put in a class by the `capture.weights` rules of %s, as the daemons weight packets (first matching rule; rules of one name form one class). The weights are that configuration's: runs made with other weights (see their labels) must use the same rules for this breakdown to mean anything.\n\n", r.ClassSource)
+	fmt.Fprintf(b, "| class | weight | rules | flows | share |\n|---|---:|---|---:|---:|\n")
+	for _, c := range r.Classes {
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %s |\n", c.Name, c.Weight, c.Rules, c.Flows, pct(ratio(c.Flows, r.TruthRecords)))
+	}
+	fmt.Fprintf(b, "\n### Mean delay per class\n\n")
+	fmt.Fprintf(b, "| class | bin | run | flows | coverage | median rel. err | p95 rel. err | mean rel. err |\n")
+	fmt.Fprintf(b, "|---|---|---|---:|---:|---:|---:|---:|\n")
+	for ci, c := range r.Classes {
+		for bi, bin := range r.Bins {
+			for _, run := range r.Runs {
+				if ci >= len(run.Classes) {
+					continue
+				}
+				s := run.Classes[ci][bi]
+				fmt.Fprintf(b, "| %s | %s | %s | %d | %s (%d/%d) | %s | %s | %s |\n", c.Name, bin.Name, run.Label, s.DelayFlows,
+					pct(s.Coverage), s.Covered, s.DelayFlows, pct(s.MedianRelDelay), pct(s.P95RelDelay), pct(s.MeanRelDelay))
+			}
+		}
+	}
+}
+
 // errFloor is where relative errors of 0 are drawn on the log axis.
 const errFloor = 1e-5
 
 // WritePlots writes one PNG per bin with the CDF of the relative delay
-// error of every run (the paper's Fig. 9), and fig10.png with the median
-// and p95 per bin (Fig. 10, top). It returns the files written.
+// error of every run (the paper's Fig. 9), one per weight class and bin
+// when the report has classes (cdf-class-CLASS-BIN.png, Fig. 12), and
+// fig10.png with the median and p95 per bin (Fig. 10, top). It returns the
+// files written.
 func WritePlots(dir string, r Report) ([]string, error) {
 	var files []string
 	for bi, bin := range r.Bins {
-		p := plot.New()
-		p.Title.Text = fmt.Sprintf("Relative error of mean delay, flows with %s packets", bin.Name)
+		title := fmt.Sprintf("Relative error of mean delay, flows with %s packets", bin.Name)
 		if bin.Name == "all" {
-			p.Title.Text = "Relative error of mean delay, all flows"
-		}
-		p.X.Label.Text = fmt.Sprintf("relative error (0 drawn at %g)", errFloor)
-		p.Y.Label.Text = "CDF (fraction of flows with an estimate)"
-		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-		p.X.Min, p.X.Max = errFloor, 10
-		p.Y.Min, p.Y.Max = 0, 1
-		p.Legend.Top = false
-		p.Legend.Left = false
-		p.Add(plotter.NewGrid())
-		any := false
-		for ri, run := range r.Runs {
-			errs := run.Bins[bi].RelDelay
-			if len(errs) == 0 {
-				continue
-			}
-			any = true
-			l, err := plotter.NewLine(cdfPoints(errs, 1000))
-			if err != nil {
-				return files, fmt.Errorf("plot %s/%s: %w", bin.Name, run.Label, err)
-			}
-			l.Color = plotutil.Color(ri)
-			l.Dashes = plotutil.Dashes(ri)
-			l.Width = vg.Points(1.5)
-			p.Add(l)
-			p.Legend.Add(fmt.Sprintf("%s (n=%d)", run.Label, len(errs)), l)
-		}
-		if !any {
-			continue
+			title = "Relative error of mean delay, all flows"
 		}
 		f := filepath.Join(dir, "cdf-"+slug(bin.Name)+".png")
-		if err := p.Save(16*vg.Centimeter, 11*vg.Centimeter, f); err != nil {
-			return files, fmt.Errorf("save %s: %w", f, err)
+		ok, err := cdfPlot(f, title, r.Runs, func(run *RunReport) []float64 { return run.Bins[bi].RelDelay })
+		if err != nil {
+			return files, err
 		}
-		files = append(files, f)
+		if ok {
+			files = append(files, f)
+		}
+	}
+	// Fig. 12: one CDF per class and bin, every run.
+	for ci, c := range r.Classes {
+		for bi, bin := range r.Bins {
+			title := fmt.Sprintf("Relative error of mean delay, class %s, flows with %s packets", c.Name, bin.Name)
+			f := filepath.Join(dir, "cdf-class-"+slug(c.Name)+"-"+slug(bin.Name)+".png")
+			ok, err := cdfPlot(f, title, r.Runs, func(run *RunReport) []float64 {
+				if ci >= len(run.Classes) {
+					return nil
+				}
+				return run.Classes[ci][bi].RelDelay
+			})
+			if err != nil {
+				return files, err
+			}
+			if ok {
+				files = append(files, f)
+			}
+		}
 	}
 
 	// Fig. 10: median (solid) and p95 (dashed) per disjoint bin.
@@ -218,6 +242,46 @@ func WritePlots(dir string, r Report) ([]string, error) {
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// cdfPlot draws the CDF of errs(run) for every run with data into file f;
+// false when no run has any.
+func cdfPlot(f, title string, runs []RunReport, errs func(*RunReport) []float64) (bool, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = fmt.Sprintf("relative error (0 drawn at %g)", errFloor)
+	p.Y.Label.Text = "CDF (fraction of flows with an estimate)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.X.Min, p.X.Max = errFloor, 10
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top = false
+	p.Legend.Left = false
+	p.Add(plotter.NewGrid())
+	any := false
+	for ri := range runs {
+		e := errs(&runs[ri])
+		if len(e) == 0 {
+			continue
+		}
+		any = true
+		l, err := plotter.NewLine(cdfPoints(e, 1000))
+		if err != nil {
+			return false, fmt.Errorf("plot %s: %s: %w", f, runs[ri].Label, err)
+		}
+		l.Color = plotutil.Color(ri)
+		l.Dashes = plotutil.Dashes(ri)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s (n=%d)", runs[ri].Label, len(e)), l)
+	}
+	if !any {
+		return false, nil
+	}
+	if err := p.Save(16*vg.Centimeter, 11*vg.Centimeter, f); err != nil {
+		return false, fmt.Errorf("save %s: %w", f, err)
+	}
+	return true, nil
 }
 
 // cdfPoints turns sorted errors into at most maxPts CDF points (x clipped to

@@ -55,3 +55,42 @@ func BenchmarkWorkers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFinishBoundary: the sender's per-interval boundary work, off
+// the packet path: sort and de-duplicate the keys seen before and after
+// the boundary and build the boundary function over them (scratch space
+// reused through the builder's pool, as in steady state). ns/key is per
+// key of the function; the receiver's side is one Get per held packet
+// (BenchmarkGet in internal/retrieval).
+func BenchmarkFinishBoundary(b *testing.B) {
+	for _, keys := range []int{20_000, 100_000, 200_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			p := Params{T: int64(time.Second), MaxDelay: int64(50 * time.Millisecond), Guard: int64(time.Millisecond),
+				Sketch: sketch.Params{Rows: 2, Columns: 64, VLDA: 1}, LDA: sketch.LDAParams{Banks: 1, Cells: 4}, Classes: 1}
+			pl, err := newPool(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			before, after := make([]uint64, keys/2), make([]uint64, keys-keys/2)
+			for i := range before {
+				before[i] = r.Uint64()
+			}
+			for i := range after {
+				after[i] = r.Uint64()
+			}
+			bs, as := make([]uint64, len(before)), make([]uint64, len(after))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				copy(bs, before) // the capture order: unsorted
+				copy(as, after)
+				si := &SenderInterval{ID: 1, Boundary: bs, After: as, pool: pl}
+				if err := si.Finish(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
+		})
+	}
+}

@@ -2,10 +2,12 @@
 // (DESIGN.md §3) at both ends. The sender assigns each packet by its own
 // timestamp (exact). The receiver cannot see send times, so it holds the
 // packets it receives near a boundary B, in [B - guard, B + max_delay), and
-// places them once the sender's End for the closing interval says which
-// packets it saw in [B - max_delay - guard, B): those go to the closing
-// interval, the rest to the next. Every packet with a one-way delay below
-// max_delay (and a clock offset below guard) lands in the sender's interval.
+// places them once the sender's End for the closing interval brings its
+// boundary function: one bit per packet hash the sender saw in
+// [B - max_delay - guard, B + max_delay + guard), set for those before B
+// (internal/retrieval; docs/protocol.md). Set: the closing interval, clear:
+// the next. Every packet with a one-way delay below max_delay (and a clock
+// offset below guard) lands in the sender's interval.
 //
 // Time is event time: intervals close from packet timestamps, so offline
 // replay and live capture run the same code; live daemons also call Advance
@@ -17,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/retrieval"
 	"github.com/lds-net/lds/internal/sketch"
 )
 
@@ -77,8 +80,12 @@ func NewSketches(p Params) (*Sketches, error) {
 }
 
 // Add counts one packet at time t (ns relative to the interval start).
-func (s *Sketches) Add(p *capture.Packet, t int64) {
-	s.LDS.Update(p.FlowHash, p.PktHash, t, p.Weight, p.WireLen)
+func (s *Sketches) Add(p *capture.Packet, t int64) { s.AddCount(p, t, nil) }
+
+// AddCount is Add that also counts the packet in its flow's composition
+// (FlowTable.add's counters; nil: none).
+func (s *Sketches) AddCount(p *capture.Packet, t int64, comp []uint32) {
+	s.LDS.UpdateCount(p.FlowHash, p.PktHash, t, p.Weight, p.WireLen, comp)
 	c := int(p.Class)
 	if c >= len(s.LDA) {
 		c = 0
@@ -121,7 +128,34 @@ func (s *Sketches) Reset() {
 // pool recycles sketches so that a boundary costs no allocation in steady
 // state. Safe for concurrent use: sketches come back from the goroutine
 // that encoded or estimated them.
-type pool struct{ p sync.Pool }
+type pool struct {
+	p  sync.Pool
+	sc sync.Pool // *splitScratch
+}
+
+// splitScratch is the boundary function's construction space, reused
+// from one interval to the next (~20 B a key).
+type splitScratch struct {
+	b    retrieval.Builder
+	keys []uint64
+	vals []bool
+}
+
+// scratch works on a nil pool too (intervals built by hand).
+func (pl *pool) scratch() *splitScratch {
+	if pl != nil {
+		if s, ok := pl.sc.Get().(*splitScratch); ok {
+			return s
+		}
+	}
+	return &splitScratch{}
+}
+
+func (pl *pool) putScratch(s *splitScratch) {
+	if pl != nil {
+		pl.sc.Put(s)
+	}
+}
 
 func newPool(p Params) (*pool, error) {
 	if _, err := NewSketches(p); err != nil {

@@ -2,6 +2,7 @@ package interval
 
 import (
 	"bytes"
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -11,13 +12,18 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/retrieval"
 	"github.com/lds-net/lds/internal/sketch"
 )
 
 type simPkt struct {
 	send, recv int64
 	lost       bool
-	p          capture.Packet
+	// rxPrev: the receiver is expected to place this packet one interval
+	// before its send interval (a duplicate of a packet sent before the
+	// boundary: the documented tie rule).
+	rxPrev bool
+	p      capture.Packet
 }
 
 func testParams() Params {
@@ -70,6 +76,9 @@ func expected(t *testing.T, p Params, pk []simPkt, recv bool) map[int64]*Sketche
 			continue
 		}
 		id := ID(pk[i].send, p.T)
+		if recv && pk[i].rxPrev {
+			id--
+		}
 		s := out[id]
 		if s == nil {
 			var err error
@@ -115,106 +124,187 @@ func TestExactBoundaryAssignment(t *testing.T) {
 			p := testParams()
 			base := int64(1_763_000_000) * p.T
 			pk := simulate(t, p, base, 5, tc.loss, 42)
-			wantS, wantR := expected(t, p, pk, false), expected(t, p, pk, true)
+			if n, _ := runExact(t, p, base, pk, tc.interleave); n < 5 {
+				t.Errorf("matched %d intervals, want >= 5", n)
+			}
+		})
+	}
+}
 
-			sendOrder := slices.Clone(pk)
-			slices.SortFunc(sendOrder, func(a, b simPkt) int { return int(a.send - b.send) })
-			recvOrder := make([]simPkt, 0, len(pk))
-			for _, x := range pk {
-				if !x.lost {
-					recvOrder = append(recvOrder, x)
-				}
-			}
-			slices.SortFunc(recvOrder, func(a, b simPkt) int { return int(a.recv - b.recv) })
+// runExact runs pk through a sender builder, a receiver builder and the
+// matcher (sender intervals fed all first, or interleaved with the
+// receiver's sealing) and checks every receiver sketch and flow table
+// against the packets' true send intervals. It returns the number of
+// intervals matched and the sender's intervals.
+func runExact(t *testing.T, p Params, base int64, pk []simPkt, interleave bool) (int, []*SenderInterval) {
+	t.Helper()
+	wantS, wantR := expected(t, p, pk, false), expected(t, p, pk, true)
 
-			sb, err := NewSenderBuilder(p, base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rb, err := NewRxBuilder(p, base, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := NewMatcher(p, time.Hour, 64)
-			now := time.Unix(0, 0)
-			got := map[int64]*Matched{}
-			emit := func(mt *Matched) {
-				if got[mt.ID] != nil {
-					t.Errorf("interval %d emitted twice", mt.ID)
+	sendOrder := slices.Clone(pk)
+	slices.SortStableFunc(sendOrder, func(a, b simPkt) int { return cmp.Compare(a.send, b.send) })
+	recvOrder := make([]simPkt, 0, len(pk))
+	for _, x := range pk {
+		if !x.lost {
+			recvOrder = append(recvOrder, x)
+		}
+	}
+	slices.SortStableFunc(recvOrder, func(a, b simPkt) int { return cmp.Compare(a.recv, b.recv) })
+
+	sb, err := NewSenderBuilder(p, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := NewRxBuilder(p, base, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMatcher(p, time.Hour, 64)
+	now := time.Unix(0, 0)
+	got := map[int64]*Matched{}
+	emit := func(mt *Matched) {
+		if got[mt.ID] != nil {
+			t.Errorf("interval %d emitted twice", mt.ID)
+		}
+		got[mt.ID] = mt
+	}
+	var sndIvs []*SenderInterval
+	for i := range sendOrder {
+		q := sendOrder[i].p
+		q.TS = sendOrder[i].send
+		sb.Add(&q, func(si *SenderInterval) { sndIvs = append(sndIvs, si) })
+	}
+	sb.Flush(func(si *SenderInterval) { sndIvs = append(sndIvs, si) })
+	for i, si := range sndIvs {
+		if !sameSketches(si.Sk, wantS[si.ID]) {
+			t.Errorf("sender interval %d differs from ground truth", si.ID)
+		}
+		if i > 0 && si.ID <= sndIvs[i-1].ID {
+			t.Errorf("sender interval %d emitted after %d", si.ID, sndIvs[i-1].ID)
+		}
+	}
+	next := 0
+	feedSender := func() {
+		if next < len(sndIvs) {
+			m.AddSender(sndIvs[next], SenderMeta{}, now, emit)
+			next++
+		}
+	}
+	if !interleave {
+		for next < len(sndIvs) {
+			feedSender()
+		}
+	}
+	for i := range recvOrder {
+		q := recvOrder[i].p
+		q.TS = recvOrder[i].recv
+		rb.Add(&q, func(s *Sealed) {
+			m.AddSealed(s, now, emit)
+			feedSender()
+		})
+	}
+	rb.Flush(func(s *Sealed) { m.AddSealed(s, now, emit) })
+	for next < len(sndIvs) {
+		feedSender()
+	}
+	m.RxGone(now, emit)
+	m.SenderGone(now, emit)
+	if !m.Idle() {
+		t.Fatalf("matcher not idle: %d pending", m.Pending())
+	}
+	matched := 0
+	for id, w := range wantR {
+		mt := got[id]
+		if mt == nil {
+			t.Errorf("interval %d never emitted", id)
+			continue
+		}
+		if mt.Outcome != results.OutcomeMatched {
+			t.Errorf("interval %d outcome %s, want matched", id, mt.Outcome)
+			continue
+		}
+		if mt.Unresolved != 0 || mt.Late != 0 {
+			t.Errorf("interval %d: %d unresolved, %d late", id, mt.Unresolved, mt.Late)
+		}
+		if !sameSketches(mt.Rx, w) {
+			t.Errorf("interval %d: receiver sketch differs from ground truth (%d vs %d packets)", id, mt.Rx.Packets, w.Packets)
+		}
+		// The flow table counts exactly the flow's received packets.
+		var total uint64
+		for _, f := range mt.Flows.Flows {
+			total += f.Packets
+		}
+		if total != w.Packets {
+			t.Errorf("interval %d: flow table holds %d packets, want %d", id, total, w.Packets)
+		}
+		matched++
+	}
+	if matched != len(wantR) {
+		t.Errorf("matched %d intervals, want %d", matched, len(wantR))
+	}
+	return matched, sndIvs
+}
+
+// TestExactBoundaryHighRate: ~250k packets within 60 ms of one boundary
+// (about 4 Mpps there; ~210k of them in the sender's boundary function),
+// with receiver clocks ahead and behind within the guard and duplicates
+// of identical content on both sides of the boundary: every held packet
+// lands where the sender saw it (a duplicate seen before the boundary
+// takes its twin along: the documented tie rule).
+func TestExactBoundaryHighRate(t *testing.T) {
+	n := 250_000
+	if testing.Short() {
+		n = 60_000
+	}
+	for _, offset := range []int64{-int64(400 * time.Microsecond), int64(900 * time.Microsecond)} {
+		t.Run(time.Duration(offset).String(), func(t *testing.T) {
+			p := testParams()
+			base := int64(1_763_000_000) * p.T
+			b := base + p.T
+			r := rand.New(rand.NewPCG(uint64(offset), 3))
+			var flows []capture.FlowKey
+			for f := range 500 {
+				k, err := capture.FlowKeyFromAddrs(netip.AddrFrom4([4]byte{10, 1, byte(f >> 8), byte(f)}), netip.MustParseAddr("192.0.2.9"), 6, uint16(f), 80)
+				if err != nil {
+					t.Fatal(err)
 				}
-				got[mt.ID] = mt
+				flows = append(flows, k)
 			}
-			var sndIvs []*SenderInterval
-			for i := range sendOrder {
-				q := sendOrder[i].p
-				q.TS = sendOrder[i].send
-				sb.Add(&q, func(si *SenderInterval) { sndIvs = append(sndIvs, si) })
+			pkt := func(send int64) simPkt {
+				f := r.IntN(len(flows))
+				delay := r.Int64N(p.MaxDelay - p.Guard)
+				return simPkt{send: send, recv: send + delay + offset, lost: r.IntN(100) == 0,
+					p: capture.Packet{Key: flows[f], FlowHash: uint64(f)*0x9e3779b97f4a7c15 + 1, PktHash: r.Uint64(),
+						WireLen: uint32(60 + r.IntN(1400)), Weight: 1, Class: uint16(f % 2)}}
 			}
-			sb.Flush(func(si *SenderInterval) { sndIvs = append(sndIvs, si) })
-			for _, si := range sndIvs {
-				if !sameSketches(si.Sk, wantS[si.ID]) {
-					t.Errorf("sender interval %d differs from ground truth", si.ID)
-				}
+			var pk []simPkt
+			for range n {
+				pk = append(pk, pkt(b-60*int64(time.Millisecond)+r.Int64N(120*int64(time.Millisecond))))
 			}
-			next := 0
-			feedSender := func() {
-				if next < len(sndIvs) {
-					m.AddSender(sndIvs[next], SenderMeta{}, now, emit)
-					next++
-				}
+			for range 2000 { // the rest of both intervals, thinly
+				pk = append(pk, pkt(base+r.Int64N(2*p.T)))
 			}
-			if !tc.interleave {
-				for next < len(sndIvs) {
-					feedSender()
-				}
+			// Identical content sent just before and just after B.
+			for range 200 {
+				x := pkt(b - 1 - r.Int64N(p.MaxDelay))
+				x.lost = false
+				y := x
+				y.send = b + r.Int64N(p.MaxDelay)
+				y.recv = y.send + r.Int64N(p.MaxDelay-p.Guard) + offset
+				// Only a held twin (received before B + max_delay) is
+				// placed by the boundary function; a later one is placed
+				// by its receive time, correctly.
+				y.rxPrev = y.recv < b+p.MaxDelay
+				pk = append(pk, x, y)
 			}
-			for i := range recvOrder {
-				q := recvOrder[i].p
-				q.TS = recvOrder[i].recv
-				rb.Add(&q, func(s *Sealed) {
-					m.AddSealed(s, now, emit)
-					feedSender()
-				})
+			got, snd := runExact(t, p, base, pk, true)
+			if got != 2 || len(snd) != 2 {
+				t.Fatalf("matched %d intervals from %d sender intervals, want 2", got, len(snd))
 			}
-			rb.Flush(func(s *Sealed) { m.AddSealed(s, now, emit) })
-			for next < len(sndIvs) {
-				feedSender()
+			// The window B ± (max_delay + guard) holds 102 of the 120 ms.
+			if k := snd[0].Split.Len(); k < n*8/10 {
+				t.Errorf("boundary function over %d keys, want >= %d", k, n*8/10)
 			}
-			m.RxGone(now, emit)
-			m.SenderGone(now, emit)
-			if !m.Idle() {
-				t.Fatalf("matcher not idle: %d pending", m.Pending())
-			}
-			matched := 0
-			for id, w := range wantR {
-				mt := got[id]
-				if mt == nil {
-					t.Errorf("interval %d never emitted", id)
-					continue
-				}
-				if mt.Outcome != results.OutcomeMatched {
-					t.Errorf("interval %d outcome %s, want matched", id, mt.Outcome)
-					continue
-				}
-				if mt.Unresolved != 0 || mt.Late != 0 {
-					t.Errorf("interval %d: %d unresolved, %d late", id, mt.Unresolved, mt.Late)
-				}
-				if !sameSketches(mt.Rx, w) {
-					t.Errorf("interval %d: receiver sketch differs from ground truth (%d vs %d packets)", id, mt.Rx.Packets, w.Packets)
-				}
-				// The flow table counts exactly the flow's received packets.
-				var total uint64
-				for _, f := range mt.Flows.Flows {
-					total += f.Packets
-				}
-				if total != w.Packets {
-					t.Errorf("interval %d: flow table holds %d packets, want %d", id, total, w.Packets)
-				}
-				matched++
-			}
-			if matched != len(wantR) || matched < 5 {
-				t.Errorf("matched %d intervals, want %d (>= 5)", matched, len(wantR))
-			}
+			t.Logf("boundary function: %d keys, %d bytes encoded", snd[0].Split.Len(), retrieval.EncodedLen(snd[0].Split.Len()))
 		})
 	}
 }
@@ -322,7 +412,7 @@ func TestWorkersMergeEqualsOne(t *testing.T) {
 	}
 	for id, a := range s1 {
 		b := sn[id]
-		if b == nil || !sameSketches(a.Sk, b.Sk) || !slices.Equal(a.Boundary, b.Boundary) {
+		if b == nil || !sameSketches(a.Sk, b.Sk) || !slices.Equal(a.Boundary, b.Boundary) || !slices.Equal(a.After, b.After) || !sameSplit(a, b) {
 			t.Errorf("sender interval %d: %d workers differ from one", id, n)
 		}
 	}
@@ -338,6 +428,126 @@ func TestWorkersMergeEqualsOne(t *testing.T) {
 				t.Errorf("interval %d flow %v: merged flow table differs", id, f.Key)
 			}
 		}
+	}
+}
+
+func sameSplit(a, b *SenderInterval) bool {
+	if a.Split == nil || b.Split == nil {
+		return false
+	}
+	x, _ := a.Split.MarshalBinary()
+	y, _ := b.Split.MarshalBinary()
+	return bytes.Equal(x, y)
+}
+
+// TestSenderHoldsIntervalForBoundaryWindow: an interval leaves the builder
+// only once the sender's clock passes its end + max_delay + guard (or at
+// the end of input / a stop), in order, with After holding exactly the
+// packets of [end, end + max_delay + guard) and Boundary those of
+// [end - max_delay - guard, end).
+func TestSenderHoldsIntervalForBoundaryWindow(t *testing.T) {
+	p := testParams()
+	base := int64(1_763_000_000) * p.T
+	w := p.MaxDelay + p.Guard
+	ms := int64(time.Millisecond)
+	type step struct {
+		ts       int64 // packet time, relative to base
+		advance  bool  // Advance to ts instead of a packet
+		wantEmit []int64
+	}
+	tests := []struct {
+		name  string
+		steps []step
+		flush string // "", "flush", "partial"
+		want  []int64
+	}{
+		{"held until the window passes", []step{
+			{ts: 10 * ms}, {ts: p.T - 1}, {ts: p.T}, {ts: p.T + w - 1},
+			{ts: p.T + w, wantEmit: []int64{0}},
+			{ts: 2*p.T + 5*ms}, {ts: 2*p.T + w + 7*ms, wantEmit: []int64{1}},
+		}, "flush", []int64{0, 1, 2}},
+		{"idle link: the wall clock releases it", []step{
+			{ts: 10 * ms}, {ts: p.T - 2*ms}, {ts: p.T + w - 1, advance: true},
+			{ts: p.T + w, advance: true, wantEmit: []int64{0}},
+		}, "", []int64{0}},
+		{"long idle gap: skipped to now, in order", []step{
+			{ts: 10 * ms}, {ts: p.T - ms}, {ts: 40 * p.T, wantEmit: []int64{0}},
+		}, "partial", []int64{0, 40}},
+		{"short idle gap: empty intervals, in order", []step{
+			{ts: 10 * ms}, {ts: p.T - ms}, {ts: 4*p.T + 2*ms, wantEmit: []int64{0, 1, 2}},
+		}, "flush", []int64{0, 1, 2, 3, 4}},
+		{"stop inside the window", []step{
+			{ts: p.T - 3*ms}, {ts: p.T + 3*ms},
+		}, "partial", []int64{0, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sb, err := NewSenderBuilder(p, base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []*SenderInterval
+			emit := func(si *SenderInterval) { got = append(got, si) }
+			sent := map[uint64]int64{} // packet hash -> send time
+			for i, st := range tc.steps {
+				before := len(got)
+				if st.advance {
+					sb.Advance(base+st.ts, emit)
+				} else {
+					h := uint64(i+1) * 0x9e3779b97f4a7c15
+					sent[h] = base + st.ts
+					sb.Add(&capture.Packet{TS: base + st.ts, PktHash: h, FlowHash: 1, Weight: 1, WireLen: 100}, emit)
+				}
+				var ids []int64
+				for _, si := range got[before:] {
+					ids = append(ids, si.ID-ID(base, p.T))
+				}
+				if !slices.Equal(ids, st.wantEmit) {
+					t.Fatalf("step %d (t=%v): emitted %v, want %v", i, time.Duration(st.ts), ids, st.wantEmit)
+				}
+			}
+			switch tc.flush {
+			case "flush":
+				sb.Flush(emit)
+			case "partial":
+				sb.FlushPartial(base+tc.steps[len(tc.steps)-1].ts+ms, emit)
+			}
+			var ids []int64
+			for _, si := range got {
+				ids = append(ids, si.ID-ID(base, p.T))
+				end := (si.ID + 1) * p.T
+				var wantB, wantA []uint64
+				for h, ts := range sent {
+					if ts >= end-w && ts < end {
+						wantB = append(wantB, h)
+					}
+					if ts >= end && ts < end+w {
+						wantA = append(wantA, h)
+					}
+				}
+				if err := si.Finish(); err != nil {
+					t.Fatal(err)
+				}
+				slices.Sort(wantB)
+				slices.Sort(wantA)
+				if !slices.Equal(si.Boundary, wantB) || !slices.Equal(si.After, wantA) {
+					t.Errorf("interval %d: before %v after %v, want %v and %v", si.ID, si.Boundary, si.After, wantB, wantA)
+				}
+				for _, h := range wantB {
+					if !si.SentBefore(h) {
+						t.Errorf("interval %d: %#x sent before the boundary answered after", si.ID, h)
+					}
+				}
+				for _, h := range wantA {
+					if si.SentBefore(h) {
+						t.Errorf("interval %d: %#x sent after the boundary answered before", si.ID, h)
+					}
+				}
+			}
+			if !slices.Equal(ids, tc.want) {
+				t.Errorf("emitted %v in all, want %v", ids, tc.want)
+			}
+		})
 	}
 }
 
@@ -401,7 +611,7 @@ func TestFlowTableHashCollision(t *testing.T) {
 		if i%2 == 1 {
 			k = b
 		}
-		ft.add(&capture.Packet{Key: k, FlowHash: 42, WireLen: 100}, nil)
+		ft.add(&capture.Packet{Key: k, FlowHash: 42, WireLen: 100})
 	}
 	fa, fb := ft.Lookup(a, 42), ft.Lookup(b, 42)
 	if ft.Len() != 2 || fa == nil || fb == nil || fa.Packets != 3 || fb.Packets != 2 {

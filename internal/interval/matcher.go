@@ -7,6 +7,7 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/retrieval"
 )
 
 // SenderMeta is what the sender's End says beyond the sketches.
@@ -38,7 +39,7 @@ type Matched struct {
 	RxClock ClockStatus // the receiver's clock when it sealed the interval
 	Flows   *FlowTable  // receiver's candidate flows
 	Partial bool
-	// Held packets placed without the sender's boundary list (it never
+	// Held packets placed without the sender's boundary function (it never
 	// came): their cells may mismatch and are then left out, never believed.
 	Unresolved uint64
 	Late       uint64
@@ -74,8 +75,8 @@ type Matcher struct {
 	resolved map[int64]*split
 	snd      map[int64]*senderEntry
 	sndSince map[int64]time.Time
-	sndB     map[int64][]uint64 // sender boundary lists kept until their boundary is split
-	noPrev   map[int64]bool     // sender said (first interval since start) that interval b-1 will never come
+	sndB     map[int64]*retrieval.Func // sender boundary functions kept until their boundary is split
+	noPrev   map[int64]bool            // sender said (first interval since start) that interval b-1 will never come
 	done     map[int64]bool
 	doneMax  int64
 
@@ -99,7 +100,7 @@ func NewMatcher(p Params, lateness time.Duration, maxPending int) *Matcher {
 	return &Matcher{p: p, lateness: lateness, maxPending: maxPending,
 		rx: map[int64]*Sealed{}, rxSince: map[int64]time.Time{}, held: map[int64][]capture.Packet{},
 		heldAt: map[int64]time.Time{}, resolved: map[int64]*split{}, snd: map[int64]*senderEntry{},
-		sndSince: map[int64]time.Time{}, sndB: map[int64][]uint64{}, noPrev: map[int64]bool{}, done: map[int64]bool{}}
+		sndSince: map[int64]time.Time{}, sndB: map[int64]*retrieval.Func{}, noPrev: map[int64]bool{}, done: map[int64]bool{}}
 }
 
 // Pending is the number of intervals waiting for their other side.
@@ -136,14 +137,18 @@ func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
 // AddSender takes the sender's interval; it reports false for a duplicate
 // (already final) so that the caller acknowledges without using it.
 func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, emit func(*Matched)) bool {
-	si.Finish()
+	// Without a boundary function (it failed to build: cannot happen with
+	// distinct hashes) the boundary waits and is placed by receive time.
+	splitOK := si.Finish() == nil
 	if m.done[si.ID] || m.snd[si.ID] != nil {
 		m.Duplicates++
 		return false
 	}
 	m.snd[si.ID] = &senderEntry{si: si, meta: meta}
 	m.sndSince[si.ID] = now
-	m.sndB[si.ID] = si.Boundary
+	if splitOK {
+		m.sndB[si.ID] = si.Split
+	}
 	if si.First {
 		m.noPrev[si.ID] = true
 	}
@@ -206,16 +211,20 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 	m.prune()
 }
 
-// resolve splits every complete held set whose sender boundary list is known.
+// resolve splits every complete held set whose sender boundary function is known.
 func (m *Matcher) resolve(now time.Time) {
 	for b, pk := range m.held {
 		// A held set is complete when it arrives (with the sealing of b-1).
-		list, ok := m.sndB[b-1]
+		fn, ok := m.sndB[b-1]
 		switch {
 		case ok:
 			sp := &split{}
 			for i := range pk {
-				if _, found := slices.BinarySearch(list, BoundaryKey(pk[i].PktHash)); found {
+				// Exact for every packet the sender saw within max_delay +
+				// guard of b; any other answer is arbitrary (a packet
+				// slower than max_delay, or one the sender missed): its
+				// cells then fail the digest check and are counted.
+				if fn.Get(pk[i].PktHash) {
 					sp.prev = append(sp.prev, pk[i])
 				} else {
 					sp.next = append(sp.next, pk[i])
@@ -272,16 +281,14 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 		start := id * m.p.T
 		if sp := m.resolved[id]; sp != nil {
 			for i := range sp.next {
-				mt.Rx.Add(&sp.next[i], sp.next[i].TS-start)
-				mt.Flows.add(&sp.next[i], mt.Rx)
+				mt.Rx.AddCount(&sp.next[i], sp.next[i].TS-start, mt.Flows.add(&sp.next[i]))
 			}
 			mt.Unresolved += sp.unresolved
 			sp.next = nil
 		}
 		if sp := m.resolved[id+1]; sp != nil {
 			for i := range sp.prev {
-				mt.Rx.Add(&sp.prev[i], sp.prev[i].TS-start)
-				mt.Flows.add(&sp.prev[i], mt.Rx)
+				mt.Rx.AddCount(&sp.prev[i], sp.prev[i].TS-start, mt.Flows.add(&sp.prev[i]))
 			}
 			mt.Unresolved += sp.unresolved
 			sp.prev = nil

@@ -2,7 +2,6 @@ package interval
 
 import (
 	"fmt"
-	"slices"
 )
 
 // Capture workers (AF_PACKET fanout) each keep their own builder, so the
@@ -22,12 +21,13 @@ func NewSenderMerger(n, heavy int) *SenderMerger {
 }
 
 // Add takes one worker's interval; it returns the merged (and finished)
-// interval once all n have it, else nil. Call it off the capture goroutine.
+// interval once all n have it, else nil. Call it off the capture goroutine:
+// the boundary function is built here, once, over all workers' keys.
 func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
-	si.Finish()
 	if m.n == 1 {
-		return si, nil
+		return si, si.Finish()
 	}
+	si.rank()
 	p := append(m.pending[si.ID], si)
 	if len(p) < m.n {
 		m.pending[si.ID] = p
@@ -49,6 +49,7 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 		}
 		o.Release()
 		out.Boundary = append(out.Boundary, o.Boundary...)
+		out.After = append(out.After, o.After...)
 		out.Partial = out.Partial || o.Partial
 		out.First = out.First && o.First
 		out.Late += o.Late
@@ -58,9 +59,10 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 			all = append(all, kv{k, o.HeavyN[i]})
 		}
 	}
-	slices.Sort(out.Boundary)
-	out.Boundary = slices.Compact(out.Boundary)
 	out.Heavy, out.HeavyN = top(all, m.heavy)
+	if err := out.Finish(); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

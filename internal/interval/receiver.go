@@ -26,10 +26,8 @@ type FlowTable struct {
 	Flows     []FlowStat
 	Untracked uint64
 	cap       int
-	cellsPer  int
-	cols, k   int // sketch columns and vLDA length, for the composition
+	cellsPer  int // R·k composition counters per flow (0: none kept)
 	slab      []uint32
-	pos       []int32
 }
 
 // NewFlowTable makes a table for at most limit flows; with composition it
@@ -37,7 +35,7 @@ type FlowTable struct {
 func NewFlowTable(limit int, p sketch.Params, composition bool) *FlowTable {
 	ft := &FlowTable{idx: make(map[uint64]int32, min(limit, 1<<14)), cap: limit}
 	if composition {
-		ft.cellsPer, ft.cols, ft.k = p.Rows*p.VLDA, p.Columns, p.VLDA
+		ft.cellsPer = p.Rows * p.VLDA
 	}
 	return ft
 }
@@ -74,13 +72,15 @@ func (ft *FlowTable) insert(k capture.FlowKey, h uint64, i int32) {
 	ft.coll[k] = i
 }
 
-// add counts pkt; sk gives the cells it touched, for the composition.
-func (ft *FlowTable) add(pkt *capture.Packet, sk *Sketches) {
+// add counts pkt in its flow and returns the flow's composition counters
+// for Sketches.AddCount to fill (nil: no composition kept, or the flow is
+// beyond the cap).
+func (ft *FlowTable) add(pkt *capture.Packet) []uint32 {
 	i, ok := ft.find(pkt.Key, pkt.FlowHash)
 	if !ok {
 		if len(ft.Flows) >= ft.cap {
 			ft.Untracked++
-			return
+			return nil
 		}
 		i = int32(len(ft.Flows))
 		ft.insert(pkt.Key, pkt.FlowHash, i)
@@ -99,17 +99,7 @@ func (ft *FlowTable) add(pkt *capture.Packet, sk *Sketches) {
 	f := &ft.Flows[i]
 	f.Packets++
 	f.Bytes += uint64(pkt.WireLen)
-	if ft.cellsPer > 0 {
-		ft.pos = sk.LDS.Positions(pkt.FlowHash, pkt.PktHash, ft.pos[:0])
-		for r, c := range ft.pos {
-			if c < 0 {
-				continue
-			}
-			first, _ := sk.LDS.FlowCells(pkt.FlowHash, r)
-			off := (int(c) - r*ft.cols - first + ft.cols) % ft.cols
-			f.Cells[r*ft.k+off]++
-		}
-	}
+	return f.Cells
 }
 
 // merge adds o's flows into ft (worker tables, held packets).
@@ -222,8 +212,7 @@ func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
 			return
 		}
 		o := b.openFor(id)
-		o.sk.Add(pkt, off)
-		o.flows.add(pkt, o.sk)
+		o.sk.AddCount(pkt, off, o.flows.add(pkt))
 	}
 }
 

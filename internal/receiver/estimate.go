@@ -80,13 +80,10 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 				comp[i].Cells = mt.Flows.Flows[i].Cells
 			}
 		}
-		ests, err = sketch.EstimateDecode(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt})
-		if err == nil {
-			// Where the cells cannot separate a flow from its neighbours,
-			// the decoder's value is only its prior (the interval mean);
-			// the paper's least-crowded-cell estimate is better there.
-			fallback, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
-		}
+		// Where the cells cannot separate a flow from its neighbours, the
+		// decoder's value is only its prior (the interval mean); the
+		// paper's least-crowded-cell estimate is better there.
+		ests, fallback, err = sketch.EstimateDecodeAndPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt})
 	} else {
 		ests, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
 	}

@@ -46,6 +46,10 @@ type DecodeOptions struct {
 	// 1 (the default, used for 0) is the empirical-Bayes prior; larger pulls
 	// poorly identified flows harder toward μ, smaller trusts the cells more.
 	PriorWeight float64
+	// Workers bounds the goroutines of the per-flow stages (the warm
+	// start and the identification); 0 means GOMAXPROCS. The results do
+	// not depend on it.
+	Workers int
 }
 
 // Defaults of DecodeOptions.
@@ -81,6 +85,9 @@ func (o DecodeOptions) Validate() error {
 	if math.IsNaN(o.Tol) || o.Tol < 0 || o.Tol >= 1 {
 		errs = append(errs, fmt.Errorf("decode tolerance %v: must be in [0, 1) (0 = default %g)", o.Tol, DefaultDecodeTol))
 	}
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("decode workers %d: must be >= 0 (0 = GOMAXPROCS)", o.Workers))
+	}
 	if math.IsNaN(o.PriorWeight) || math.IsInf(o.PriorWeight, 0) || o.PriorWeight < 0 {
 		errs = append(errs, fmt.Errorf("decode prior weight %v: must be a finite number >= 0 (0 = default %g)", o.PriorWeight, DefaultPriorWeight))
 	}
@@ -115,6 +122,7 @@ type lsDecoder struct {
 	rate     []float64
 	exact    []int // rows with p = 1
 	opt      DecodeOptions
+	workers  int
 
 	perm, inv []int32
 	nA        int // flows with at least one equation: internal 0..nA-1
@@ -170,13 +178,27 @@ type lsDecoder struct {
 // must be distinct; a cell whose candidates claim more packets than it
 // holds is left out.
 func EstimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) ([]FlowEstimate, error) {
-	_, out, err := estimateDecode(snd, rcv, flows, opt)
+	_, out, err := estimateDecode(snd, rcv, flows, opt, nil)
 	return out, err
 }
 
+// EstimateDecodeAndPaper is EstimateDecode that also returns the paper's
+// estimate of every flow (EstimatePaper with each flow's weight), which
+// the decoder computes anyway as its warm start: a caller that wants both
+// (the receiver publishes the paper's value where decode cannot separate a
+// flow) spares a second pass.
+func EstimateDecodeAndPaper(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) (dec, paper []FlowEstimate, err error) {
+	paper = make([]FlowEstimate, len(flows))
+	_, dec, err = estimateDecode(snd, rcv, flows, opt, paper)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dec, paper, nil
+}
+
 // estimateDecode is EstimateDecode, also returning the solved system (for
-// tests).
-func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) (*lsDecoder, []FlowEstimate, error) {
+// tests); a non-nil paper (len(flows)) receives the paper's estimates.
+func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, paper []FlowEstimate) (*lsDecoder, []FlowEstimate, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("decode: %w", err)
 	}
@@ -185,7 +207,8 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) (
 	if err != nil {
 		return nil, nil, err
 	}
-	d := &lsDecoder{snd: snd, rcv: rcv, rows: snd.rows, k: int(snd.k), cols: snd.cols, rate: pe.rate, opt: opt}
+	d := &lsDecoder{snd: snd, rcv: rcv, rows: snd.rows, k: int(snd.k), cols: snd.cols, rate: pe.rate, opt: opt,
+		workers: decodeWorkers(opt.Workers)}
 	for r := range d.rate {
 		if snd.thr[r] == 1<<32 {
 			d.exact = append(d.exact, r)
@@ -198,18 +221,22 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) (
 	// Warm start and fallbacks: the paper's estimate, with each flow's own
 	// weight.
 	out := make([]FlowEstimate, len(flows))
-	cur := 1.0
-	pe.weight = func(uint64) float64 { return cur }
-	for i := range flows {
-		cur = d.w[d.inv[i]]
-		out[i] = pe.flow(flows[i].Flow)
-	}
+	parallelChunks(d.workers, len(flows), minChunk, func(w, lo, hi int) {
+		e := pe
+		if w > 0 {
+			e = pe.clone()
+		}
+		for i := lo; i < hi; i++ {
+			out[i] = e.flowWeighted(flows[i].Flow, d.w[d.inv[i]])
+		}
+	})
+	copy(paper, out)
 	d.prior(out)
 	d.solveDelay(out, false)
 	d.respread()
 	d.solveVariance(out)
 	d.solveDelay(out, true)
-	d.identify()
+	d.identify(flows)
 	loss := d.solveLoss(flows, out)
 
 	for i := range out {

@@ -1,6 +1,7 @@
 package sketch
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -52,22 +53,24 @@ func BenchmarkEstimateDecode(b *testing.B) {
 		{"150k_4x17500_k1", Params{Rows: 4, Columns: 17500, VLDA: 1}},
 		{"150k_4x17500_k5_multibank", Params{Rows: 4, Columns: 17500, VLDA: 5, Sampling: []float64{0.01, 0.1, 0.5, 1}}},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			snd, rcv, comp := benchDecodeInput(b, c.p, 150000)
-			b.ReportAllocs()
-			b.ResetTimer()
-			var d *lsDecoder
-			for b.Loop() {
-				var err error
-				if d, _, err = estimateDecode(snd, rcv, comp, DecodeOptions{}); err != nil {
-					b.Fatal(err)
+		snd, rcv, comp := benchDecodeInput(b, c.p, 150000)
+		for _, w := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s_workers%d", c.name, w), func(b *testing.B) {
+				b.ReportAllocs()
+				b.ResetTimer()
+				var d *lsDecoder
+				for b.Loop() {
+					var err error
+					if d, _, err = estimateDecode(snd, rcv, comp, DecodeOptions{Workers: w}, nil); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/interval")
-			b.ReportMetric(float64(d.iters[0]), "cg_iter_1")
-			b.ReportMetric(float64(d.iters[2]), "cg_iter_2")
-			b.ReportMetric(float64(len(d.eCell))/float64(len(comp)), "entries/flow")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/interval")
+				b.ReportMetric(float64(d.iters[0]), "cg_iter_1")
+				b.ReportMetric(float64(d.iters[2]), "cg_iter_2")
+				b.ReportMetric(float64(len(d.eCell))/float64(len(comp)), "entries/flow")
+			})
+		}
 	}
 }
 
@@ -77,7 +80,7 @@ func BenchmarkEstimateDecode(b *testing.B) {
 func BenchmarkDecodeStages(b *testing.B) {
 	p := Params{Rows: 4, Columns: 17500, VLDA: 5, Sampling: []float64{0.01, 0.1, 0.5, 1}}
 	snd, rcv, comp := benchDecodeInput(b, p, 150000)
-	d, _, err := estimateDecode(snd, rcv, comp, DecodeOptions{})
+	d, _, err := estimateDecode(snd, rcv, comp, DecodeOptions{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -92,9 +95,12 @@ func BenchmarkDecodeStages(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/50/float64(len(d.eCell)), "ns/entry/iter")
 	})
-	b.Run("identify", func(b *testing.B) {
-		for b.Loop() {
-			d.identify()
-		}
-	})
+	for _, w := range []int{1, 2} {
+		b.Run(fmt.Sprintf("identify_workers%d", w), func(b *testing.B) {
+			d.workers = w
+			for b.Loop() {
+				d.identify(comp)
+			}
+		})
+	}
 }

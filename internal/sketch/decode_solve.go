@@ -102,7 +102,7 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 // precomputed per entry and just added; only flows with several usable
 // cells go through a small hash table (reset by generation, in L1) that
 // finds those sharing more than one of f's cells, whose terms couple them.
-func (d *lsDecoder) identify() {
+func (d *lsDecoder) identify(flows []FlowComposition) {
 	nA, nE := d.nA, len(d.eCell)
 	lam := d.lam
 	for f := nA; f < len(d.post); f++ {
@@ -205,11 +205,6 @@ func (d *lsDecoder) identify() {
 		slot, li, prev, j int32
 		s1                float64
 	}
-	var (
-		recs  []rec
-		table []slot
-		gen   int32
-	)
 	// Visit the flows in the order of their last usable cell (cells are
 	// numbered by row and column): consecutive flows then share cells,
 	// which stay in cache. Counting sort; flows with none go first.
@@ -236,106 +231,129 @@ func (d *lsDecoder) identify() {
 			start[key[f]]++
 		}
 	}
+	// The signature says whether g *may* share another cell with f; with
+	// k > 1 it is crowded (a flow has R·k cells in 32 bits) and passes
+	// most flows. The exact test is cheap from the flows' vLDA windows:
+	// g shares a second cell with f only if their windows overlap in two
+	// cells in total over the rows.
+	R, k, C := d.rows, int32(d.k), int32(d.cols)
+	first := make([]int32, nA*R)
+	for g := 0; g < nA; g++ {
+		h := flows[d.perm[g]].Flow
+		for r := 0; r < R; r++ {
+			first[g*R+r] = int32(d.snd.firstCol(h, r))
+		}
+	}
 	maxL := d.rows * d.k
-	S := make([]float64, maxL*maxL)
-	af := make([]float64, maxL)
-	cells := make([]int32, maxL)
-	for _, f32 := range order {
-		f := int(f32)
-		L, bound := 0, 0
-		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
-			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-				af[L] = d.eA[e]
-				cells[L] = c
-				L++
-				bound += int(d.cStart[c+1] - d.cStart[c])
+	// Flows are independent here: contiguous runs of the cache-friendly
+	// order go to the workers, each with its own scratch.
+	parallelChunks(d.workers, len(order), minChunk, func(_, lo, hi int) {
+		var (
+			recs  []rec
+			table []slot
+			gen   int32
+		)
+		S := make([]float64, maxL*maxL)
+		af := make([]float64, maxL)
+		cells := make([]int32, maxL)
+		for _, f32 := range order[lo:hi] {
+			f := int(f32)
+			L, bound := 0, 0
+			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+					af[L] = d.eA[e]
+					cells[L] = c
+					L++
+					bound += int(d.cStart[c+1] - d.cStart[c])
+				}
 			}
-		}
-		if L == 0 {
-			d.post[f] = 1 / lam[f]
-			continue
-		}
-		if L == 1 {
-			e := d.fStart[f]
-			for math.IsInf(d.cV[d.eCell[e]], 1) {
-				e++
-			}
-			c := d.eCell[e]
-			other := max(0, T[c]-af[0]*af[0]/max(P[f]-pe[e], lam[f]))
-			d.post[f] = 1 / (lam[f] + af[0]*af[0]/(d.cV[c]+other))
-			continue
-		}
-		// Open addressing at load <= 1/2, on the smallest power-of-two
-		// prefix of the table that allows it (small stays in L1).
-		size := 1 << bits.Len(uint(2*bound))
-		if size > len(table) {
-			table = make([]slot, size)
-			gen = 0
-		}
-		gen++
-		mask := uint32(size - 1)
-		S := S[:L*L]
-		clear(S)
-		recs = recs[:0]
-		self := int32(f)
-		var sigF uint32
-		for _, c := range cells[:L] {
-			sigF |= 1 << (uint(c) & 31)
-		}
-		for li := 0; li < L; li++ {
-			c := cells[li]
-			sum := d.cV[c]
-			for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
-				h := &hot[j]
-				g := h.g
-				if g == self {
-					continue
-				}
-				if h.other&sigF == 0 {
-					sum += h.s1
-					continue
-				}
-				k := (uint32(g) * 0x9e3779b1) & mask
-				for table[k].gen == gen && table[k].g != g {
-					k = (k + 1) & mask
-				}
-				t := &table[k]
-				if t.gen != gen {
-					*t = slot{gen: gen, g: g, head: -1}
-				}
-				t.n++
-				recs = append(recs, rec{slot: int32(k), li: int32(li), prev: t.head, j: j, s1: h.s1})
-				t.head = int32(len(recs) - 1)
-			}
-			S[li*L+li] = sum
-		}
-		for _, rc := range recs {
-			t := &table[rc.slot]
-			i := int(rc.li)
-			if t.n == 1 {
-				S[i*L+i] += rc.s1
+			if L == 0 {
+				d.post[f] = 1 / lam[f]
 				continue
 			}
-			if t.s == 0 {
-				var excl float64
-				for j := t.head; j >= 0; j = recs[j].prev {
-					excl += cold[recs[j].j].pe
+			if L == 1 {
+				e := d.fStart[f]
+				for math.IsInf(d.cV[d.eCell[e]], 1) {
+					e++
 				}
-				en := &cold[rc.j]
-				t.s = 1 / max(en.pg-excl, en.lmg)
+				c := d.eCell[e]
+				other := max(0, T[c]-af[0]*af[0]/max(P[f]-pe[e], lam[f]))
+				d.post[f] = 1 / (lam[f] + af[0]*af[0]/(d.cV[c]+other))
+				continue
 			}
-			s := t.s
-			a := cold[rc.j].a
-			S[i*L+i] += a * a * s
-			for j := rc.prev; j >= 0; j = recs[j].prev {
-				o := int(recs[j].li)
-				v := a * cold[recs[j].j].a * s
-				S[i*L+o] += v
-				S[o*L+i] += v
+			// Open addressing at load <= 1/2, on the smallest power-of-two
+			// prefix of the table that allows it (small stays in L1).
+			size := 1 << bits.Len(uint(2*bound))
+			if size > len(table) {
+				table = make([]slot, size)
+				gen = 0
 			}
+			gen++
+			mask := uint32(size - 1)
+			S := S[:L*L]
+			clear(S)
+			recs = recs[:0]
+			self := int32(f)
+			ff := first[f*R : f*R+R]
+			var sigF uint32
+			for _, c := range cells[:L] {
+				sigF |= 1 << (uint(c) & 31)
+			}
+			for li := 0; li < L; li++ {
+				c := cells[li]
+				sum := d.cV[c]
+				for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
+					h := &hot[j]
+					g := h.g
+					if g == self {
+						continue
+					}
+					if h.other&sigF == 0 || !mayShare(first[int(g)*R:int(g)*R+R], ff, k, C) {
+						sum += h.s1
+						continue
+					}
+					k := (uint32(g) * 0x9e3779b1) & mask
+					for table[k].gen == gen && table[k].g != g {
+						k = (k + 1) & mask
+					}
+					t := &table[k]
+					if t.gen != gen {
+						*t = slot{gen: gen, g: g, head: -1}
+					}
+					t.n++
+					recs = append(recs, rec{slot: int32(k), li: int32(li), prev: t.head, j: j, s1: h.s1})
+					t.head = int32(len(recs) - 1)
+				}
+				S[li*L+li] = sum
+			}
+			for _, rc := range recs {
+				t := &table[rc.slot]
+				i := int(rc.li)
+				if t.n == 1 {
+					S[i*L+i] += rc.s1
+					continue
+				}
+				if t.s == 0 {
+					var excl float64
+					for j := t.head; j >= 0; j = recs[j].prev {
+						excl += cold[recs[j].j].pe
+					}
+					en := &cold[rc.j]
+					t.s = 1 / max(en.pg-excl, en.lmg)
+				}
+				s := t.s
+				a := cold[rc.j].a
+				S[i*L+i] += a * a * s
+				for j := rc.prev; j >= 0; j = recs[j].prev {
+					o := int(recs[j].li)
+					v := a * cold[recs[j].j].a * s
+					S[i*L+o] += v
+					S[o*L+i] += v
+				}
+			}
+			d.post[f] = 1 / (lam[f] + quadInv(S, af[:L], L))
 		}
-		d.post[f] = 1 / (lam[f] + quadInv(S, af[:L], L))
-	}
+	})
 }
 
 // quadInv returns aᵀ S⁻¹ a for a symmetric positive (semi)definite L×L
@@ -524,10 +542,16 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 				nt = th[j] * num / den
 			}
 			nt = min(ub[j], nt)
-			moved += math.Abs(nt - th[j])
+			step := math.Abs(nt - th[j]) // lost packets (never seen) or odds
+			if seen[j] {
+				step *= d.recv[d.inv[cand[j]]]
+			}
+			moved = max(moved, step)
 			th[j] = nt
 		}
-		if moved < 1e-9 {
+		// Converged when no flow's lost packets move by a thousandth of a
+		// packet: finer is below what a count can mean.
+		if moved < 1e-3 {
 			break
 		}
 	}
@@ -539,4 +563,19 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 		}
 	}
 	return out
+}
+
+// mayShare reports whether two flows with vLDA windows starting at columns
+// fg and ff (per row, k wide, C columns) overlap in two cells or more in
+// total: if not, the one cell they are known to share is all they share.
+func mayShare(fg, ff []int32, k, C int32) bool {
+	tot := int32(0)
+	for r, a := range ff {
+		dd := fg[r] - a
+		if dd < 0 {
+			dd += C
+		}
+		tot += max(0, k-dd) + max(0, k-(C-dd))*min(dd, 1)
+	}
+	return tot >= 2
 }

@@ -436,7 +436,7 @@ func TestDecodeIdentifyMatchesDefinition(t *testing.T) {
 		for i, f := range flows {
 			keys[i] = f.hash
 		}
-		d, _, err := estimateDecode(snd, rcv, compositions(rcv, keys, rcvP), DecodeOptions{})
+		d, _, err := estimateDecode(snd, rcv, compositions(rcv, keys, rcvP), DecodeOptions{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -564,4 +564,100 @@ func FuzzEstimateDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeAndPaperMatchesPaper: the paper estimates EstimateDecodeAndPaper
+// hands back are EstimatePaper's, flow weights included, and its decoded
+// ones are EstimateDecode's.
+func TestDecodeAndPaperMatchesPaper(t *testing.T) {
+	p := Params{Rows: 4, Columns: 300, VLDA: 3, Sampling: []float64{0.5, 1, 1, 1}}
+	sndP, rcvP, flows := simulateLossy(77, 2000, 0.01, 0.01)
+	for i := range sndP {
+		if sndP[i].flow%3 == 0 { // a third of the flows weigh 4
+			sndP[i].w = 4
+		}
+	}
+	for i := range rcvP {
+		if rcvP[i].flow%3 == 0 {
+			rcvP[i].w = 4
+		}
+	}
+	snd, rcv := build(t, p, sndP, rcvP)
+	keys := make([]uint64, len(flows))
+	for i, f := range flows {
+		keys[i] = f.hash
+	}
+	comp := compositions(rcv, keys, rcvP)
+	weight := func(f uint64) float64 {
+		if f%3 == 0 {
+			return 4
+		}
+		return 1
+	}
+	for i := range comp {
+		comp[i].Weight = weight(comp[i].Flow)
+	}
+	opt := EstimateOptions{Weight: weight}
+	dec, pap, err := EstimateDecodeAndPaper(snd, rcv, comp, DecodeOptions{Paper: opt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPap, err := EstimatePaper(snd, rcv, keys, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDec, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Paper: opt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(a, b FlowEstimate) bool {
+		eq := func(x, y float64) bool { return x == y || (math.IsNaN(x) && math.IsNaN(y)) }
+		return eq(a.Delay, b.Delay) && eq(a.Stddev, b.Stddev) && eq(a.CI95, b.CI95) && eq(a.Loss, b.Loss) &&
+			eq(a.Packets, b.Packets) && a.Identified == b.Identified
+	}
+	weighted := 0
+	for i := range keys {
+		if keys[i]%3 == 0 && !math.IsNaN(pap[i].Delay) {
+			weighted++
+		}
+		if !same(pap[i], wantPap[i]) {
+			t.Fatalf("flow %d: paper estimate %+v, EstimatePaper %+v", i, pap[i], wantPap[i])
+		}
+		if !same(dec[i], wantDec[i]) {
+			t.Fatalf("flow %d: decoded %+v, EstimateDecode %+v", i, dec[i], wantDec[i])
+		}
+	}
+	if weighted < 100 {
+		t.Fatalf("only %d weighted flows with an estimate: the weights are not exercised", weighted)
+	}
+}
+
+// TestDecodeWorkersSameResult: the parallel stages split work, never
+// arithmetic, so every worker count gives the same bits.
+func TestDecodeWorkersSameResult(t *testing.T) {
+	p := Params{Rows: 4, Columns: 2000, VLDA: 5, Sampling: []float64{0.1, 0.5, 1, 1}}
+	sndP, rcvP, flows := simulateLossy(91, 16000, 0.002, 0.01)
+	snd, rcv := build(t, p, sndP, rcvP)
+	keys := make([]uint64, len(flows))
+	for i, f := range flows {
+		keys[i] = f.hash
+	}
+	comp := compositions(rcv, keys, rcvP)
+	one, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{2, 3, 8} {
+		got, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Workers: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			a, b := got[i], one[i]
+			if math.Float64bits(a.Delay) != math.Float64bits(b.Delay) || math.Float64bits(a.CI95) != math.Float64bits(b.CI95) ||
+				math.Float64bits(a.Stddev) != math.Float64bits(b.Stddev) || a.Loss != b.Loss || a.Identified != b.Identified {
+				t.Fatalf("workers %d, flow %d: %+v, with one worker %+v", w, i, a, b)
+			}
+		}
+	}
 }

@@ -223,7 +223,10 @@ func UnmarshalLDS(b []byte, maxCells int) (*LDS, error) {
 	idx := -1
 	for j := uint64(0); j < n && d.err == nil; j++ {
 		gap := d.uvarint("cell gap")
-		if d.err == nil && gap >= uint64(total-idx-1) {
+		if d.err != nil {
+			break // truncated: idx must not advance past a failed read
+		}
+		if gap >= uint64(total-idx-1) {
 			d.fail("cell gap %d runs past the last cell", gap)
 			break
 		}
@@ -320,7 +323,10 @@ func UnmarshalLDA(b []byte, maxCells int) (*LDA, error) {
 	idx := -1
 	for j := uint64(0); j < n && d.err == nil; j++ {
 		gap := d.uvarint("cell gap")
-		if d.err == nil && gap >= uint64(total-idx-1) {
+		if d.err != nil {
+			break // truncated: idx must not advance past a failed read
+		}
+		if gap >= uint64(total-idx-1) {
 			d.fail("cell gap %d runs past the last cell", gap)
 			break
 		}

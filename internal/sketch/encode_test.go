@@ -96,3 +96,43 @@ func FuzzUnmarshalLDS(f *testing.F) {
 		}
 	})
 }
+
+// TestUnmarshalTruncatedNoPanic: a cell count that the gaps cannot fit,
+// cut short, is refused with an error, never a panic (the wire fuzzer
+// found one: after a failed read the cell index kept advancing).
+func TestUnmarshalTruncatedNoPanic(t *testing.T) {
+	l, err := NewLDS(Params{Rows: 2, Columns: 8, VLDA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < l.Len(); i++ {
+		l.cells[i] = Cell{S: int64(i) * 1000, SPM: -int64(i), SN: 1, N: 1, D: uint64(i)}
+	}
+	a, err := NewLDA(LDAParams{Banks: 2, Cells: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.cells {
+		a.cells[i] = LDACell{S: int64(i), N: 1, D: uint64(i)}
+	}
+	encL, _ := l.MarshalBinary()
+	encA, _ := a.MarshalBinary()
+	// Every cell is non-empty, so the count is the whole sketch and every
+	// gap is 0; making the first gap 1 claims one cell more than fits.
+	const ldsFirstGap = 4 + 1 + 3 + 1 + 2*8 + 1 // magic, version, dims, flags, rates, count
+	const ldaFirstGap = 4 + 1 + 2 + 1           // magic, version, dims, count
+	if encL[ldsFirstGap] != 0 || encA[ldaFirstGap] != 0 {
+		t.Fatalf("layout changed: first gaps %d, %d", encL[ldsFirstGap], encA[ldaFirstGap])
+	}
+	encL[ldsFirstGap], encA[ldaFirstGap] = 1, 1
+	for n := 0; n <= len(encL); n++ {
+		if _, err := UnmarshalLDS(encL[:n], 0); err == nil {
+			t.Fatalf("LDS prefix of %d/%d bytes accepted", n, len(encL))
+		}
+	}
+	for n := 0; n <= len(encA); n++ {
+		if _, err := UnmarshalLDA(encA[:n], 0); err == nil {
+			t.Fatalf("LDA prefix of %d/%d bytes accepted", n, len(encA))
+		}
+	}
+}

@@ -164,14 +164,31 @@ func EstimatePaper(snd, rcv *LDS, flows []uint64, opt EstimateOptions) ([]FlowEs
 }
 
 func (e *estimator) flow(f uint64) FlowEstimate {
+	w := 1.0
+	if e.weight != nil {
+		w = e.weight(f)
+	}
+	return e.flowWeighted(f, w)
+}
+
+// clone is an estimator for another goroutine: the same sketches and
+// settings, its own scratch.
+func (e *estimator) clone() *estimator {
+	c := *e
+	c.cand = make([]candidate, 0, cap(e.cand))
+	c.rowN = make([]int64, len(e.rowN))
+	c.rowS = make([]int64, len(e.rowS))
+	return &c
+}
+
+// flowWeighted estimates flow f recorded with weight w (a weight that is
+// not a positive finite number counts as 1).
+func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 	snd, rcv := e.snd, e.rcv
 	C := snd.cols
 	k := int(snd.k)
-	w := 1.0
-	if e.weight != nil {
-		if v := e.weight(f); v > 0 && !math.IsInf(v, 0) {
-			w = v
-		}
+	if !(w > 0) || math.IsInf(w, 0) {
+		w = 1
 	}
 	est := FlowEstimate{Flow: f, Delay: nan, Stddev: nan, CI95: nan, Bytes: nan}
 

@@ -79,6 +79,21 @@ func (l *LDS) SamplingRate(row int) float64 {
 // weight (paper section 4.1; 1 by default); size is the packet's wire length.
 // It allocates nothing.
 func (l *LDS) Update(flowHash, pktHash uint64, t int64, w uint32, size uint32) {
+	l.update(flowHash, pktHash, t, w, size, nil)
+}
+
+// UpdateCount is Update that also counts the packet in comp, the flow's
+// composition (len R·k, index r·k + vLDA offset, for each row that sampled
+// it): the receiver's decode estimator needs it, and counting here spares a
+// second pass over the rows' hashes. A nil comp counts nothing.
+func (l *LDS) UpdateCount(flowHash, pktHash uint64, t int64, w uint32, size uint32, comp []uint32) {
+	if comp != nil {
+		_ = comp[l.rows*int(l.k)-1] // one bounds check, not one per row
+	}
+	l.update(flowHash, pktHash, t, w, size, comp)
+}
+
+func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, comp []uint32) {
 	C := l.cols
 	col := (flowHash & 0xffffffff) % C
 	step := ((flowHash >> 32) | 1) % C
@@ -90,11 +105,16 @@ func (l *LDS) Update(flowHash, pktHash uint64, t int64, w uint32, size uint32) {
 		z := splitmix64(pktHash + uint64(r+1)*gamma)
 		if z>>32 < l.thr[r] {
 			c := col
+			var off uint64
 			if k > 1 {
-				c += fastRange(z, k)
+				off = fastRange(z, k)
+				c += off
 				if c >= C {
 					c -= C
 				}
+			}
+			if comp != nil {
+				comp[uint64(r)*k+off]++
 			}
 			i := uint64(r)*C + c
 			cell := &cells[i]
@@ -148,10 +168,15 @@ func (l *LDS) Sign(pktHash uint64, row int) int64 {
 
 // FlowCells returns the flow's vLDA in a row: columns first..first+k-1 mod C.
 func (l *LDS) FlowCells(flowHash uint64, row int) (first int, k int) {
+	return int(l.firstCol(flowHash, row)), int(l.k)
+}
+
+// firstCol is the first column of the flow's vLDA in a row.
+func (l *LDS) firstCol(flowHash uint64, row int) uint64 {
 	C := l.cols
 	h1 := (flowHash & 0xffffffff) % C
 	h2 := ((flowHash >> 32) | 1) % C
-	return int((h1 + uint64(row)*h2) % C), int(l.k)
+	return (h1 + uint64(row)*h2) % C
 }
 
 // Cell returns cell i (index r*C + c).

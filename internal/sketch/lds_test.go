@@ -3,6 +3,7 @@ package sketch
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -379,5 +380,55 @@ func TestHeavyHitters(t *testing.T) {
 		if got[i] != flows[i] {
 			t.Fatalf("heavy hitter %d = %x, want %x", i, got[i], flows[i])
 		}
+	}
+}
+
+// TestUpdateCountComposition checks the composition UpdateCount keeps
+// against where each packet actually landed: a fresh sketch per packet
+// shows the one cell per sampling row that the packet changed, and its
+// column's distance from the flow's first vLDA column is the offset.
+func TestUpdateCountComposition(t *testing.T) {
+	for _, p := range []Params{
+		{Rows: 4, Columns: 97, VLDA: 1},
+		{Rows: 4, Columns: 97, VLDA: 5, Sampling: []float64{0.1, 0.5, 1, 1}},
+		{Rows: 3, Columns: 7, VLDA: 7, Sampling: []float64{0.3, 1, 0.8}},
+	} {
+		rng := rand.New(rand.NewPCG(5, uint64(p.VLDA)))
+		shared, err := NewLDS(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, _ := NewLDS(p)
+		for range 20 {
+			flow := rng.Uint64()
+			comp := make([]uint32, p.Rows*p.VLDA)
+			want := make([]uint32, len(comp))
+			for range 50 {
+				h, ts := rng.Uint64(), rng.Int64N(1e9)
+				shared.UpdateCount(flow, h, ts, 1, 100, comp)
+				plain.Update(flow, h, ts, 1, 100)
+				one, _ := NewLDS(p)
+				one.Update(flow, h, ts, 1, 100)
+				for i := 0; i < one.Len(); i++ {
+					if one.Cell(i).N == 0 {
+						continue
+					}
+					r, c := i/p.Columns, i%p.Columns
+					first, _ := one.FlowCells(flow, r)
+					want[r*p.VLDA+(c-first+p.Columns)%p.Columns]++
+				}
+			}
+			if !slices.Equal(comp, want) {
+				t.Fatalf("%+v flow %x: composition %v, packets landed %v", p, flow, comp, want)
+			}
+		}
+		if !shared.Equal(plain) {
+			t.Fatalf("%+v: UpdateCount changed the sketch itself", p)
+		}
+	}
+	l, _ := NewLDS(Params{Rows: 4, Columns: 64, VLDA: 5})
+	comp := make([]uint32, 20)
+	if a := testing.AllocsPerRun(100, func() { l.UpdateCount(1, 2, 3, 1, 100, comp) }); a != 0 {
+		t.Fatalf("UpdateCount allocates %v per packet", a)
 	}
 }

@@ -216,6 +216,16 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 	case <-time.After(c.cfg.RPCTimeout):
 		return false, fmt.Errorf("no HelloAck from %s within %v", c.cfg.Addr, c.cfg.RPCTimeout)
 	}
+	if ack.BoundaryFormat != BoundaryFormat {
+		// An older receiver would refuse (or worse, misread) every
+		// interval: stop here with a refusal that says why.
+		got := ack.BoundaryFormat
+		if got == "" {
+			got = "none (an older lds: the 40-bit hash list)"
+		}
+		return false, status.Errorf(codes.FailedPrecondition, "receiver %s (version %q) reads boundary format %s, this sender writes %s: %v",
+			c.cfg.Addr, ack.ReceiverVersion, got, BoundaryFormat, ErrIncompatible)
+	}
 	c.mu.Lock()
 	have := map[int64]bool{}
 	for _, id := range ack.Have {

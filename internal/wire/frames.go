@@ -5,14 +5,13 @@
 package wire
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/retrieval"
 	"github.com/lds-net/lds/internal/sketch"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 )
@@ -26,7 +25,9 @@ const (
 // Encode turns a finished interval into frames (seq left at 0: the stream
 // numbers them). Each blob is split into chunks of at most chunkBytes.
 func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes int) ([]*ldsv1.SenderFrame, error) {
-	si.Finish()
+	if err := si.Finish(); err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
 	lds, err := si.Sk.LDS.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("wire: encoding LDS of interval %d: %w", si.ID, err)
@@ -59,7 +60,11 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 		}
 		add(ldsv1.ChunkKind_CHUNK_KIND_LDA, uint32(c), b)
 	}
-	add(ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY, 0, EncodeHashes(si.Boundary))
+	bnd, err := si.Split.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("wire: encoding the boundary function of interval %d: %w", si.ID, err)
+	}
+	add(ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0, bnd)
 	start := &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_Start{Start: &ldsv1.Start{
 		Interval: si.ID, Flags: flags, TotalBytes: uint64(total)}}}
 	heavy := make([]*ldsv1.FlowKey, len(si.Heavy))
@@ -78,150 +83,18 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 			PortState: meta.Clock.PortState, Error: meta.Clock.Err},
 		Drops:         &ldsv1.Drops{Kernel: meta.KernelDrops, Interface: meta.IfDrops, Parse: parse},
 		Heavy:         heavy,
-		BoundaryCount: uint64(len(si.Boundary)),
+		BoundaryCount: uint64(si.Split.Len()),
 	}}}
 	return append(append([]*ldsv1.SenderFrame{start}, frames...), end), nil
 }
 
-// EncodeHashes writes sorted, distinct values (the boundary list: packet
-// hash prefixes, see interval.BoundaryKey) compactly: the count and the
-// first value as uvarints, then each gap minus one Rice-coded with a
-// parameter chosen from the mean gap. Random values spread over 2^b cost
-// about b - log2(n) + 2 bits each, against 7-8 bytes as varints.
-func EncodeHashes(h []uint64) []byte {
-	b := binary.AppendUvarint(make([]byte, 0, 16+len(h)*4), uint64(len(h)))
-	if len(h) == 0 {
-		return b
-	}
-	b = binary.AppendUvarint(b, h[0])
-	k := 0
-	if len(h) > 1 {
-		if mean := (h[len(h)-1] - h[0]) / uint64(len(h)-1); mean > 1 {
-			k = bits.Len64(mean*7/10) - 1 // near-optimal Rice parameter, log2(mean·ln 2)
-		}
-	}
-	b = append(b, byte(k))
-	var w bitWriter
-	w.b = b
-	for i := 1; i < len(h); i++ {
-		d := h[i] - h[i-1] - 1
-		for q := d >> k; q > 0; q-- {
-			w.bit(1)
-		}
-		w.bit(0)
-		for j := k - 1; j >= 0; j-- {
-			w.bit(uint(d>>j) & 1)
-		}
-	}
-	return w.flush()
-}
-
-type bitWriter struct {
-	b   []byte
-	acc byte
-	n   uint
-}
-
-func (w *bitWriter) bit(v uint) {
-	w.acc = w.acc<<1 | byte(v)
-	if w.n++; w.n == 8 {
-		w.b = append(w.b, w.acc)
-		w.acc, w.n = 0, 0
-	}
-}
-
-func (w *bitWriter) flush() []byte {
-	if w.n > 0 {
-		w.b = append(w.b, w.acc<<(8-w.n)) // zero padding
-	}
-	return w.b
-}
-
-// DecodeHashes reads EncodeHashes' output, refusing more than limit values,
-// and anything unsorted, truncated, padded with ones or followed by bytes.
-func DecodeHashes(b []byte, limit int) ([]uint64, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 {
-		return nil, errors.New("boundary list: bad count")
-	}
-	limit = max(limit, 0)
-	// Every value after the first takes at least one bit.
-	if n > uint64(limit) || n > 8*uint64(len(b))+1 {
-		return nil, fmt.Errorf("boundary list: %d hashes exceed the limit %d or the %d bytes sent", n, limit, len(b))
-	}
-	b = b[k:]
-	if n == 0 {
-		if len(b) != 0 {
-			return nil, fmt.Errorf("boundary list: %d trailing bytes", len(b))
-		}
-		return nil, nil
-	}
-	first, k := binary.Uvarint(b)
-	if k <= 0 || len(b) < k+1 {
-		return nil, errors.New("boundary list: truncated header")
-	}
-	rice := int(b[k])
-	if rice > 63 {
-		return nil, fmt.Errorf("boundary list: Rice parameter %d out of range", rice)
-	}
-	r := bitReader{b: b[k+1:]}
-	out := make([]uint64, n)
-	out[0] = first
-	for i := 1; i < len(out); i++ {
-		var q uint64
-		for {
-			v, ok := r.bit()
-			if !ok {
-				return nil, fmt.Errorf("boundary list: truncated at hash %d of %d", i, n)
-			}
-			if v == 0 {
-				break
-			}
-			q++
-		}
-		if q>>(64-rice) != 0 {
-			return nil, fmt.Errorf("boundary list: hash %d wraps past 2^64 (not sorted)", i)
-		}
-		d := q << rice
-		for j := rice - 1; j >= 0; j-- {
-			v, ok := r.bit()
-			if !ok {
-				return nil, fmt.Errorf("boundary list: truncated at hash %d of %d", i, n)
-			}
-			d |= uint64(v) << j
-		}
-		next := out[i-1] + d + 1
-		if next <= out[i-1] {
-			// The receiver binary-searches the list: it must stay sorted.
-			return nil, fmt.Errorf("boundary list: hash %d wraps past 2^64 (not sorted)", i)
-		}
-		out[i] = next
-	}
-	if rest := len(r.b) - r.i; rest > 1 || rest == 1 && r.n == 0 {
-		return nil, fmt.Errorf("boundary list: %d trailing bytes", rest)
-	}
-	if r.n > 0 && r.b[r.i]<<r.n != 0 {
-		return nil, errors.New("boundary list: non-zero padding")
-	}
-	return out, nil
-}
-
-type bitReader struct {
-	b []byte
-	i int  // current byte
-	n uint // bits of b[i] consumed
-}
-
-func (r *bitReader) bit() (uint, bool) {
-	if r.i >= len(r.b) {
-		return 0, false
-	}
-	v := uint(r.b[r.i]>>(7-r.n)) & 1
-	if r.n++; r.n == 8 {
-		r.i, r.n = r.i+1, 0
-	}
-	return v, true
-}
+// BoundaryFormat names this build's boundary encoding: a 1-bit static
+// function (internal/retrieval, 3-wise binary fuse) from the 64-bit packet
+// hash to "sent before the boundary", in CHUNK_KIND_BOUNDARY_FUNC chunks.
+// The receiver names it in HelloAck and the sender refuses a receiver that
+// names another or none; older senders' CHUNK_KIND_BOUNDARY (a 40-bit hash
+// list) is refused with ErrIncompatible. Neither end misreads the other.
+const BoundaryFormat = "fuse3-1bit/v1"
 
 // Limits bound what one stream may make the receiver allocate.
 type Limits struct {
@@ -257,6 +130,10 @@ func NewAssembler(p interval.Params, lim Limits) *Assembler {
 // hold more than its limits allow (the server answers ResourceExhausted);
 // every other Assembler error is a malformed stream (InvalidArgument).
 var ErrTooLarge = errors.New("over the receiver's limit")
+
+// ErrIncompatible marks a stream of another protocol version (the server
+// answers FailedPrecondition, which a sender treats as a refusal).
+var ErrIncompatible = errors.New("incompatible lds versions: run the same lds version at both ends")
 
 // Result of one frame.
 type Result struct {
@@ -311,8 +188,12 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 			return nil, fmt.Errorf("frame seq %d: chunk outside an interval (no Start)", f.Seq)
 		}
 		c := b.Chunk
-		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY {
+		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC {
 			return nil, fmt.Errorf("frame seq %d: unknown chunk kind %d", f.Seq, c.Kind)
+		}
+		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY {
+			return nil, fmt.Errorf("frame seq %d: a CHUNK_KIND_BOUNDARY chunk is the 40-bit hash list of an older sender, this receiver reads boundary format %s: %w",
+				f.Seq, BoundaryFormat, ErrIncompatible)
 		}
 		if int(c.Class) >= a.lim.MaxClasses || (c.Kind != ldsv1.ChunkKind_CHUNK_KIND_LDA && c.Class != 0) {
 			return nil, fmt.Errorf("frame seq %d: %v chunk for class %d, receiver has %d classes (and only LDA chunks have one)", f.Seq, c.Kind, c.Class, a.lim.MaxClasses)
@@ -383,12 +264,14 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 				id, c, got.Banks, got.Cells, a.p.LDA.Banks, a.p.LDA.Cells)
 		}
 	}
-	bnd, err := DecodeHashes(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY, 0}], a.lim.MaxCells)
+	// The key count is bounded like the old list's and the table must be
+	// exactly as long as the count implies: checked before allocating.
+	bnd, err := retrieval.Unmarshal(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0}], a.lim.MaxCells)
 	if err != nil {
-		return nil, fmt.Errorf("interval %d: %w", id, err)
+		return nil, fmt.Errorf("interval %d: boundary function: %w", id, err)
 	}
-	if uint64(len(bnd)) != e.BoundaryCount {
-		return nil, fmt.Errorf("interval %d: %d boundary hashes, End says %d", id, len(bnd), e.BoundaryCount)
+	if uint64(bnd.Len()) != e.BoundaryCount {
+		return nil, fmt.Errorf("interval %d: boundary function of %d keys, End says %d", id, bnd.Len(), e.BoundaryCount)
 	}
 	if t := e.GetTotals(); t != nil {
 		sk.Packets, sk.Bytes = t.Packets, t.Bytes
@@ -397,7 +280,7 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 		}
 	}
 	si := &interval.SenderInterval{ID: id, Partial: st.Flags&FlagPartial != 0, First: st.Flags&FlagFirst != 0,
-		Sk: sk, Boundary: bnd}
+		Sk: sk, Split: bnd}
 	for i, hk := range e.Heavy {
 		k, err := capture.FlowKeyFromBinary(hk.GetKey())
 		if err != nil {

@@ -19,6 +19,7 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 	for _, chunk := range []int{1, 7, 100, 1 << 20} {
 		si := makeInterval(t, p, 1763000042, 3000, uint64(chunk))
 		si.Partial, si.First = chunk%2 == 1, chunk == 7
+		before, after := slices.Clone(si.Boundary), slices.Clone(si.After)
 		frames := encodeAll(t, chunk, si)
 
 		// The expected sketch byte count, computed from the blobs themselves.
@@ -29,7 +30,8 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 			b, _ := l.MarshalBinary()
 			want += len(b)
 		}
-		want += len(EncodeHashes(si.Boundary))
+		bnd, _ := si.Split.MarshalBinary()
+		want += len(bnd)
 		if chunk == 1 && len(frames) != want+2 {
 			t.Fatalf("chunk 1: %d frames, want one per byte plus Start and End (%d)", len(frames), want+2)
 		}
@@ -71,8 +73,28 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 		if g.Sk.Packets != si.Sk.Packets || g.Sk.Bytes != si.Sk.Bytes || !slices.Equal(g.Sk.ClassPackets, si.Sk.ClassPackets) {
 			t.Errorf("chunk %d: totals %d/%d/%v, want %d/%d/%v", chunk, g.Sk.Packets, g.Sk.Bytes, g.Sk.ClassPackets, si.Sk.Packets, si.Sk.Bytes, si.Sk.ClassPackets)
 		}
-		if len(si.Boundary) == 0 || !slices.Equal(g.Boundary, si.Boundary) {
-			t.Errorf("chunk %d: boundary list of %d hashes, want %d equal ones", chunk, len(g.Boundary), len(si.Boundary))
+		// The decoded boundary function answers every key as the lists
+		// that built it say: "before" for the closing interval's packets.
+		if len(before) == 0 || len(after) == 0 || g.Split == nil {
+			t.Fatalf("chunk %d: %d/%d boundary keys, decoded function %v", chunk, len(before), len(after), g.Split)
+		}
+		inBefore := map[uint64]bool{}
+		for _, k := range before {
+			inBefore[k] = true
+		}
+		wrong := 0
+		for _, k := range before {
+			if !g.SentBefore(k) {
+				wrong++
+			}
+		}
+		for _, k := range after {
+			if !inBefore[k] && g.SentBefore(k) {
+				wrong++
+			}
+		}
+		if wrong > 0 || g.Split.Len() != len(inBefore)+len(after) {
+			t.Errorf("chunk %d: %d boundary keys answered wrongly; %d keys, want %d", chunk, wrong, g.Split.Len(), len(inBefore)+len(after))
 		}
 		if len(si.Heavy) == 0 || !slices.Equal(g.Heavy, si.Heavy) {
 			t.Errorf("chunk %d: heavy keys %v, want %v", chunk, g.Heavy, si.Heavy)
@@ -270,7 +292,49 @@ func TestAssemblerRefuses(t *testing.T) {
 			lp.Classes = 1
 			return otherDims(lp)
 		}, "no LDA chunk for class 1", false, nil},
-		{"boundary count differs", func() []*ldsv1.SenderFrame { fr := good(); end(fr).BoundaryCount++; return fr }, "boundary hashes, End says", false, nil},
+		{"boundary count differs", func() []*ldsv1.SenderFrame { fr := good(); end(fr).BoundaryCount++; return fr }, "boundary function of", false, nil},
+		{"boundary function truncated", func() []*ldsv1.SenderFrame {
+			fr := good()
+			c := boundaryChunk(fr)
+			c.Data = c.Data[:len(c.Data)-1]
+			start(fr).TotalBytes--
+			return fr
+		}, "boundary function: retrieval: table of", false, nil},
+		{"boundary function with trailing bytes", func() []*ldsv1.SenderFrame {
+			fr := good()
+			c := boundaryChunk(fr)
+			c.Data = append(slices.Clone(c.Data), 0)
+			start(fr).TotalBytes++
+			return fr
+		}, "truncated or trailing bytes", false, nil},
+		{"boundary function of another version", func() []*ldsv1.SenderFrame {
+			fr := good()
+			c := boundaryChunk(fr)
+			c.Data = slices.Clone(c.Data)
+			c.Data[0] = 9
+			return fr
+		}, "boundary function: retrieval: encoding version 9", false, nil},
+		{"boundary function over the key limit", func() []*ldsv1.SenderFrame {
+			return encodeAll(t, 1<<20, makeInterval(t, p, 7, 10000, 9))
+		}, "keys exceed the limit 192", false,
+			func(l *Limits) { l.MaxCells = p.Sketch.Rows * p.Sketch.Columns }},
+		{"boundary list of an older sender", func() []*ldsv1.SenderFrame {
+			fr := good()
+			boundaryChunk(fr).Kind = ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY
+			return fr
+		}, "40-bit hash list of an older sender", false, nil},
+		{"boundary function missing", func() []*ldsv1.SenderFrame {
+			fr := good()
+			c := boundaryChunk(fr)
+			start(fr).TotalBytes -= uint64(len(c.Data))
+			for i, f := range fr {
+				if f.GetChunk() == c {
+					fr = slices.Delete(fr, i, i+1)
+					break
+				}
+			}
+			return renumber(fr)
+		}, "boundary function: retrieval: empty encoding", false, nil},
 		{"bad heavy key", func() []*ldsv1.SenderFrame {
 			fr := good()
 			end(fr).Heavy[0].Key = []byte{1, 2}
@@ -296,6 +360,9 @@ func TestAssemblerRefuses(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not name %q", err, tc.want)
 			}
+			if errors.Is(err, ErrIncompatible) != strings.Contains(tc.name, "older sender") {
+				t.Errorf("errors.Is(ErrIncompatible) = %v for %q (%v)", errors.Is(err, ErrIncompatible), tc.name, err)
+			}
 			if errors.Is(err, ErrTooLarge) != tc.tooBig {
 				t.Errorf("errors.Is(ErrTooLarge) = %v, want %v (%v)", !tc.tooBig, tc.tooBig, err)
 			}
@@ -303,51 +370,17 @@ func TestAssemblerRefuses(t *testing.T) {
 	}
 }
 
-func TestHashesRoundTrip(t *testing.T) {
-	tests := []struct {
-		name string
-		h    []uint64
-	}{
-		{"empty", nil},
-		{"one zero", []uint64{0}},
-		{"spread", []uint64{1, 2, 1 << 40, 1<<63 + 5, ^uint64(0)}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := DecodeHashes(EncodeHashes(tc.h), 16)
-			if err != nil {
-				t.Fatal(err)
+// boundaryChunk is the (single, with 256-byte chunks and a small interval)
+// BOUNDARY chunk of an encoded interval.
+func boundaryChunk(fr []*ldsv1.SenderFrame) *ldsv1.Chunk {
+	var out *ldsv1.Chunk
+	for _, f := range fr {
+		if c := f.GetChunk(); c != nil && c.Kind == ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC {
+			if out != nil {
+				panic("boundaryChunk: more than one BOUNDARY chunk")
 			}
-			if len(got) != len(tc.h) || (len(got) > 0 && !slices.Equal(got, tc.h)) {
-				t.Errorf("got %v, want %v", got, tc.h)
-			}
-		})
+			out = c
+		}
 	}
-}
-
-func TestDecodeHashesRefuses(t *testing.T) {
-	tests := []struct {
-		name  string
-		b     []byte
-		limit int
-		want  string
-	}{
-		{"empty", nil, 10, "bad count"},
-		{"over the limit", EncodeHashes([]uint64{1, 2, 3}), 2, "exceed"},
-		{"count beyond the bytes", []byte{100, 1}, 1000, "exceed"},
-		{"truncated", EncodeHashes([]uint64{1, 300})[:3], 10, "truncated"},
-		{"Rice parameter out of range", []byte{2, 5, 64, 0}, 10, "Rice"},
-		{"non-zero padding", []byte{2, 5, 0, 0x7f}, 10, "padding"},
-		{"trailing bytes", append(EncodeHashes([]uint64{1}), 7), 10, "trailing"},
-		{"wraps past 2^64", EncodeHashes([]uint64{1 << 63, 1}), 10, "wraps"},
-		{"negative limit", EncodeHashes([]uint64{1}), -1, "exceed"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeHashes(tc.b, tc.limit)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("err = %v, want one naming %q", err, tc.want)
-			}
-		})
-	}
+	return out
 }

@@ -1,9 +1,9 @@
 package wire
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"testing"
 	"time"
 
@@ -26,8 +26,9 @@ func testLimits(p interval.Params) Limits {
 	return Limits{MaxSketchBytes: 1 << 20, MaxCells: p.Sketch.Rows*p.Sketch.Columns + 1<<16, MaxClasses: p.Classes}
 }
 
-// makeInterval fills an interval with n random packets of 8 flows, a sorted
-// boundary list and heavy keys, all drawn from seed.
+// makeInterval fills an interval with n random packets of 8 flows, the
+// boundary key lists (before and after its end) and heavy keys, all drawn
+// from seed.
 func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64) *interval.SenderInterval {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, uint64(id)))
@@ -47,7 +48,7 @@ func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64)
 		}
 		keys = append(keys, k)
 	}
-	var bnd []uint64
+	var before, after []uint64
 	for range n {
 		f := r.IntN(len(keys))
 		pk := capture.Packet{Key: keys[f], FlowHash: uint64(f)*0x9e3779b97f4a7c15 + 1, PktHash: r.Uint64(),
@@ -55,12 +56,14 @@ func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64)
 		ts := r.Int64N(p.T)
 		sk.Add(&pk, ts)
 		if ts >= p.T-p.MaxDelay-p.Guard {
-			bnd = append(bnd, pk.PktHash)
+			before = append(before, pk.PktHash)
+		}
+		// Stand-ins for the packets sent just after the boundary.
+		if ts < p.MaxDelay+p.Guard {
+			after = append(after, r.Uint64())
 		}
 	}
-	slices.Sort(bnd)
-	bnd = slices.Compact(bnd)
-	return &interval.SenderInterval{ID: id, Sk: sk, Boundary: bnd, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5))}
+	return &interval.SenderInterval{ID: id, Sk: sk, Boundary: before, After: after, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5))}
 }
 
 func testMeta() interval.SenderMeta {
@@ -86,4 +89,15 @@ func encodeAll(t testing.TB, chunk int, ivs ...*interval.SenderInterval) []*ldsv
 		f.Seq = uint64(i + 1)
 	}
 	return out
+}
+
+// sameSplit: both intervals carry the same boundary function (the same
+// encoding: same keys count, seed and table).
+func sameSplit(a, b *interval.SenderInterval) bool {
+	if a.Split == nil || b.Split == nil {
+		return false
+	}
+	x, _ := a.Split.MarshalBinary()
+	y, _ := b.Split.MarshalBinary()
+	return bytes.Equal(x, y)
 }

@@ -107,7 +107,7 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 		return status.Errorf(codes.Unavailable, "sender %q: %v", id, err)
 	}
 	if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_HelloAck{HelloAck: &ldsv1.HelloAck{
-		ReceiverVersion: s.cfg.Version, Have: have}}}); err != nil {
+		ReceiverVersion: s.cfg.Version, Have: have, BoundaryFormat: BoundaryFormat}}}); err != nil {
 		s.h.Disconnected(id, err)
 		return err
 	}
@@ -133,6 +133,11 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer) error {
 				s.h.FrameError(id, "too_large")
 				s.log.Warn("frame over the receiver's limits: ending the stream", "sender", id, "err", err)
 				return status.Errorf(codes.ResourceExhausted, "sender %q: %v", id, err)
+			}
+			if errors.Is(err, ErrIncompatible) {
+				s.h.FrameError(id, "config_mismatch")
+				s.log.Error("sender speaks another protocol version: ending the stream", "sender", id, "err", err)
+				return status.Errorf(codes.FailedPrecondition, "sender %q: %v", id, err)
 			}
 			s.h.FrameError(id, "malformed")
 			s.log.Warn("malformed frame: ending the stream", "sender", id, "err", err)

@@ -228,7 +228,7 @@ func TestStreamDeliversEveryInterval(t *testing.T) {
 		t.Fatalf("receiver got %d intervals, sent %d", len(got), len(sent))
 	}
 	for i := range sent {
-		if got[i].ID != sent[i].ID || !got[i].Sk.LDS.Equal(sent[i].Sk.LDS) || !slices.Equal(got[i].Boundary, sent[i].Boundary) {
+		if got[i].ID != sent[i].ID || !got[i].Sk.LDS.Equal(sent[i].Sk.LDS) || !sameSplit(got[i], sent[i]) {
 			t.Errorf("interval %d arrived different from what was sent", sent[i].ID)
 		}
 	}
@@ -299,6 +299,100 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 				t.Errorf("handler saw %d connections from a refused sender", n)
 			}
 		})
+	}
+}
+
+// TestOlderSenderRefused: a sender of an older build ships the boundary as
+// a CHUNK_KIND_BOUNDARY hash list; the receiver refuses the stream with
+// FailedPrecondition (a refusal, not a malformed frame) saying so, and
+// hands nothing to the handler.
+func TestOlderSenderRefused(t *testing.T) {
+	h := newRecHandler()
+	addr, _ := startServer(t, nil, serverConfig(), h, nil, 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st := rawStream(t, ctx, addr, nil)
+	if err := st.Send(hello("s1", serverConfig().Fingerprint)); err != nil {
+		t.Fatal(err)
+	}
+	old := []*ldsv1.SenderFrame{
+		{Seq: 1, Body: &ldsv1.SenderFrame_Start{Start: &ldsv1.Start{Interval: 5, TotalBytes: 4}}},
+		{Seq: 2, Body: &ldsv1.SenderFrame_Chunk{Chunk: &ldsv1.Chunk{Kind: ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY, Data: []byte{1, 7}, Last: true}}},
+	}
+	for _, f := range old {
+		if err := st.Send(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := recvUntilErr(st)
+	s, _ := status.FromError(err)
+	if s.Code() != codes.FailedPrecondition || !strings.Contains(s.Message(), "40-bit hash list of an older sender") ||
+		!strings.Contains(s.Message(), BoundaryFormat) || !strings.Contains(s.Message(), "run the same lds version") {
+		t.Errorf("status %v, want FailedPrecondition naming the old list, %s and the remedy", err, BoundaryFormat)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.got["s1"]) != 0 {
+		t.Errorf("handler got %d intervals from an incompatible sender", len(h.got["s1"]))
+	}
+}
+
+// oldReceiver answers Hello as an older build does (no boundary format in
+// HelloAck) and records any frame sent after it.
+type oldReceiver struct {
+	ldsv1.UnimplementedSketchExchangeServer
+	mu     sync.Mutex
+	frames int
+}
+
+func (o *oldReceiver) Stream(st ldsv1.SketchExchange_StreamServer) error {
+	if _, err := st.Recv(); err != nil {
+		return err
+	}
+	if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_HelloAck{HelloAck: &ldsv1.HelloAck{ReceiverVersion: "v-old"}}}); err != nil {
+		return err
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			return nil
+		}
+		o.mu.Lock()
+		o.frames++
+		o.mu.Unlock()
+	}
+}
+
+// TestSenderRefusesOlderReceiver: a sender whose receiver does not name
+// this build's boundary format in HelloAck stops before sending any
+// interval, with an error naming both formats and the remedy.
+func TestSenderRefusesOlderReceiver(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	old := &oldReceiver{}
+	ldsv1.RegisterSketchExchangeServer(srv, old)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	c, err := NewClient(clientConfig(lis.Addr().String(), "s1"), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Submit(makeInterval(t, testParams(), 9, 100, 1), testMeta()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = waitErr(t, runClient(ctx, c), 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "reads boundary format none") || !strings.Contains(err.Error(), BoundaryFormat) ||
+		!strings.Contains(err.Error(), "run the same lds version") {
+		t.Errorf("client Run = %v, want a refusal naming both boundary formats", err)
+	}
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if old.frames != 0 {
+		t.Errorf("the sender sent %d frames to a receiver that cannot read them", old.frames)
 	}
 }
 

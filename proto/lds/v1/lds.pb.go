@@ -33,7 +33,14 @@ const (
 	ChunkKind_CHUNK_KIND_UNSPECIFIED ChunkKind = 0
 	ChunkKind_CHUNK_KIND_LDS         ChunkKind = 1 // the interval's LDS (sketch.MarshalBinary), possibly split
 	ChunkKind_CHUNK_KIND_LDA         ChunkKind = 2 // one LDA per class, class index in Chunk.class
-	ChunkKind_CHUNK_KIND_BOUNDARY    ChunkKind = 3 // top 40 bits of the packet hashes seen in [B - max_delay - guard, B): count, first (uvarint), Rice parameter (byte), Rice-coded gaps minus one
+	// Retired: the Rice-coded list of 40-bit packet-hash prefixes seen in
+	// [B - max_delay - guard, B) that older senders sent. A receiver refuses
+	// it (FailedPrecondition) rather than misread it.
+	ChunkKind_CHUNK_KIND_BOUNDARY ChunkKind = 3
+	// The boundary function (internal/retrieval encoding, docs/protocol.md):
+	// packet hash -> 1 bit, set for the packets the sender saw in
+	// [B - max_delay - guard, B), clear for those in [B, B + max_delay + guard).
+	ChunkKind_CHUNK_KIND_BOUNDARY_FUNC ChunkKind = 4
 )
 
 // Enum value maps for ChunkKind.
@@ -43,12 +50,14 @@ var (
 		1: "CHUNK_KIND_LDS",
 		2: "CHUNK_KIND_LDA",
 		3: "CHUNK_KIND_BOUNDARY",
+		4: "CHUNK_KIND_BOUNDARY_FUNC",
 	}
 	ChunkKind_value = map[string]int32{
-		"CHUNK_KIND_UNSPECIFIED": 0,
-		"CHUNK_KIND_LDS":         1,
-		"CHUNK_KIND_LDA":         2,
-		"CHUNK_KIND_BOUNDARY":    3,
+		"CHUNK_KIND_UNSPECIFIED":   0,
+		"CHUNK_KIND_LDS":           1,
+		"CHUNK_KIND_LDA":           2,
+		"CHUNK_KIND_BOUNDARY":      3,
+		"CHUNK_KIND_BOUNDARY_FUNC": 4,
 	}
 )
 
@@ -666,7 +675,7 @@ type End struct {
 	Clock         *ClockStatus           `protobuf:"bytes,3,opt,name=clock,proto3" json:"clock,omitempty"`
 	Drops         *Drops                 `protobuf:"bytes,4,opt,name=drops,proto3" json:"drops,omitempty"`
 	Heavy         []*FlowKey             `protobuf:"bytes,5,rep,name=heavy,proto3" json:"heavy,omitempty"`                                       // the sender's heaviest flows (candidate keys)
-	BoundaryCount uint64                 `protobuf:"varint,6,opt,name=boundary_count,json=boundaryCount,proto3" json:"boundary_count,omitempty"` // number of packet hashes sent as BOUNDARY chunks
+	BoundaryCount uint64                 `protobuf:"varint,6,opt,name=boundary_count,json=boundaryCount,proto3" json:"boundary_count,omitempty"` // number of packet hashes the BOUNDARY_FUNC chunk was built from
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -829,9 +838,12 @@ type HelloAck struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ReceiverVersion string                 `protobuf:"bytes,1,opt,name=receiver_version,json=receiverVersion,proto3" json:"receiver_version,omitempty"`
 	// Intervals the receiver already holds for this sender: the sender drops them from its resend buffer.
-	Have          []int64 `protobuf:"varint,2,rep,packed,name=have,proto3" json:"have,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Have []int64 `protobuf:"varint,2,rep,packed,name=have,proto3" json:"have,omitempty"`
+	// The boundary encoding this receiver reads (wire.BoundaryFormat). A
+	// sender refuses a receiver that names another one or none (older lds).
+	BoundaryFormat string `protobuf:"bytes,3,opt,name=boundary_format,json=boundaryFormat,proto3" json:"boundary_format,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HelloAck) Reset() {
@@ -876,6 +888,13 @@ func (x *HelloAck) GetHave() []int64 {
 		return x.Have
 	}
 	return nil
+}
+
+func (x *HelloAck) GetBoundaryFormat() string {
+	if x != nil {
+		return x.BoundaryFormat
+	}
+	return ""
 }
 
 type Ack struct {
@@ -985,17 +1004,19 @@ const file_lds_v1_lds_proto_rawDesc = "" +
 	"\rReceiverFrame\x12/\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x10.lds.v1.HelloAckH\x00R\bhelloAck\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.lds.v1.AckH\x00R\x03ackB\x06\n" +
-	"\x04body\"I\n" +
+	"\x04body\"r\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10receiver_version\x18\x01 \x01(\tR\x0freceiverVersion\x12\x12\n" +
-	"\x04have\x18\x02 \x03(\x03R\x04have\"!\n" +
+	"\x04have\x18\x02 \x03(\x03R\x04have\x12'\n" +
+	"\x0fboundary_format\x18\x03 \x01(\tR\x0eboundaryFormat\"!\n" +
 	"\x03Ack\x12\x1a\n" +
-	"\binterval\x18\x01 \x01(\x03R\binterval*h\n" +
+	"\binterval\x18\x01 \x01(\x03R\binterval*\x86\x01\n" +
 	"\tChunkKind\x12\x1a\n" +
 	"\x16CHUNK_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCHUNK_KIND_LDS\x10\x01\x12\x12\n" +
 	"\x0eCHUNK_KIND_LDA\x10\x02\x12\x17\n" +
-	"\x13CHUNK_KIND_BOUNDARY\x10\x032J\n" +
+	"\x13CHUNK_KIND_BOUNDARY\x10\x03\x12\x1c\n" +
+	"\x18CHUNK_KIND_BOUNDARY_FUNC\x10\x042J\n" +
 	"\x0eSketchExchange\x128\n" +
 	"\x06Stream\x12\x13.lds.v1.SenderFrame\x1a\x15.lds.v1.ReceiverFrame(\x010\x01B+Z)github.com/lds-net/lds/proto/lds/v1;ldsv1b\x06proto3"
 
