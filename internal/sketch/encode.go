@@ -6,16 +6,25 @@ import (
 	"math"
 )
 
-// Binary formats (version 1), all integers little-endian or varint:
+// Binary formats (version 2), all integers little-endian or varint:
 //
-//	LDS: "LDSk" | version=1 | uvarint rows | uvarint columns | uvarint vlda |
+//	LDS: "LDSk" | version=2 | uvarint rows | uvarint columns | uvarint vlda |
 //	     flags byte (bit 0: byte counters) | rows x float64 sampling rate |
-//	     uvarint count of non-empty cells | per non-empty cell, in index order:
-//	     uvarint gap (cells skipped since the previous one) | varint S |
-//	     varint SPM | varint SN | varint N | 8-byte D | [uvarint bytes]
-//	LDA: "LDAk" | version=1 | uvarint banks | uvarint cells per bank |
-//	     uvarint count of non-empty cells | per cell: uvarint gap |
-//	     varint S | varint N | 8-byte D
+//	     varint m | uvarint count of non-empty cells | per non-empty cell, in
+//	     index order: uvarint gap (cells skipped since the previous one) |
+//	     varint S−N·m | varint SPM−SN·m | varint SN | varint N | 4-byte D |
+//	     [uvarint bytes]
+//	LDA: "LDAk" | version=2 | uvarint banks | uvarint cells per bank |
+//	     varint m | uvarint count of non-empty cells | per cell: uvarint gap |
+//	     varint S−N·m | varint N | 4-byte D
+//
+// m is the sketch's mean timestamp (rounded ΣS/ΣN over its cells): a cell's
+// sum of timestamps then travels as its deviation from N·m, a few bits a
+// cell fewer than the sum itself (~1 byte at 1 s intervals). Digests are 32
+// bits (the packet hash's top half): they only tell whether two cells with
+// equal counts hold the same packets, and a false match needs a loss and a
+// misplaced packet in the same cell and then 2^-32 luck. Version 1 sent the
+// plain sums and 64-bit digests (22 B a cell at 1 Mpps against 17).
 //
 // Empty cells cost nothing; the encoding is canonical (one byte string per
 // sketch), which the decoder enforces.
@@ -23,10 +32,33 @@ import (
 const (
 	ldsMagic      = "LDSk"
 	ldaMagic      = "LDAk"
-	formatVersion = 1
-	ldsMinCell    = 1 + 1 + 1 + 1 + 1 + 8 // smallest encoded non-empty LDS cell
-	ldaMinCell    = 1 + 1 + 1 + 8
+	formatVersion = 2
+	ldsMinCell    = 4 // smallest encoded non-empty LDS cell: its digest (the columns take bits)
+	ldaMinCell    = 4
 )
+
+// DigestBits is the width of a cell's digest (Cell.D, LDACell.D): the top
+// bits of the packet hash.
+const DigestBits = 32
+
+// digest is what a packet adds (XOR) to a cell's digest.
+func digest(pktHash uint64) uint64 { return pktHash >> (64 - DigestBits) }
+
+// centre is the rounded mean timestamp ΣS/ΣN of a set of cells, 0 when
+// they hold nothing. Encoder and decoder compute it from the same integers
+// in the same order, so they agree bit for bit.
+func centre(n int, cell func(i int) (s, w int64)) int64 {
+	var ss, sn float64
+	for i := 0; i < n; i++ {
+		s, w := cell(i)
+		ss += float64(s)
+		sn += float64(w)
+	}
+	if sn == 0 {
+		return 0
+	}
+	return int64(math.Round(ss / sn))
+}
 
 // MarshalBinary encodes the sketch compactly.
 func (l *LDS) MarshalBinary() ([]byte, error) {
@@ -36,7 +68,7 @@ func (l *LDS) MarshalBinary() ([]byte, error) {
 			nonEmpty++
 		}
 	}
-	per := 5*5 + 8
+	per := 5*5 + 4
 	if l.bytes != nil {
 		per += 5
 	}
@@ -54,23 +86,39 @@ func (l *LDS) MarshalBinary() ([]byte, error) {
 	for _, r := range l.p.Sampling {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(r))
 	}
+	m := centre(len(l.cells), func(i int) (int64, int64) { return l.cells[i].S, l.cells[i].N })
+	b = binary.AppendVarint(b, m)
 	b = binary.AppendUvarint(b, uint64(nonEmpty))
+	nCol := 5
+	if l.bytes != nil {
+		nCol++
+	}
+	cols := make([][]uint64, nCol)
+	for j := range cols {
+		cols[j] = make([]uint64, 0, nonEmpty)
+	}
+	digests := make([]byte, 0, 4*nonEmpty)
 	prev := -1
 	for i, c := range l.cells {
 		if c.empty() && l.ByteCount(i) == 0 {
 			continue
 		}
-		b = binary.AppendUvarint(b, uint64(i-prev-1))
-		prev = i
-		b = binary.AppendVarint(b, c.S)
-		b = binary.AppendVarint(b, c.SPM)
-		b = binary.AppendVarint(b, c.SN)
-		b = binary.AppendVarint(b, c.N)
-		b = binary.LittleEndian.AppendUint64(b, c.D)
-		if l.bytes != nil {
-			b = binary.AppendUvarint(b, l.bytes[i])
+		if c.D>>DigestBits != 0 {
+			return nil, fmt.Errorf("encode LDS: cell %d has a digest wider than %d bits", i, DigestBits)
 		}
+		cols[0] = append(cols[0], uint64(i-prev-1))
+		prev = i
+		cols[1] = append(cols[1], zigzag(c.S-c.N*m))
+		cols[2] = append(cols[2], zigzag(c.SPM-c.SN*m))
+		cols[3] = append(cols[3], zigzag(c.SN))
+		cols[4] = append(cols[4], zigzag(c.N))
+		if l.bytes != nil {
+			cols[5] = append(cols[5], l.bytes[i])
+		}
+		digests = binary.LittleEndian.AppendUint32(digests, uint32(c.D))
 	}
+	b = appendColumns(b, cols)
+	b = append(b, digests...)
 	return b, nil
 }
 
@@ -129,6 +177,19 @@ func (d *decoder) u64(field string) uint64 {
 	return v
 }
 
+func (d *decoder) u32(field string) uint32 {
+	if d.err != nil {
+		return 0
+	}
+	if d.remaining() < 4 {
+		d.fail("%s: need 4 bytes, have %d", field, d.remaining())
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b[d.off:])
+	d.off += 4
+	return v
+}
+
 func (d *decoder) byte1(field string) byte {
 	if d.err != nil {
 		return 0
@@ -153,7 +214,7 @@ func (d *decoder) header(magic string) {
 	}
 	d.off = len(magic)
 	if v := d.byte1("version"); v != formatVersion {
-		d.fail("format version %d, this build reads version %d", v, formatVersion)
+		d.fail("format version %d, this build reads version %d: run the same lds version at both ends", v, formatVersion)
 	}
 }
 
@@ -209,6 +270,7 @@ func UnmarshalLDS(b []byte, maxCells int) (*LDS, error) {
 	if p.Bytes {
 		minCell++
 	}
+	m := d.varint("mean timestamp")
 	n := d.uvarint("cell count")
 	if d.err == nil && (n > uint64(total) || n > uint64(d.remaining()/minCell)) {
 		d.fail("%d non-empty cells claimed: the sketch has %d cells and %d bytes remain", n, total, d.remaining())
@@ -220,26 +282,35 @@ func UnmarshalLDS(b []byte, maxCells int) (*LDS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decode LDS: %w", err)
 	}
+	nCol := 5
+	if p.Bytes {
+		nCol++
+	}
+	cols := make([][]uint64, nCol)
+	for j := range cols {
+		cols[j] = make([]uint64, n)
+	}
+	d.columns(cols)
+	if d.err == nil && d.remaining() < 4*int(n) {
+		d.fail("digests: need %d bytes, have %d", 4*n, d.remaining())
+	}
 	idx := -1
-	for j := uint64(0); j < n && d.err == nil; j++ {
-		gap := d.uvarint("cell gap")
-		if d.err != nil {
-			break // truncated: idx must not advance past a failed read
-		}
+	for j := 0; j < int(n) && d.err == nil; j++ {
+		gap := cols[0][j]
 		if gap >= uint64(total-idx-1) {
 			d.fail("cell gap %d runs past the last cell", gap)
 			break
 		}
 		idx += int(gap) + 1
 		var c Cell
-		c.S = d.varint("S")
-		c.SPM = d.varint("SPM")
-		c.SN = d.varint("SN")
-		c.N = d.varint("N")
-		c.D = d.u64("D")
+		c.SN = unzigzag(cols[3][j])
+		c.N = unzigzag(cols[4][j])
+		c.S = unzigzag(cols[1][j]) + c.N*m
+		c.SPM = unzigzag(cols[2][j]) + c.SN*m
+		c.D = uint64(d.u32("D"))
 		var by uint64
 		if p.Bytes {
-			by = d.uvarint("bytes")
+			by = cols[5][j]
 		}
 		if d.err == nil && c.empty() && by == 0 {
 			d.fail("cell %d is encoded but empty (non-canonical)", idx)
@@ -251,6 +322,9 @@ func UnmarshalLDS(b []byte, maxCells int) (*LDS, error) {
 	}
 	if d.err == nil && d.remaining() != 0 {
 		d.fail("%d trailing bytes", d.remaining())
+	}
+	if d.err == nil && m != centre(len(l.cells), func(i int) (int64, int64) { return l.cells[i].S, l.cells[i].N }) {
+		d.fail("mean timestamp %d is not the cells' (non-canonical)", m)
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -266,23 +340,32 @@ func (a *LDA) MarshalBinary() ([]byte, error) {
 			nonEmpty++
 		}
 	}
-	b := make([]byte, 0, 32+nonEmpty*(5+5+5+8))
+	b := make([]byte, 0, 32+nonEmpty*(5+5+5+4))
 	b = append(b, ldaMagic...)
 	b = append(b, formatVersion)
 	b = binary.AppendUvarint(b, uint64(a.p.Banks))
 	b = binary.AppendUvarint(b, uint64(a.p.Cells))
+	m := centre(len(a.cells), func(i int) (int64, int64) { return a.cells[i].S, a.cells[i].N })
+	b = binary.AppendVarint(b, m)
 	b = binary.AppendUvarint(b, uint64(nonEmpty))
+	cols := [][]uint64{make([]uint64, 0, nonEmpty), make([]uint64, 0, nonEmpty), make([]uint64, 0, nonEmpty)}
+	digests := make([]byte, 0, 4*nonEmpty)
 	prev := -1
 	for i, c := range a.cells {
 		if c == (LDACell{}) {
 			continue
 		}
-		b = binary.AppendUvarint(b, uint64(i-prev-1))
+		if c.D>>DigestBits != 0 {
+			return nil, fmt.Errorf("encode LDA: cell %d has a digest wider than %d bits", i, DigestBits)
+		}
+		cols[0] = append(cols[0], uint64(i-prev-1))
 		prev = i
-		b = binary.AppendVarint(b, c.S)
-		b = binary.AppendVarint(b, c.N)
-		b = binary.LittleEndian.AppendUint64(b, c.D)
+		cols[1] = append(cols[1], zigzag(c.S-c.N*m))
+		cols[2] = append(cols[2], zigzag(c.N))
+		digests = binary.LittleEndian.AppendUint32(digests, uint32(c.D))
 	}
+	b = appendColumns(b, cols)
+	b = append(b, digests...)
 	return b, nil
 }
 
@@ -309,6 +392,7 @@ func UnmarshalLDA(b []byte, maxCells int) (*LDA, error) {
 		d.fail("%d x %d = %d cells exceeds the limit of %d", p.Banks, p.Cells, total, maxCells)
 		return nil, d.err
 	}
+	m := d.varint("mean timestamp")
 	n := d.uvarint("cell count")
 	if d.err == nil && (n > uint64(total) || n > uint64(d.remaining()/ldaMinCell)) {
 		d.fail("%d non-empty cells claimed: the aggregator has %d cells and %d bytes remain", n, total, d.remaining())
@@ -320,21 +404,23 @@ func UnmarshalLDA(b []byte, maxCells int) (*LDA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decode LDA: %w", err)
 	}
+	cols := [][]uint64{make([]uint64, n), make([]uint64, n), make([]uint64, n)}
+	d.columns(cols)
+	if d.err == nil && d.remaining() < 4*int(n) {
+		d.fail("digests: need %d bytes, have %d", 4*n, d.remaining())
+	}
 	idx := -1
-	for j := uint64(0); j < n && d.err == nil; j++ {
-		gap := d.uvarint("cell gap")
-		if d.err != nil {
-			break // truncated: idx must not advance past a failed read
-		}
+	for j := 0; j < int(n) && d.err == nil; j++ {
+		gap := cols[0][j]
 		if gap >= uint64(total-idx-1) {
 			d.fail("cell gap %d runs past the last cell", gap)
 			break
 		}
 		idx += int(gap) + 1
 		var c LDACell
-		c.S = d.varint("S")
-		c.N = d.varint("N")
-		c.D = d.u64("D")
+		c.N = unzigzag(cols[2][j])
+		c.S = unzigzag(cols[1][j]) + c.N*m
+		c.D = uint64(d.u32("D"))
 		if d.err == nil && c == (LDACell{}) {
 			d.fail("cell %d is encoded but empty (non-canonical)", idx)
 		}
@@ -342,6 +428,9 @@ func UnmarshalLDA(b []byte, maxCells int) (*LDA, error) {
 	}
 	if d.err == nil && d.remaining() != 0 {
 		d.fail("%d trailing bytes", d.remaining())
+	}
+	if d.err == nil && m != centre(len(a.cells), func(i int) (int64, int64) { return a.cells[i].S, a.cells[i].N }) {
+		d.fail("mean timestamp %d is not the cells' (non-canonical)", m)
 	}
 	if d.err != nil {
 		return nil, d.err

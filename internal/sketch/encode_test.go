@@ -1,6 +1,7 @@
 package sketch
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -55,10 +56,11 @@ func TestLDSDecodeErrors(t *testing.T) {
 		{"magic", "XXXX\x01", "bad magic", 0},
 		{"version", "LDSk\x09", "version", 0},
 		{"cap", string(good), "exceeds the limit", 1000},
-		{"rows", "LDSk\x01\x00", "rows", 0},
-		{"huge columns", "LDSk\x01\x01\xff\xff\xff\xff\x0f", "columns", 0},
-		{"count vs bytes", "LDSk\x01\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\xf0\x3f\x01", "non-empty cells claimed", 0},
-		{"bad rate", "LDSk\x01\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "sketch.sampling", 0},
+		{"old version", "LDSk\x01\x01\x01\x01\x00", "run the same lds version at both ends", 0},
+		{"rows", "LDSk\x02\x00", "rows", 0},
+		{"huge columns", "LDSk\x02\x01\xff\xff\xff\xff\x0f", "columns", 0},
+		{"count vs bytes", "LDSk\x02\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\xf0\x3f\x00\x01", "non-empty cells claimed", 0},
+		{"bad rate", "LDSk\x02\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "sketch.sampling", 0},
 	}
 	for _, c := range cases {
 		_, err := UnmarshalLDS([]byte(c.data), c.max)
@@ -75,7 +77,7 @@ func FuzzUnmarshalLDS(f *testing.F) {
 	}
 	b, _ := l.MarshalBinary()
 	f.Add(b)
-	f.Add([]byte("LDSk\x01\x40\x80\x80\x80\x08\x01\x00"))
+	f.Add([]byte("LDSk\x02\x40\x80\x80\x80\x08\x01\x00"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const maxCells = 4096
@@ -89,6 +91,9 @@ func FuzzUnmarshalLDS(f *testing.F) {
 		again, err := x.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
+		}
+		if string(again) != string(data) {
+			t.Fatalf("accepted a non-canonical encoding: %x re-encodes to %x", data, again)
 		}
 		y, err := UnmarshalLDS(again, maxCells)
 		if err != nil || !y.Equal(x) {
@@ -119,8 +124,10 @@ func TestUnmarshalTruncatedNoPanic(t *testing.T) {
 	encA, _ := a.MarshalBinary()
 	// Every cell is non-empty, so the count is the whole sketch and every
 	// gap is 0; making the first gap 1 claims one cell more than fits.
-	const ldsFirstGap = 4 + 1 + 3 + 1 + 2*8 + 1 // magic, version, dims, flags, rates, count
-	const ldaFirstGap = 4 + 1 + 2 + 1           // magic, version, dims, count
+	mL := binary.AppendVarint(nil, 7500)             // mean timestamp: S = 1000·i, N = 1 over 16 cells
+	mA := binary.AppendVarint(nil, 4)                // round(3.5)
+	ldsFirstGap := 4 + 1 + 3 + 1 + 2*8 + len(mL) + 1 // magic, version, dims, flags, rates, mean, count
+	ldaFirstGap := 4 + 1 + 2 + len(mA) + 1           // magic, version, dims, mean, count
 	if encL[ldsFirstGap] != 0 || encA[ldaFirstGap] != 0 {
 		t.Fatalf("layout changed: first gaps %d, %d", encL[ldsFirstGap], encA[ldaFirstGap])
 	}

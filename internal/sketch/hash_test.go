@@ -91,7 +91,7 @@ func TestHashDerivationV1(t *testing.T) {
 				for _, x := range want {
 					if x >= 0 {
 						expect++
-						if l.Cell(int(x)).N != 1 || l.Cell(int(x)).D != P {
+						if l.Cell(int(x)).N != 1 || l.Cell(int(x)).D != P>>32 {
 							t.Fatalf("Update did not write the documented cell %d", x)
 						}
 					}

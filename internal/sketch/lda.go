@@ -54,7 +54,7 @@ func (p LDAParams) BankRate(b int) float64 {
 type LDACell struct {
 	S int64  // Σ t (ns relative to the interval start)
 	N int64  // packets
-	D uint64 // XOR of packet hashes
+	D uint64 // XOR of packet digests (the top DigestBits bits of each packet hash)
 }
 
 // LDA is a multi-bank Lossy Difference Aggregator. Not safe for concurrent
@@ -87,7 +87,7 @@ func (a *LDA) Update(pktHash uint64, t int64) {
 	c := &a.cells[b*a.m+fastRange(z, a.m)]
 	c.S += t
 	c.N++
-	c.D ^= pktHash
+	c.D ^= digest(pktHash)
 }
 
 // Cell returns cell i of bank b.

@@ -158,7 +158,7 @@ func FuzzUnmarshalLDA(f *testing.F) {
 	}
 	b, _ := a.MarshalBinary()
 	f.Add(b)
-	f.Add([]byte("LDAk\x01\x20\x80\x80\x40\x00"))
+	f.Add([]byte("LDAk\x02\x20\x80\x80\x40\x00"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const maxCells = 4096

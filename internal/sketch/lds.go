@@ -10,7 +10,7 @@ type Cell struct {
 	S   int64  // Σ w·t, t = ns relative to the interval start (wrapping arithmetic is fine: only differences are used)
 	SPM int64  // Σ σ·w·t, σ = ±1 from the packet hash (variance, LDA paper eq. 4)
 	N   int64  // Σ w
-	D   uint64 // XOR of packet digests
+	D   uint64 // XOR of packet digests (the top DigestBits bits of each packet hash)
 	// SN is Σ σ·w, the signed weight. It is identical at both ends of a
 	// usable cell and lets the estimator centre the sign-hash sum on the
 	// flow mean: Σσ·w·(d-μ) = ΔSPM - μ·SN. Without it the variance comes
@@ -123,7 +123,7 @@ func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, c
 			cell.SPM += (wt ^ m) - m
 			cell.SN += (wn ^ m) - m
 			cell.N += wn
-			cell.D ^= pktHash
+			cell.D ^= digest(pktHash)
 			if l.bytes != nil {
 				l.bytes[i] += uint64(size)
 			}

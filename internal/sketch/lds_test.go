@@ -248,12 +248,15 @@ func TestDigestCatchesSwap(t *testing.T) {
 	p := Params{Rows: 4, Columns: 1024, VLDA: 1}
 	F, G := flowHash(10, 21), flowHash(500, 33)
 	var pkts []pk
+	// Packet hashes are uniform 64-bit values (the digest keeps their top
+	// bits): spread the small ids over the whole range.
+	spread := uint64(0x9e3779b97f4a7c15)
 	for i := 0; i < 10; i++ {
-		pkts = append(pkts, pk{flow: F, hash: uint64(1000 + i), ts: int64(i) * 1e6, delay: 5000, w: 1})
-		pkts = append(pkts, pk{flow: G, hash: uint64(2000 + i), ts: int64(i) * 1e6, delay: 7000, w: 1})
+		pkts = append(pkts, pk{flow: F, hash: uint64(1000+i) * spread, ts: int64(i) * 1e6, delay: 5000, w: 1})
+		pkts = append(pkts, pk{flow: G, hash: uint64(2000+i) * spread, ts: int64(i) * 1e6, delay: 7000, w: 1})
 	}
 	rcvPkts := append([]pk(nil), pkts...)
-	rcvPkts[0] = pk{flow: F, hash: 9999, ts: -3e6, delay: 5000, w: 1} // Y replaces X
+	rcvPkts[0] = pk{flow: F, hash: uint64(9999) * spread, ts: -3e6, delay: 5000, w: 1} // Y replaces X
 	snd, rcv := build(t, p, pkts, rcvPkts)
 	for r := 0; r < p.Rows; r++ {
 		c, _ := snd.FlowCells(F, r)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Bytes the sender ships per interval against per-packet export (12 B a
+# packet) at 1 Mpps, for several interval lengths, each with the sketch
+# sized at the paper's load (2 flows per counter, 4 rows) for the flows an
+# interval of that length holds. Usage: scripts/bench-wire.sh (needs bin/).
+# The trace is configs/scenarios/wire-1m.yaml (10 s, 10M packets, ~2.9 GB
+# of pcap in out/wire, deleted afterwards unless KEEP=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${LDS_WIRE_DIR:-out/wire}
+mkdir -p "$dir"
+bin/ldsctl gen --scenario configs/scenarios/wire-1m.yaml --sender-pcap "$dir/a.pcap" \
+  --receiver-pcap "$dir/b.pcap" --truth "$dir/truth.jsonl" >/dev/null
+pps=1000000
+echo "| interval | flows an interval (truth) | sketch | bytes shipped an interval | per-packet export (12 B/pkt) | ratio |"
+echo "|---|---:|---|---:|---:|---:|"
+for T in 1 2 5 10; do
+  # Distinct flows per interval of length T, from the truth's 1 s records.
+  flows=$(jq -r '"\(.interval) \(.src) \(.dst) \(.sport) \(.dport) \(.proto)"' "$dir/truth.jsonl" |
+    awk -v T="$T" '{iv=int($1/T); k=iv" "$2" "$3" "$4" "$5" "$6; if(!(k in s)){s[k]=1; c[iv]++}}
+      END{n=0; t=0; for(i in c){n++; t+=c[i]}; printf "%d", t/n}')
+  cols=$(( (flows + 7) / 8 ))
+  cat > "$dir/cfg-${T}s.yaml" <<CFG
+interval: ${T}s
+max_delay: 50ms
+sketch:
+  rows: 4
+  columns: $cols
+  vlda: 1
+  sampling: [1, 1, 1, 1]
+  max_flows: 1048576
+CFG
+  line=$(bin/ldsctl replay --quiet --config "$dir/cfg-${T}s.yaml" --sender-pcap "$dir/a.pcap" \
+    --receiver-pcap "$dir/b.pcap" --out "$dir/r-${T}s.jsonl" 2>&1 | tail -1)
+  bytes=$(sed -n 's/.* \([0-9]*\) sketch bytes shipped.*/\1/p' <<<"$line")
+  n=$(sed -n 's/.*map\[matched:\([0-9]*\)\].*/\1/p' <<<"$line")
+  per=$(( bytes / n ))
+  exp=$(( 12 * pps * T ))
+  echo "| ${T} s | $flows | 4 × $cols | $per | $exp | 1/$(( exp / per )) |"
+done
+[ "${KEEP:-0}" = 1 ] || rm -f "$dir/a.pcap" "$dir/b.pcap"
