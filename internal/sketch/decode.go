@@ -54,7 +54,7 @@ type DecodeOptions struct {
 
 // Defaults of DecodeOptions.
 const (
-	DefaultDecodeMaxIter = 50
+	DefaultDecodeMaxIter = 400
 	DefaultDecodeTol     = 1e-10
 	DefaultPriorWeight   = 1.0
 )
@@ -67,6 +67,14 @@ const identifiedFraction = 0.1
 // packets are exactly those of its flows (k = 1, no sampling) has none.
 // Relative to one packet's delay variance.
 const noiseFloor = 1.0
+
+// stepTolFraction: a delay solve has converged when no flow's mean moves
+// by more than this fraction of τ (the spread of flow means) in three
+// iterations running; far below any error the estimates have, and what
+// ill-conditioned systems (weighted flows, elephants at the paper's load)
+// need hundreds of iterations to reach, where well-conditioned ones
+// (sampled rows, k > 1) get there in tens.
+const stepTolFraction = 1e-4
 
 // preIter bounds the first delay solve and the variance solve: the first
 // only has to be good enough to centre the sign sums, and the variances'
@@ -703,7 +711,7 @@ func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
 	if !perFlow {
 		it = min(it, preIter) // a start for the variances; refined below
 	}
-	n := d.pcg(d.eA, wgt, y, d.lam[:d.nA], d.x[:d.nA], it)
+	n := d.pcg(d.eA, wgt, y, d.lam[:d.nA], d.x[:d.nA], it, stepTolFraction*math.Sqrt(d.tau2))
 	if perFlow {
 		d.iters[2] = n
 	} else {
@@ -715,7 +723,7 @@ func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
 // Jacobi preconditioner, starting from x. A is flow-major (d.fStart,
 // d.eCell, coef); W = diag(wgt); x and lambda are the nA solver flows.
 // It returns the iterations used.
-func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int) int {
+func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol float64) int {
 	nF := len(x)
 	r, z, p, q, diag, t := d.r, d.z, d.p, d.q, d.diag, d.t
 	fs, ec := d.fStart, d.eCell
@@ -751,7 +759,7 @@ func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int) int {
 		bnorm += b * b / dg
 	}
 	tol2 := d.opt.Tol * d.opt.Tol * bnorm
-	it := 0
+	it, calm := 0, 0
 	beta := 0.0
 	for ; it < maxIter && rz > tol2 && rz > 0; it++ {
 		// p = z + β·p is folded into the scatter t = A p.
@@ -779,15 +787,27 @@ func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int) int {
 			break
 		}
 		alpha := rz / pq
-		var rzNew float64
+		var rzNew, step float64
 		for f := 0; f < nF; f++ {
-			x[f] += alpha * p[f]
+			dx := alpha * p[f]
+			x[f] += dx
+			step = max(step, math.Abs(dx))
 			r[f] -= alpha * q[f]
 			z[f] = r[f] * diag[f]
 			rzNew += r[f] * z[f]
 		}
 		beta = rzNew / rz
 		rz = rzNew
+		// Converged when no flow moves by more than stepTol for a few
+		// iterations in a row (CG's steps are not monotone).
+		if step <= stepTol {
+			if calm++; calm >= 3 {
+				it++
+				break
+			}
+		} else {
+			calm = 0
+		}
 	}
 	return it
 }

@@ -91,7 +91,7 @@ func BenchmarkDecodeStages(b *testing.B) {
 		for b.Loop() {
 			clear(x)
 			d.opt.Tol = 1e-300 // all 50 iterations
-			d.pcg(d.eA, d.wgt, d.y, d.lam[:d.nA], x, 50)
+			d.pcg(d.eA, d.wgt, d.y, d.lam[:d.nA], x, 50, 0)
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/50/float64(len(d.eCell)), "ns/entry/iter")
 	})
