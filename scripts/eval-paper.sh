@@ -9,9 +9,13 @@ out=${LDS_PAPER_DIR:-out/paper}
 mkdir -p "$out"
 bin=bin/ldsctl
 
-scenario() { # name, loss probability (0 = none)
+scenario() { # name, loss probability (0 = none, "bursty" = Gilbert–Elliott)
   local f="$out/scenario-$1.yaml"
   if [ "$2" = 0 ]; then cp configs/scenarios/paper.yaml "$f"
+  elif [ "$2" = bursty ]; then
+    # Bad state 1 % of the packets (enter 0.001, leave 0.1 a packet: bursts
+    # of ~10 packets across flows), half of them lost there: ~0.5 % loss.
+    sed "s/^      kind: none$/      kind: gilbert\n      p_gb: 0.001\n      p_bg: 0.1\n      loss_good: 0\n      loss_bad: 0.5/" configs/scenarios/paper.yaml > "$f"
   else sed "s/^      kind: none$/      kind: uniform\n      p: $2/" configs/scenarios/paper.yaml > "$f"; fi
   echo "$f"
 }
@@ -79,7 +83,7 @@ $bin eval --truth "$out/noloss-truth.jsonl" --config "$out/config-w25-100.yaml" 
 echo "== weights-by-class (class, bin, run, flows, coverage, median, p95)"
 sed -n '/^### Mean delay per class/,$p' "$out/weights-by-class.md" | grep -E '^\| [a-z]+ \| (all|>=100) \|'
 rm -f "$out"/noloss-?.pcap
-for p in 0.001 0.005 0.01; do
+for p in 0.001 0.005 0.01 bursty; do
   gen "loss$p" "$p"
   run "loss-$p-multibank" "$(config mb 4 87500 5 '0.01, 0.1, 0.5, 1')" "loss$p"
   rm -f "$out/loss$p"-?.pcap

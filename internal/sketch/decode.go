@@ -244,7 +244,7 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	d.respread()
 	d.solveVariance(out)
 	d.solveDelay(out, true)
-	d.identify(flows)
+	d.identify()
 	loss := d.solveLoss(flows, out)
 
 	for i := range out {

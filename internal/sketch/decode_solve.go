@@ -100,7 +100,7 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 // precomputed per entry and just added; only flows with several usable
 // cells go through a small hash table (reset by generation, in L1) that
 // finds those sharing more than one of f's cells, whose terms couple them.
-func (d *lsDecoder) identify(flows []FlowComposition) {
+func (d *lsDecoder) identify() {
 	nA, nE := d.nA, len(d.eCell)
 	lam := d.lam
 	for f := nA; f < len(d.post); f++ {
@@ -229,19 +229,6 @@ func (d *lsDecoder) identify(flows []FlowComposition) {
 			start[key[f]]++
 		}
 	}
-	// The signature says whether g *may* share another cell with f; with
-	// k > 1 it is crowded (a flow has R·k cells in 32 bits) and passes
-	// most flows. The exact test is cheap from the flows' vLDA windows:
-	// g shares a second cell with f only if their windows overlap in two
-	// cells in total over the rows.
-	R, k, C := d.rows, int32(d.k), int32(d.cols)
-	first := make([]int32, nA*R)
-	for g := 0; g < nA; g++ {
-		h := flows[d.perm[g]].Flow
-		for r := 0; r < R; r++ {
-			first[g*R+r] = int32(d.snd.firstCol(h, r))
-		}
-	}
 	maxL := d.rows * d.k
 	// Flows are independent here: contiguous runs of the cache-friendly
 	// order go to the workers, each with its own scratch.
@@ -292,7 +279,6 @@ func (d *lsDecoder) identify(flows []FlowComposition) {
 			clear(S)
 			recs = recs[:0]
 			self := int32(f)
-			ff := first[f*R : f*R+R]
 			var sigF uint32
 			for _, c := range cells[:L] {
 				sigF |= 1 << (uint(c) & 31)
@@ -306,7 +292,7 @@ func (d *lsDecoder) identify(flows []FlowComposition) {
 					if g == self {
 						continue
 					}
-					if h.other&sigF == 0 || !mayShare(first[int(g)*R:int(g)*R+R], ff, k, C) {
+					if h.other&sigF == 0 {
 						sum += h.s1
 						continue
 					}
@@ -402,6 +388,11 @@ func quadInv(S, a []float64, L int) float64 {
 // saw are in the same system with coefficient w_f·p_r/k and ℓ_f itself as
 // the unknown. Only flows whose count-min bound is positive take part, and
 // only the rows with p = 1 when there are any.
+// lossIter bounds the loss EM's iterations: the shares it moves after
+// that are hundredths of a packet (measured: 0.015 packets at most after
+// 100 on 150k flows at 0.1 % loss).
+const lossIter = 50
+
 // lossPriorPackets is the weight of the loss prior, in delivered packets.
 const lossPriorPackets = 50
 
@@ -515,7 +506,7 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	// claim them (its odds are free to be huge).
 	pa, pb := rho*lossPriorPackets, float64(lossPriorPackets)
 	mean := make([]float64, len(cDef))
-	iters := max(1, min(d.opt.MaxIter, 100))
+	iters := max(1, min(d.opt.MaxIter, lossIter))
 	for it := 0; it < iters; it++ {
 		clear(mean)
 		for j := range cand {
@@ -561,19 +552,4 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 		}
 	}
 	return out
-}
-
-// mayShare reports whether two flows with vLDA windows starting at columns
-// fg and ff (per row, k wide, C columns) overlap in two cells or more in
-// total: if not, the one cell they are known to share is all they share.
-func mayShare(fg, ff []int32, k, C int32) bool {
-	tot := int32(0)
-	for r, a := range ff {
-		dd := fg[r] - a
-		if dd < 0 {
-			dd += C
-		}
-		tot += max(0, k-dd) + max(0, k-(C-dd))*min(dd, 1)
-	}
-	return tot >= 2
 }
