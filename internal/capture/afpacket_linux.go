@@ -1,30 +1,87 @@
 package capture
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
 
-	"github.com/gopacket/gopacket/afpacket"
 	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 )
 
-// afSource is a live AF_PACKET socket with a TPACKET_V3 ring: pure Go,
-// nanosecond kernel timestamps, zero-copy reads from the ring.
+// afSource is a live AF_PACKET socket with a TPACKET_V3 ring, read
+// directly: pure Go, nanosecond kernel timestamps, zero-copy. It reads
+// the ring itself rather than through gopacket/afpacket because that
+// reader takes a mutex and bumps an atomic counter for every packet:
+// three locked instructions that were 46 % of lds-sender's CPU at
+// 2.5 Mpps (perf record, docs/testbed.md "Live capture performance").
+// One goroutine reads a source (Source contract); only Stats may be
+// called from elsewhere.
 type afSource struct {
-	tp         *afpacket.TPacket
-	ifname     string
-	reportIf   bool      // only one worker of a fanout group reports interface drops
-	ifBase     uint64    // interface drops when opened
-	kernelBase DropStats // socket counters are cumulative in afpacket
+	fd     int
+	ring   []byte
+	bs, nb int
+	pfd    [1]unix.PollFd
+	pollMS int
+
+	blk   int    // block being read, or waited for
+	held  bool   // block blk is ours (TP_STATUS_USER) until released
+	left  uint32 // packets of the held block not yet returned
+	off   int    // ring offset of the next packet's tpacket3_hdr
+	limit int    // end of the held block in the ring
+
+	ifname   string
+	reportIf bool   // only one worker of a fanout group reports interface drops
+	ifBase   uint64 // interface drops when opened
+
+	mu             sync.Mutex // Stats: the kernel resets its counters on every read
+	packets, drops uint64
 }
 
 func defaultFanoutGroup() uint16 { return uint16(os.Getpid()) }
 
-// OpenAFPacket opens one AF_PACKET socket on cfg.Interface. With
+// Ring geometry. The kernel hands TPACKET_V3 blocks over whole, and the
+// block user space is reading stays out of its hands until the reader is
+// done with it, so a ring of few large blocks has less room for a burst
+// or a late wake-up than its size says: 4 × 256 KiB (what libpcap builds
+// for tcpdump -B 1024) lends the kernel 768 KiB while a block is read.
+// OpenAFPacket keeps the configured bytes (block_size × num_blocks) but
+// halves the blocks while there are fewer than minRingBlocks of them and
+// they stay at least minRingBlock bytes; measured in docs/testbed.md,
+// "Live capture performance".
+const (
+	minRingBlocks = 16
+	// minRingBlock bounds the split: a smaller block means one more
+	// retire and wake-up per few hundred packets (more CPU a packet), and
+	// a frame larger than a block is cut to the block (the wire length
+	// stays right; only headers and identity bytes are read).
+	minRingBlock = 64 << 10
+)
+
+// RingGeometry returns the block size and count OpenAFPacket asks the
+// kernel for when configured with blockSize × numBlocks: the same bytes
+// in at least 16 blocks where the blocks can stay >= 64 KiB and whole
+// pages. 4 × 256 KiB becomes 16 × 64 KiB; 64 × 1 MiB (the default) stays.
+func RingGeometry(blockSize, numBlocks int) (int, int) {
+	const page = 4096
+	for numBlocks < minRingBlocks && blockSize/2 >= minRingBlock && (blockSize/2)%page == 0 {
+		blockSize, numBlocks = blockSize/2, numBlocks*2
+	}
+	return blockSize, numBlocks
+}
+
+// OpenAFPacket opens one AF_PACKET socket on cfg.Interface with a
+// TPACKET_V3 receive ring of RingGeometry(block_size, num_blocks). With
 // cfg.Workers > 1 it joins PACKET_FANOUT group fanoutGroup (hash mode: the
 // kernel keeps a flow on one socket), so open one per worker with the same
 // group; OpenSources does that.
@@ -32,14 +89,14 @@ func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Sourc
 	if cfg.Interface == "" {
 		return nil, errors.New("capture.source.interface: required for afpacket")
 	}
-	bs := cfg.BlockSize
-	if bs == 0 {
-		bs = DefaultConfig().Source.BlockSize
+	cbs, cnb := cfg.BlockSize, cfg.NumBlocks
+	if cbs == 0 {
+		cbs = DefaultConfig().Source.BlockSize
 	}
-	nb := cfg.NumBlocks
-	if nb == 0 {
-		nb = DefaultConfig().Source.NumBlocks
+	if cnb == 0 {
+		cnb = DefaultConfig().Source.NumBlocks
 	}
+	bs, nb := RingGeometry(cbs, cnb)
 	bt, pt := cfg.BlockTimeout, cfg.PollTimeout
 	if bt == 0 {
 		bt = DefaultConfig().Source.BlockTimeout
@@ -47,65 +104,164 @@ func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Sourc
 	if pt == 0 {
 		pt = DefaultConfig().Source.PollTimeout
 	}
-	tp, err := afpacket.NewTPacket(
-		afpacket.OptInterface(cfg.Interface),
-		afpacket.TPacketVersion3,
-		afpacket.OptFrameSize(4096), // V3 packs frames into blocks; this only sets the frame count
-		afpacket.OptBlockSize(bs),
-		afpacket.OptNumBlocks(nb),
-		afpacket.OptBlockTimeout(bt),
-		afpacket.OptPollTimeout(pt),
-	)
+	ifc, err := net.InterfaceByName(cfg.Interface)
 	if err != nil {
-		return nil, fmt.Errorf("capture: AF_PACKET socket on %q (needs CAP_NET_RAW and an existing interface): %w", cfg.Interface, err)
+		return nil, fmt.Errorf("capture: afpacket: interface %q (check capture.source.interface and the network namespace): %w", cfg.Interface, err)
 	}
-	s := &afSource{tp: tp, ifname: cfg.Interface, reportIf: cfg.Workers >= 0}
+	// Protocol 0 until bind: the socket receives nothing before it is
+	// bound to the interface, so no other interface's frame slips in.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("capture: AF_PACKET socket for %q (needs CAP_NET_RAW): %w", cfg.Interface, err)
+	}
+	s := &afSource{fd: fd, bs: bs, nb: nb, pollMS: int(pt / time.Millisecond), ifname: cfg.Interface, reportIf: cfg.Workers >= 0}
+	s.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN | unix.POLLERR}
 	fail := func(what string, err error) (Source, error) {
-		tp.Close()
+		s.Close()
 		return nil, fmt.Errorf("capture: afpacket on %q: %s: %w", cfg.Interface, what, err)
 	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
+		return fail("TPACKET_V3 (kernel too old?)", err)
+	}
+	const frame = 4096 // V3 packs frames into blocks; this only sets the frame count the kernel checks
+	req := unix.TpacketReq3{
+		Block_size: uint32(bs), Block_nr: uint32(nb),
+		Frame_size: frame, Frame_nr: uint32(bs / frame * nb),
+		Retire_blk_tov: uint32(bt / time.Millisecond),
+	}
+	if err := unix.SetsockoptTpacketReq3(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
+		return fail(fmt.Sprintf("receive ring of %d × %d bytes (lower capture.source.num_blocks or block_size?)", nb, bs), err)
+	}
+	if s.ring, err = unix.Mmap(fd, 0, bs*nb, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return fail("mmap of the receive ring", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
+		return fail("bind", err)
+	}
 	if cfg.Promiscuous {
-		if err := tp.SetPromiscuous(true); err != nil {
+		mr := unix.PacketMreq{Ifindex: int32(ifc.Index), Type: unix.PACKET_MR_PROMISC}
+		if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mr); err != nil {
 			return fail("promiscuous mode", err)
 		}
 	}
 	if cfg.BPF != "" {
-		if err := setAFPacketBPF(tp, cfg); err != nil {
+		if err := setAFPacketBPF(s, cfg); err != nil {
 			return fail("bpf "+strconv.Quote(cfg.BPF), err)
 		}
 	}
 	if cfg.Workers > 1 || cfg.Workers < 0 {
-		if err := tp.SetFanout(afpacket.FanoutHash, fanoutGroup); err != nil {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_FANOUT, unix.PACKET_FANOUT_HASH<<16|int(fanoutGroup)); err != nil {
 			return fail(fmt.Sprintf("PACKET_FANOUT group %d (another process using the same group id? set capture.source.fanout_group)", fanoutGroup), err)
 		}
 	}
 	s.ifBase, _ = readIfDrops(cfg.Interface)
 	if log != nil {
 		log.Info("afpacket source open", "interface", cfg.Interface, "block_size", bs, "num_blocks", nb,
+			"configured_block_size", cbs, "configured_num_blocks", cnb,
 			"fanout_group", fanoutGroup, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous)
 	}
 	return s, nil
 }
 
+func htons(v uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+// blockHdr is the header of ring block i.
+func (s *afSource) blockHdr(i int) *unix.TpacketHdrV1 {
+	d := (*unix.TpacketBlockDesc)(unsafe.Pointer(&s.ring[i*s.bs]))
+	return (*unix.TpacketHdrV1)(unsafe.Pointer(&d.Hdr[0]))
+}
+
+// ReadPacket returns the next frame of the ring. The data points into
+// the ring: its block goes back to the kernel on the first call after
+// its last packet was returned, so no packet is copied and a block is
+// held no longer than the caller takes over its packets.
 func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
-	data, ci, err := s.tp.ZeroCopyReadPacketData()
-	if err != nil {
-		if errors.Is(err, afpacket.ErrTimeout) {
-			return nil, 0, 0, ErrTimeout
+	for s.left == 0 {
+		if err := s.nextBlock(); err != nil {
+			return nil, 0, 0, err
 		}
-		return nil, 0, 0, fmt.Errorf("capture: afpacket read on %q: %w", s.ifname, err)
 	}
-	return data, ci.Timestamp.UnixNano(), ci.Length, nil
+	if s.off+unix.SizeofTpacket3Hdr > s.limit {
+		return nil, 0, 0, fmt.Errorf("capture: afpacket on %q: packet header at ring offset %d runs past its block (ends at %d): ring corrupted", s.ifname, s.off, s.limit)
+	}
+	h := (*unix.Tpacket3Hdr)(unsafe.Pointer(&s.ring[s.off]))
+	start := s.off + int(h.Mac)
+	end := start + int(h.Snaplen)
+	if end > s.limit {
+		return nil, 0, 0, fmt.Errorf("capture: afpacket on %q: packet at ring offset %d runs past its block (%d > %d): ring corrupted", s.ifname, s.off, end, s.limit)
+	}
+	ts := int64(h.Sec)*1e9 + int64(h.Nsec)
+	wl := int(h.Len)
+	s.left--
+	s.off += int(h.Next_offset)
+	return s.ring[start:end:end], ts, wl, nil
+}
+
+// nextBlock releases the held block and waits for the next one: the ring
+// is checked first and poll(2) is called only when the next block is
+// still the kernel's, so a busy ring costs no system call.
+func (s *afSource) nextBlock() error {
+	if s.held {
+		atomic.StoreUint32(&s.blockHdr(s.blk).Block_status, unix.TP_STATUS_KERNEL)
+		s.held = false
+		s.blk++
+		if s.blk == s.nb {
+			s.blk = 0
+		}
+	}
+	bh := s.blockHdr(s.blk)
+	for atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0 {
+		n, err := unix.Poll(s.pfd[:], s.pollMS)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return fmt.Errorf("capture: afpacket poll on %q: %w", s.ifname, err)
+		case n == 0:
+			return ErrTimeout
+		case s.pfd[0].Revents&unix.POLLERR != 0 && atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0:
+			return fmt.Errorf("capture: afpacket poll on %q: socket error (interface gone?)", s.ifname)
+		}
+	}
+	s.held = true
+	s.left = bh.Num_pkts
+	s.off = s.blk*s.bs + int(bh.Offset_to_first_pkt)
+	s.limit = (s.blk + 1) * s.bs
+	return nil
+}
+
+// SetBPF attaches a classic BPF program to the socket (setAFPacketBPF,
+// builds with -tags pcap).
+func (s *afSource) SetBPF(ins []bpf.RawInstruction) error {
+	if len(ins) == 0 || len(ins) > 0xffff {
+		return fmt.Errorf("a BPF program of %d instructions (want 1..65535)", len(ins))
+	}
+	f := make([]unix.SockFilter, len(ins))
+	for i, in := range ins {
+		f[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	return unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]})
 }
 
 func (s *afSource) LinkType() layers.LinkType { return layers.LinkTypeEthernet }
 
+// Stats: the kernel's TPACKET_V3 counters are reset on every read, so
+// they are summed here. Received counts dropped packets too (the kernel
+// adds tp_drops to tp_packets).
 func (s *afSource) Stats() (DropStats, error) {
-	_, v3, err := s.tp.SocketStats()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := unix.GetsockoptTpacketStatsV3(s.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
 	if err != nil {
 		return DropStats{}, fmt.Errorf("capture: afpacket stats on %q: %w", s.ifname, err)
 	}
-	d := DropStats{Received: uint64(v3.Packets()), Kernel: uint64(v3.Drops())}
+	s.packets += uint64(st.Packets)
+	s.drops += uint64(st.Drops)
+	d := DropStats{Received: s.packets, Kernel: s.drops}
 	if s.reportIf {
 		if n, err := readIfDrops(s.ifname); err == nil && n >= s.ifBase {
 			d.Interface = n - s.ifBase
@@ -114,8 +270,21 @@ func (s *afSource) Stats() (DropStats, error) {
 	return d, nil
 }
 
+// Close unmaps the ring and closes the socket; call it after the reading
+// goroutine stopped (Source contract).
 func (s *afSource) Close() error {
-	s.tp.Close()
+	var errs []error
+	if s.ring != nil {
+		errs = append(errs, unix.Munmap(s.ring))
+		s.ring = nil
+	}
+	if s.fd >= 0 {
+		errs = append(errs, unix.Close(s.fd))
+		s.fd = -1
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("capture: afpacket close on %q: %w", s.ifname, err)
+	}
 	return nil
 }
 

@@ -271,10 +271,88 @@ func TestLiveAFPacket(t *testing.T) {
 	liveRoundTrip(t, v, src)
 }
 
+// TestLiveAFPacketSmallRing: tcpdump -B 1024's geometry, which
+// OpenAFPacket splits into 16 × 64 KiB blocks; every frame still arrives
+// once and whole.
+func TestLiveAFPacketSmallRing(t *testing.T) {
+	v := newVeth(t)
+	src := DefaultConfig().Source
+	src.Kind, src.Interface = "afpacket", v.ifB
+	src.BlockSize, src.NumBlocks = 1<<18, 4
+	liveRoundTrip(t, v, src)
+}
+
 func TestLiveAFPacketFanout(t *testing.T) {
 	v := newVeth(t)
 	src := DefaultConfig().Source
 	src.Kind, src.Interface, src.Workers = "afpacket", v.ifB, 2
 	src.BlockSize, src.NumBlocks = 1<<18, 8
 	liveRoundTrip(t, v, src)
+}
+
+// TestLiveAFPacketKernelDrops overflows a one-block ring nobody reads and
+// checks the counters against the frames sent: every frame is either read
+// back or counted as a kernel drop, once, across several Stats reads (the
+// kernel resets its counters on each). Reading allocates nothing.
+func TestLiveAFPacketKernelDrops(t *testing.T) {
+	v := newVeth(t)
+	src := DefaultConfig().Source
+	src.Kind, src.Interface = "afpacket", v.ifB
+	src.BlockSize, src.NumBlocks = 4096, 1 // RingGeometry leaves it: ~20 frames
+	src.PollTimeout = 20 * time.Millisecond
+	var s Source
+	err := inNetns(v.nsB, func() error {
+		var err error
+		s, err = OpenAFPacket(src, 0, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pkts := randomPackets(400, 7)
+	var frames [][]byte
+	for _, b := range pkts {
+		b.padTo = 60
+		frames = append(frames, b.frame(t))
+	}
+	half := len(frames) / 2
+	sendFrames(t, v.nsA, v.ifA, frames[:half])
+	mid, err := s.Stats() // a read in between: the kernel resets its counters here
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendFrames(t, v.nsA, v.ifA, frames[half:])
+	read := 0
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for {
+		_, _, _, err := s.ReadPacket(nil)
+		if errors.Is(err, ErrTimeout) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		read++
+	}
+	runtime.ReadMemStats(&m1)
+	allocs := m1.Mallocs - m0.Mallocs
+	d, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Received != uint64(len(frames)) {
+		t.Errorf("Received %d, want the %d frames sent (dropped ones included); mid-run read %+v", d.Received, len(frames), mid)
+	}
+	if d.Kernel == 0 || uint64(read)+d.Kernel != uint64(len(frames)) {
+		t.Errorf("read %d + kernel drops %d, want %d frames sent with some dropped (a 4 KiB ring)", read, d.Kernel, len(frames))
+	}
+	if mid.Kernel == 0 || mid.Kernel > d.Kernel {
+		t.Errorf("kernel drops %d after half the frames, %d at the end: want > 0 and not decreasing", mid.Kernel, d.Kernel)
+	}
+	if allocs != 0 {
+		t.Errorf("reading %d packets and a timeout: %d allocations, want 0", read, allocs)
+	}
+	t.Logf("%d frames: read %d, kernel drops %d (after half: %+v)", len(frames), read, d.Kernel, mid)
 }

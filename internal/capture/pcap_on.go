@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/afpacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcap"
 	"golang.org/x/net/bpf"
@@ -161,7 +160,9 @@ func (s *bpfSource) Snaplen() int {
 }
 
 // setAFPacketBPF compiles expr with libpcap and attaches it to the socket.
-func setAFPacketBPF(tp *afpacket.TPacket, cfg SourceConfig) error {
+func setAFPacketBPF(tp interface {
+	SetBPF([]bpf.RawInstruction) error
+}, cfg SourceConfig) error {
 	ins, err := pcap.CompileBPFFilter(layers.LinkTypeEthernet, 262144, cfg.BPF)
 	if err != nil {
 		return fmt.Errorf("capture.source.bpf: %w", err)

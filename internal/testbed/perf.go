@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lds-net/lds/internal/capture"
 )
 
 // Live capture performance (issue 8): a blaster pushes frames into a veth
@@ -619,9 +621,10 @@ func (r *PerfResult) WriteMarkdown(w *bufio.Writer) error {
 	if o.MaxDelay > 0 {
 		md = o.MaxDelay.String()
 	}
-	fmt.Fprintf(w, "Blast: %d flows of %d-byte UDP frames, %s per trial, %d sending thread(s), %s; ring per socket %d blocks × %d KiB = %d KiB (tcpdump -B %d); lds max_delay %s; %d repetition(s), trials in the order listed.\n\n",
+	lbs, lnb := capture.RingGeometry(o.BlockSize, o.NumBlocks)
+	fmt.Fprintf(w, "Blast: %d flows of %d-byte UDP frames, %s per trial, %d sending thread(s), %s; ring per socket %d blocks × %d KiB = %d KiB (tcpdump -B %d: libpcap uses 256 KiB blocks; lds-sender configured %d × %d KiB, asks the kernel for %d × %d KiB); lds max_delay %s; %d repetition(s), trials in the order listed.\n\n",
 		o.Blast.Flows, 42+o.Blast.Payload, o.Blast.Duration, o.Blast.Threads, rateText(o.Blast.PPS, o.Blast.Threads), o.NumBlocks, o.BlockSize>>10, o.BlockSize*o.NumBlocks>>10,
-		o.BlockSize*o.NumBlocks/1024, md, o.Reps)
+		o.BlockSize*o.NumBlocks/1024, o.NumBlocks, o.BlockSize>>10, lnb, lbs>>10, md, o.Reps)
 	fmt.Fprintln(w, "| rep | trial | sent | offered pps | arrived at pb | backlog drops | tool | captured | kernel drops | drop ratio | worst interval | CPU s | CPU ns/pkt |")
 	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, t := range r.Trials {
