@@ -164,30 +164,31 @@ func (d *decoder) varint(field string) int64 {
 	return v
 }
 
-func (d *decoder) u64(field string) uint64 {
+// fixed returns the next n bytes, or nil (and the error) if fewer remain.
+func (d *decoder) fixed(field string, n int) []byte {
 	if d.err != nil {
-		return 0
+		return nil
 	}
-	if d.remaining() < 8 {
-		d.fail("%s: need 8 bytes, have %d", field, d.remaining())
-		return 0
+	if d.remaining() < n {
+		d.fail("%s: need %d bytes, have %d", field, n, d.remaining())
+		return nil
 	}
-	v := binary.LittleEndian.Uint64(d.b[d.off:])
-	d.off += 8
-	return v
+	d.off += n
+	return d.b[d.off-n : d.off]
+}
+
+func (d *decoder) u64(field string) uint64 {
+	if b := d.fixed(field, 8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
 }
 
 func (d *decoder) u32(field string) uint32 {
-	if d.err != nil {
-		return 0
+	if b := d.fixed(field, 4); b != nil {
+		return binary.LittleEndian.Uint32(b)
 	}
-	if d.remaining() < 4 {
-		d.fail("%s: need 4 bytes, have %d", field, d.remaining())
-		return 0
-	}
-	v := binary.LittleEndian.Uint32(d.b[d.off:])
-	d.off += 4
-	return v
+	return 0
 }
 
 func (d *decoder) byte1(field string) byte {
