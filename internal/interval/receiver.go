@@ -1,6 +1,8 @@
 package interval
 
 import (
+	"math/bits"
+
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/sketch"
 )
@@ -21,8 +23,12 @@ type FlowStat struct {
 // FlowTable is the receiver's per-interval table of candidate flows,
 // capped; packets of flows beyond the cap are counted, not tracked.
 type FlowTable struct {
-	idx       map[uint64]int32          // by flow hash: a cheap key on the packet path
-	coll      map[capture.FlowKey]int32 // the rare flows whose hash another flow has
+	// slots index Flows by flow hash with open addressing (linear
+	// probing, load at most 1/2): one probe and one key comparison per
+	// packet. Two flows with the same 64-bit hash (never on real traffic)
+	// take neighbouring slots and the key tells them apart.
+	slots     []ftSlot
+	mask      uint64
 	Flows     []FlowStat
 	Untracked uint64
 	cap       int
@@ -30,10 +36,23 @@ type FlowTable struct {
 	slab      []uint32
 }
 
+type ftSlot struct {
+	hash uint64
+	i    int32 // index into Flows + 1; 0: empty
+}
+
 // NewFlowTable makes a table for at most limit flows; with composition it
 // keeps each flow's packets per (row, vLDA offset) of a sketch of p.
 func NewFlowTable(limit int, p sketch.Params, composition bool) *FlowTable {
-	ft := &FlowTable{idx: make(map[uint64]int32, min(limit, 1<<14)), cap: limit}
+	return newFlowTable(limit, p, composition, 0)
+}
+
+// newFlowTable also takes the flows expected (the previous interval's),
+// so that the table rarely grows on the packet path.
+func newFlowTable(limit int, p sketch.Params, composition bool, expect int) *FlowTable {
+	n := min(limit, max(expect+expect/4, 1<<10))
+	size := 1 << bits.Len(uint(2*n-1))
+	ft := &FlowTable{slots: make([]ftSlot, size), mask: uint64(size - 1), cap: limit, Flows: make([]FlowStat, 0, n)}
 	if composition {
 		ft.cellsPer = p.Rows * p.VLDA
 	}
@@ -52,24 +71,43 @@ func (ft *FlowTable) Lookup(k capture.FlowKey, h uint64) *FlowStat {
 }
 
 func (ft *FlowTable) find(k capture.FlowKey, h uint64) (int32, bool) {
-	i, ok := ft.idx[h]
-	if ok && ft.Flows[i].Key != k {
-		i, ok = ft.coll[k] // 64-bit hash collision: never on real traffic, still exact
+	for s := h & ft.mask; ; s = (s + 1) & ft.mask {
+		sl := &ft.slots[s]
+		if sl.i == 0 {
+			return 0, false
+		}
+		if sl.hash == h && ft.Flows[sl.i-1].Key == k {
+			return sl.i - 1, true
+		}
 	}
-	return i, ok
 }
 
-// insert adds a new flow's index under its hash (or, if another flow has
-// that hash, under its key).
-func (ft *FlowTable) insert(k capture.FlowKey, h uint64, i int32) {
-	if _, taken := ft.idx[h]; !taken {
-		ft.idx[h] = i
-		return
+// insert indexes flow i (the next one appended to Flows) under its hash.
+func (ft *FlowTable) insert(_ capture.FlowKey, h uint64, i int32) {
+	if 2*(int(i)+1) > len(ft.slots) {
+		ft.grow()
 	}
-	if ft.coll == nil {
-		ft.coll = map[capture.FlowKey]int32{}
+	ft.place(h, i)
+}
+
+func (ft *FlowTable) place(h uint64, i int32) {
+	s := h & ft.mask
+	for ft.slots[s].i != 0 {
+		s = (s + 1) & ft.mask
 	}
-	ft.coll[k] = i
+	ft.slots[s] = ftSlot{hash: h, i: i + 1}
+}
+
+// grow doubles the slots and places every flow again.
+func (ft *FlowTable) grow() {
+	old := ft.slots
+	ft.slots = make([]ftSlot, 2*len(old))
+	ft.mask = uint64(len(ft.slots) - 1)
+	for _, sl := range old {
+		if sl.i != 0 {
+			ft.place(sl.hash, sl.i-1)
+		}
+	}
 }
 
 // add counts pkt in its flow and returns the flow's composition counters
@@ -162,6 +200,7 @@ type RxBuilder struct {
 	started      bool
 	sealedAny    bool
 	late         uint64
+	lastFlows    int // flows of the interval sealed last: the next table's size
 }
 
 // NewRxBuilder starts a receiver builder; see NewSenderBuilder for
@@ -219,7 +258,7 @@ func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
 func (b *RxBuilder) openFor(id int64) *rxOpen {
 	o := b.open[id]
 	if o == nil {
-		o = &rxOpen{sk: b.pool.get(), flows: NewFlowTable(b.p.FlowCap, b.p.Sketch, b.composition)}
+		o = &rxOpen{sk: b.pool.get(), flows: newFlowTable(b.p.FlowCap, b.p.Sketch, b.composition, b.lastFlows)}
 		b.open[id] = o
 	}
 	return o
@@ -268,6 +307,7 @@ func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
 		delete(b.held, id)
 	}
 	b.late = 0
+	b.lastFlows = o.flows.Len()
 	b.next = id + 1
 	s.First = !b.sealedAny
 	b.sealedAny = true
