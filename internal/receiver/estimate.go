@@ -17,6 +17,11 @@ type Estimation struct {
 	Classes   []string // LDA class names, index 0 = default
 	FlowHash  func(capture.FlowKey) uint64
 	Weight    func(capture.FlowKey) uint32
+	// Workers bounds the goroutines of decode's per-flow stages (results
+	// do not depend on it): the receiver gives it the cores its capture
+	// workers leave, so that an estimation burst does not take CPU from
+	// the capture rings.
+	Workers int
 }
 
 // Clock is both ends' clock verdict for an interval.
@@ -83,7 +88,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		// Where the cells cannot separate a flow from its neighbours, the
 		// decoder's value is only its prior (the interval mean); the
 		// paper's least-crowded-cell estimate is better there.
-		ests, fallback, err = sketch.EstimateDecodeAndPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt})
+		ests, fallback, err = sketch.EstimateDecodeAndPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
 	} else {
 		ests, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
 	}

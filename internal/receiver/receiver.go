@@ -13,6 +13,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -113,7 +114,8 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	}
 	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
-			FlowHash: parser.FlowHash, Weight: parser.WeightOf},
+			FlowHash: parser.FlowHash, Weight: parser.WeightOf,
+			Workers: runtime.GOMAXPROCS(0) - max(1, cc.Source.Workers)},
 		store: api.NewStore(cfg.Receiver.Keep), done: make(chan struct{})}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
 		return nil, err
