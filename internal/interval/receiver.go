@@ -83,7 +83,7 @@ func (ft *FlowTable) find(k capture.FlowKey, h uint64) (int32, bool) {
 }
 
 // insert indexes flow i (the next one appended to Flows) under its hash.
-func (ft *FlowTable) insert(_ capture.FlowKey, h uint64, i int32) {
+func (ft *FlowTable) insert(h uint64, i int32) {
 	if 2*(int(i)+1) > len(ft.slots) {
 		ft.grow()
 	}
@@ -121,7 +121,7 @@ func (ft *FlowTable) add(pkt *capture.Packet) []uint32 {
 			return nil
 		}
 		i = int32(len(ft.Flows))
-		ft.insert(pkt.Key, pkt.FlowHash, i)
+		ft.insert(pkt.FlowHash, i)
 		var cells []uint32
 		if ft.cellsPer > 0 {
 			// Counters come from a slab: one allocation per 4096 flows.
@@ -151,7 +151,7 @@ func (ft *FlowTable) merge(o *FlowTable) {
 				continue
 			}
 			i = int32(len(ft.Flows))
-			ft.insert(of.Key, of.FlowHash, i)
+			ft.insert(of.FlowHash, i)
 			ft.Flows = append(ft.Flows, FlowStat{Key: of.Key, FlowHash: of.FlowHash, Cells: make([]uint32, len(of.Cells))})
 		}
 		f := &ft.Flows[i]

@@ -168,15 +168,10 @@ func (l *LDS) Sign(pktHash uint64, row int) int64 {
 
 // FlowCells returns the flow's vLDA in a row: columns first..first+k-1 mod C.
 func (l *LDS) FlowCells(flowHash uint64, row int) (first int, k int) {
-	return int(l.firstCol(flowHash, row)), int(l.k)
-}
-
-// firstCol is the first column of the flow's vLDA in a row.
-func (l *LDS) firstCol(flowHash uint64, row int) uint64 {
 	C := l.cols
 	h1 := (flowHash & 0xffffffff) % C
 	h2 := ((flowHash >> 32) | 1) % C
-	return (h1 + uint64(row)*h2) % C
+	return int((h1 + uint64(row)*h2) % C), int(l.k)
 }
 
 // Cell returns cell i (index r*C + c).

@@ -111,16 +111,6 @@ type bitReader struct {
 	bad bool
 }
 
-func (r *bitReader) bit() uint64 {
-	if r.pos >= 8*len(r.b) {
-		r.bad = true
-		return 0
-	}
-	v := uint64(r.b[r.pos>>3]>>(r.pos&7)) & 1
-	r.pos++
-	return v
-}
-
 func (r *bitReader) read(n uint) uint64 {
 	if r.pos+int(n) > 8*len(r.b) {
 		r.bad = true
