@@ -1,16 +1,14 @@
 package capture
 
 import (
-	"github.com/zeebo/xxh3"
-
 	"github.com/lds-net/lds/internal/match"
 )
 
 // FlowHash is the flow hash Parse gives packets of flow k: the receiver
 // needs it for flow keys it only learned from the sender (flows that lost
-// every packet). Not for the packet path: it allocates.
+// every packet). It allocates nothing.
 func (p *Parser) FlowHash(k FlowKey) uint64 {
-	return xxh3.HashSeed(k.AppendBinary(nil), p.flowSeed)
+	return p.flowHash.hash(&k)
 }
 
 // WeightOf is the weight the weight rules give flow k (1 if none matches).

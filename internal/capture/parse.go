@@ -8,7 +8,6 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/lds-net/lds/internal/match"
-	"github.com/zeebo/xxh3"
 )
 
 // Packet is one measured packet, ready for the sketches.
@@ -80,20 +79,20 @@ const (
 // Parser decodes frames into Packets. One per worker: not safe for
 // concurrent use. Parse allocates nothing.
 type Parser struct {
-	n                 int
-	flowSeed, pktSeed uint64
-	m4s, m4d          [4]byte
-	m6s, m6d          [16]byte
-	keepProto         bool
-	keepPorts         bool
-	sel               []match.Compiled
-	weights           []match.Compiled
-	weightVal         []uint32
-	classes           []match.Compiled
-	c                 [numReasons]uint64
-	frags             uint64
-	hb                [hbCap]byte
-	kb                [FlowKeyBinaryLenV6]byte
+	n         int
+	flowHash  flowHasher
+	pktHash   pktHasher
+	m4s, m4d  [4]byte
+	m6s, m6d  [16]byte
+	keepProto bool
+	keepPorts bool
+	sel       []match.Compiled
+	weights   []match.Compiled
+	weightVal []uint32
+	classes   []match.Compiled
+	c         [numReasons]uint64
+	frags     uint64
+	hb        [hbCap]byte
 }
 
 // NewParser validates the identity and rule parts of cfg and builds a parser.
@@ -105,8 +104,8 @@ func NewParser(cfg Config) (*Parser, error) {
 	id := cfg.Identity
 	p := &Parser{
 		n:         id.PayloadBytes,
-		flowSeed:  deriveSeed("flow", id.Seed),
-		pktSeed:   deriveSeed("packet", id.Seed),
+		flowHash:  newFlowHasher(deriveSeed("flow", id.Seed)),
+		pktHash:   newPktHasher(deriveSeed("packet", id.Seed)),
 		keepProto: id.FlowKey.Proto,
 		keepPorts: id.FlowKey.Ports,
 	}
@@ -255,8 +254,8 @@ func (p *Parser) finish(f *fields, hn int, out *Packet) {
 	if p.keepPorts {
 		k.SPort, k.DPort = f.sport, f.dport
 	}
-	out.FlowHash = xxh3.HashSeed(k.AppendBinary(p.kb[:0]), p.flowSeed)
-	out.PktHash = xxh3.HashSeed(p.hb[:hn], p.pktSeed)
+	out.FlowHash = p.flowHash.hash(k)
+	out.PktHash = p.pktHash.hash(p.hb[:hn])
 }
 
 func be16(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
