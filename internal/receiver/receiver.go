@@ -64,6 +64,7 @@ type Receiver struct {
 	params  interval.Params
 	cc      capture.Config
 	est     Estimation
+	estConc int // intervals estimated at once
 	metrics *metrics.Receiver
 	store   *api.Store
 	jsonl   *api.JSONLWriter
@@ -112,11 +113,20 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	// Live, estimation gets the cores the capture workers leave, one
+	// interval at a time (they come one an interval; decode's per-flow
+	// stages use those cores). A replay reads files, which cannot drop:
+	// its intervals become final in bursts, so it estimates as many at
+	// once as there are cores.
+	estWorkers, estConc := runtime.GOMAXPROCS(0)-max(1, cc.Source.Workers), 1
+	if opt.Replay {
+		estWorkers, estConc = 1, runtime.GOMAXPROCS(0)
+	}
 	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
-			FlowHash: parser.FlowHash, Weight: parser.WeightOf,
-			Workers: runtime.GOMAXPROCS(0) - max(1, cc.Source.Workers)},
-		store: api.NewStore(cfg.Receiver.Keep), done: make(chan struct{})}
+			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers},
+		estConc: estConc,
+		store:   api.NewStore(cfg.Receiver.Keep), done: make(chan struct{})}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
 		return nil, err
 	}
@@ -338,6 +348,12 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 					return stop()
 				}
 				r.publishCapture(worker, rd)
+				if r.opt.Replay {
+					// A file never blocks: let the matcher and the
+					// stream's goroutines run now, not at the next
+					// preemption up to 10 ms away.
+					runtime.Gosched()
+				}
 			}
 		case errors.Is(err, capture.ErrTimeout):
 			if ctx.Err() != nil {
@@ -395,7 +411,9 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	merger := interval.NewSealedMerger(workers)
-	emit := func(mt *interval.Matched) { r.finish(s, mt) }
+	pl := newEstPipeline(r.estConc, r.estimateJob, r.publishJob)
+	defer pl.close() // everything final is published before the loop ends
+	emit := func(mt *interval.Matched) { r.final(s, pl, mt) }
 	sealed := s.sealed
 	rxGone, sndGone := false, false
 	for {
@@ -492,8 +510,9 @@ func (s *senderState) name() string {
 	return "unknown"
 }
 
-// finish estimates and publishes one final interval.
-func (r *Receiver) finish(s *senderState, mt *interval.Matched) {
+// final records one final interval and hands it to the estimation
+// pipeline; its clock verdict is taken now, when it became final.
+func (r *Receiver) final(s *senderState, pl *estPipeline, mt *interval.Matched) {
 	s.mu.Lock()
 	s.final = append(s.final, mt.ID)
 	if len(s.final) > 4*r.cfg.Receiver.MaxPending {
@@ -501,19 +520,29 @@ func (r *Receiver) finish(s *senderState, mt *interval.Matched) {
 	}
 	s.mu.Unlock()
 	name := s.name()
-	defer mt.Release() // the receiver's sketches go back to its capture pool
-	clk := r.clock(name, mt)
-	iv, err := r.estimate(name, mt, clk)
-	if err != nil {
-		r.log.Error("estimation failed: interval not published", "sender", name, "interval", mt.ID, "err", err)
-		r.metrics.IntervalOutcome(name, results.OutcomeFailed)
+	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt)})
+}
+
+// estimateJob runs in the pipeline's estimation goroutines.
+func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
+	defer j.mt.Release() // the receiver's sketches go back to its capture pool
+	return r.estimate(j.sender, j.mt, j.clk)
+}
+
+// publishJob runs in the pipeline's publisher, in the order intervals
+// became final.
+func (r *Receiver) publishJob(j *estJob) {
+	mt := j.mt
+	if j.err != nil {
+		r.log.Error("estimation failed: interval not published", "sender", j.sender, "interval", mt.ID, "err", j.err)
+		r.metrics.IntervalOutcome(j.sender, results.OutcomeFailed)
 		return
 	}
 	if mt.Unresolved > 0 || mt.Late > 0 {
-		r.log.Warn("boundary packets placed without the sender's list or arriving late", "sender", name, "interval", mt.ID,
+		r.log.Warn("boundary packets placed without the sender's list or arriving late", "sender", j.sender, "interval", mt.ID,
 			"unresolved", mt.Unresolved, "late", mt.Late)
 	}
-	r.publish(iv)
+	r.publish(j.iv)
 }
 
 // ownClock is this host's clock verdict now.

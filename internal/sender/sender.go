@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -219,11 +220,19 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 		case err == nil:
 			b.Add(&pkt, emit)
 			n++
-			if n&1023 == 0 && ctx.Err() != nil {
-				// A stop request: ship what the open interval has,
-				// flagged partial, rather than lose it.
-				b.FlushPartial(time.Now().UnixNano(), emit)
-				return nil
+			if n&1023 == 0 {
+				if ctx.Err() != nil {
+					// A stop request: ship what the open interval has,
+					// flagged partial, rather than lose it.
+					b.FlushPartial(time.Now().UnixNano(), emit)
+					return nil
+				}
+				if s.opt.Replay {
+					// A file never blocks: let the connection and the
+					// stream's goroutines run now, not at the next
+					// preemption 10 ms away.
+					runtime.Gosched()
+				}
 			}
 		case errors.Is(err, capture.ErrTimeout):
 			if ctx.Err() != nil {
