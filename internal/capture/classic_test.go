@@ -73,15 +73,20 @@ func readBoth(t testing.TB, b []byte) (got, want []rec) {
 	if err != nil {
 		return nil, nil
 	}
-	c := &classicReader{br: br, order: order, nanos: nanos, maxCap: max(int(hdr.Snaplen()), minRecordCap)}
-	for {
-		data, ts, orig, err := c.next()
-		if err != nil {
-			got = append(got, rec{err: true, finalEOF: errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)})
-			break
+	maxCap := max(int(hdr.Snaplen()), minRecordCap)
+	readAllRecs := func(c *classicReader) (out []rec) {
+		for {
+			data, ts, orig, err := c.next()
+			if err != nil {
+				return append(out, rec{err: true, finalEOF: errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)})
+			}
+			out = append(out, rec{data: bytes.Clone(data), ts: ts, orig: orig})
 		}
-		got = append(got, rec{data: bytes.Clone(data), ts: ts, orig: orig})
 	}
+	got = readAllRecs(&classicReader{br: br, order: order, nanos: nanos, maxCap: maxCap})
+	// The same bytes as a mapped file must read the same, errors included.
+	mapped := readAllRecs(&classicReader{mm: b, off: pcapFileHeader, order: order, nanos: nanos, maxCap: maxCap})
+	sameRecords(t, mapped, got)
 	ref, _ := pcapgo.NewReader(bytes.NewReader(b))
 	consumed := 24
 	for {

@@ -68,6 +68,12 @@ func OpenFile(path string) (Source, error) {
 	s.read, s.link, s.snaplen = r.ZeroCopyReadPacketData, r.LinkType(), int(r.Snaplen())
 	if maxCap := max(s.snaplen, minRecordCap); classic && maxCap <= br.Size()-pcapRecordHeader {
 		s.classic = &classicReader{br: br, order: order, nanos: nanos, maxCap: maxCap}
+		// A regular file is read through a read-only mapping where the
+		// system has one: records are then read where the page cache
+		// holds them, without the read(2) copy (~7 % of a replay's CPU).
+		if mm := mapFile(f); mm != nil {
+			s.classic.mm, s.classic.off = mm, pcapFileHeader
+		}
 	}
 	return s, nil
 }
@@ -76,6 +82,7 @@ func OpenFile(path string) (Source, error) {
 // largest record accepted whatever the file's snap length says (pcapgo's
 // rule: some writers store more than their snap length).
 const (
+	pcapFileHeader   = 24
 	pcapRecordHeader = 16
 	minRecordCap     = 256 << 10
 )
@@ -108,16 +115,36 @@ type classicReader struct {
 	maxCap  int
 	pending int // bytes of the record returned last, discarded on the next call
 	n       int // records read
+	// mm is the whole file when mapped (then br is not used), off the
+	// next record's offset in it.
+	mm  []byte
+	off int
+}
+
+// peek returns the next n bytes (fewer at the end of the file, with
+// io.EOF as bufio.Reader.Peek does).
+func (c *classicReader) peek(n int) ([]byte, error) {
+	if c.mm == nil {
+		return c.br.Peek(n)
+	}
+	if rest := len(c.mm) - c.off; rest < n {
+		return c.mm[c.off:], io.EOF
+	}
+	return c.mm[c.off : c.off+n], nil
 }
 
 func (c *classicReader) next() ([]byte, int64, int, error) {
+	if c.mm != nil {
+		c.off += c.pending
+		c.pending = 0
+	}
 	if c.pending > 0 {
 		if _, err := c.br.Discard(c.pending); err != nil {
 			return nil, 0, 0, fmt.Errorf("capture: pcap record %d: %w", c.n, err)
 		}
 		c.pending = 0
 	}
-	h, err := c.br.Peek(pcapRecordHeader)
+	h, err := c.peek(pcapRecordHeader)
 	if err != nil {
 		if errors.Is(err, io.EOF) && len(h) == 0 {
 			return nil, 0, 0, io.EOF
@@ -131,7 +158,7 @@ func (c *classicReader) next() ([]byte, int64, int, error) {
 	if incl > orig {
 		return nil, 0, 0, fmt.Errorf("capture: pcap record %d: capture length %d exceeds the original packet length %d: the file is corrupt", c.n+1, incl, orig)
 	}
-	rec, err := c.br.Peek(pcapRecordHeader + incl)
+	rec, err := c.peek(pcapRecordHeader + incl)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("capture: capture file ends inside record %d (cut short?): %w", c.n+1, io.ErrUnexpectedEOF)
 	}
@@ -181,4 +208,12 @@ func (s *fileSource) refreshLinks() {
 func (s *fileSource) LinkType() layers.LinkType { return s.link }
 func (s *fileSource) Snaplen() int              { return s.snaplen }
 func (s *fileSource) Stats() (DropStats, error) { return DropStats{}, nil }
-func (s *fileSource) Close() error              { return s.f.Close() }
+
+// Close unmaps the file: data returned by ReadPacket is invalid after it.
+func (s *fileSource) Close() error {
+	if s.classic != nil && s.classic.mm != nil {
+		unmapFile(s.classic.mm)
+		s.classic.mm = nil
+	}
+	return s.f.Close()
+}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,5 +239,53 @@ func TestReaderAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Reader.Next allocates %.1f per packet, want 0", allocs)
+	}
+}
+
+// A mapped capture file cut short by another process while it is read
+// (a capture ring overwriting its oldest file) ends the read with an error
+// that says so: the fault on the vanished pages is not a crash.
+func TestMappedFileCutShort(t *testing.T) {
+	pkts := randomPackets(3000, 4)
+	var frames [][]byte
+	var ts []int64
+	for i, b := range pkts {
+		frames = append(frames, b.frame(t))
+		ts = append(ts, int64(i))
+	}
+	path := filepath.Join(t.TempDir(), "x.pcap")
+	writePcap(t, path, frames, ts, layers.LinkTypeEthernet, false)
+	src, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	r := NewReader(src, testParser(t, nil))
+	if !r.mapped {
+		t.Skip("capture files are not mapped on this system")
+	}
+	var pkt Packet
+	for range 10 {
+		if err := r.Next(&pkt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Truncate(path, 4096); err != nil {
+		t.Fatal(err)
+	}
+	n := 10
+	for {
+		err := r.Next(&pkt)
+		if err == nil {
+			n++
+			continue
+		}
+		if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "cut short or overwritten") {
+			t.Fatalf("after %d packets: %v, want the cut-short error", n, err)
+		}
+		break
+	}
+	if n >= len(pkts) {
+		t.Fatalf("read all %d packets of a file cut to 4096 bytes", n)
 	}
 }

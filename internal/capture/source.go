@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 
 	"github.com/gopacket/gopacket/layers"
 )
@@ -115,20 +116,48 @@ func OpenSources(cfg SourceConfig, log *slog.Logger) ([]Source, error) {
 
 // Reader joins a Source and a Parser: the loop the sender and receiver run.
 type Reader struct {
-	src Source
-	p   *Parser
-	buf []byte
+	src    Source
+	p      *Parser
+	buf    []byte
+	mapped bool // src reads a file through a mapping
 }
 
 // NewReader returns a Reader; one per worker.
 func NewReader(src Source, p *Parser) *Reader {
-	return &Reader{src: src, p: p, buf: make([]byte, 262144)}
+	fs, ok := src.(*fileSource)
+	return &Reader{src: src, p: p, buf: make([]byte, 262144), mapped: ok && fs.classic != nil && fs.classic.mm != nil}
 }
 
 // Next fills pkt with the next measured packet, skipping (and counting)
 // the rest. It returns io.EOF at the end of a file and ErrTimeout on an
 // idle live source. It allocates nothing.
 func (r *Reader) Next(pkt *Packet) error {
+	if r.mapped {
+		return r.nextMapped(pkt)
+	}
+	return r.next(pkt)
+}
+
+// nextMapped is next on a mapped file, where a file cut short by another
+// process while it is read (a capture ring overwriting its oldest file)
+// faults instead of ending a read early: the fault becomes an error that
+// says so, not a crash.
+func (r *Reader) nextMapped(pkt *Packet) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if p := recover(); p != nil {
+			if f, ok := p.(interface{ Addr() uintptr }); ok {
+				err = fmt.Errorf("capture: the capture file was cut short or overwritten while being read (fault at %#x): %w", f.Addr(), io.ErrUnexpectedEOF)
+				return
+			}
+			panic(p)
+		}
+	}()
+	return r.next(pkt)
+}
+
+func (r *Reader) next(pkt *Packet) error {
 	for {
 		data, ts, wl, err := r.src.ReadPacket(r.buf)
 		if err != nil {
