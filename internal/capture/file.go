@@ -72,7 +72,7 @@ func OpenFile(path string) (Source, error) {
 		// system has one: records are then read where the page cache
 		// holds them, without the read(2) copy (~7 % of a replay's CPU).
 		if mm := mapFile(f); mm != nil {
-			s.classic.mm, s.classic.off = mm, pcapFileHeader
+			s.classic.mm, s.classic.off, s.classic.dropStep = mm, pcapFileHeader, dropEvery
 		}
 	}
 	return s, nil
@@ -116,10 +116,18 @@ type classicReader struct {
 	pending int // bytes of the record returned last, discarded on the next call
 	n       int // records read
 	// mm is the whole file when mapped (then br is not used), off the
-	// next record's offset in it.
-	mm  []byte
-	off int
+	// next record's offset in it, dropped how much of it has been handed
+	// back (see next).
+	mm       []byte
+	off      int
+	dropped  int
+	dropStep int // 0: never (mm is not a file mapping)
 }
+
+// dropEvery: a mapped file's pages behind the reader are unmapped from the
+// process in steps of this many bytes, so that its resident memory stays
+// bounded whatever the file's size (the pages stay in the page cache).
+const dropEvery = 8 << 20
 
 // peek returns the next n bytes (fewer at the end of the file, with
 // io.EOF as bufio.Reader.Peek does).
@@ -137,6 +145,13 @@ func (c *classicReader) next() ([]byte, int64, int, error) {
 	if c.mm != nil {
 		c.off += c.pending
 		c.pending = 0
+		if c.dropStep > 0 && c.off-c.dropped >= c.dropStep {
+			// Only what lies before the previous record: its data is
+			// valid until this call.
+			end := c.off &^ (os.Getpagesize() - 1)
+			dropMapped(c.mm[c.dropped:end])
+			c.dropped = end
+		}
 	}
 	if c.pending > 0 {
 		if _, err := c.br.Discard(c.pending); err != nil {

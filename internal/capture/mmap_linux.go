@@ -23,3 +23,7 @@ func mapFile(f *os.File) []byte {
 }
 
 func unmapFile(mm []byte) { _ = unix.Munmap(mm) }
+
+// dropMapped unmaps read pages of a shared file mapping from the process;
+// the page cache keeps them, and a later read faults them back in.
+func dropMapped(b []byte) { _ = unix.Madvise(b, unix.MADV_DONTNEED) }
