@@ -359,8 +359,7 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 			recv0[i] = tot / sumRate
 		}
 		clear(rowN)
-		h1 := (fc.Flow & 0xffffffff) % C
-		h2 := ((fc.Flow >> 32) | 1) % C
+		h1, h2 := d.snd.flowCols(fc.Flow)
 		col := h1
 		var L int32
 		for r := 0; r < R; r++ {
@@ -461,8 +460,7 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 		w, pop := w0[i], recv0[i]
 		d.w[f], d.recv[f], d.smp[f] = w, pop, smp0[i]
 		if cnt[i] > 0 {
-			h1 := (fc.Flow & 0xffffffff) % C
-			h2 := ((fc.Flow >> 32) | 1) % C
+			h1, h2 := d.snd.flowCols(fc.Flow)
 			col := h1
 			for r := 0; r < R; r++ {
 				base := uint64(r) * C

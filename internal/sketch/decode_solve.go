@@ -474,13 +474,12 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	seen := make([]bool, len(cand))
 	for j, i := range cand {
 		f := flows[i].Flow
-		h1 := (f & 0xffffffff) % C
-		h2 := ((f >> 32) | 1) % C
+		h1, h2 := d.snd.flowCols(f)
 		fi := d.inv[i] // internal index
 		recv, w := d.recv[fi], d.w[fi]
 		seen[j] = recv > 0
 		for _, r := range rows {
-			col := (h1 + uint64(r)*h2) % C
+			col := fastMod(h1+uint64(r)*h2, d.snd.cmod, C)
 			for o := 0; o < k; o++ {
 				c := col + uint64(o)
 				if c >= C {

@@ -197,8 +197,7 @@ func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 	// selected") and the smallest of those.
 	e.cand = e.cand[:0]
 	nmin, nminRaw, nminRate := math.Inf(1), int64(0), 1.0
-	h1 := (f & 0xffffffff) % C
-	h2 := ((f >> 32) | 1) % C
+	h1, h2 := snd.flowCols(f)
 	col := h1
 	for r := 0; r < snd.rows; r++ {
 		base := uint64(r) * C
@@ -230,7 +229,7 @@ func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 	for _, r := range e.exact {
 		var ns, nr int64
 		var b uint64
-		c := (h1 + uint64(r)*h2) % C
+		c := fastMod(h1+uint64(r)*h2, snd.cmod, C)
 		base := uint64(r) * C
 		for j := 0; j < k; j++ {
 			ns += snd.cells[base+c].N
@@ -376,11 +375,10 @@ func HeavyHitters(l *LDS, flows []uint64, n int) []uint64 {
 func (e *estimator) packets(f uint64) float64 {
 	l := e.snd
 	C := l.cols
-	h1 := (f & 0xffffffff) % C
-	h2 := ((f >> 32) | 1) % C
+	h1, h2 := l.flowCols(f)
 	pk := math.Inf(1)
 	for _, r := range e.exact {
-		c := (h1 + uint64(r)*h2) % C
+		c := fastMod(h1+uint64(r)*h2, l.cmod, C)
 		base := uint64(r) * C
 		var ns int64
 		for j := 0; j < int(l.k); j++ {

@@ -1,5 +1,7 @@
 package sketch
 
+import "math/bits"
+
 // Hash derivation, version 1. This is a wire contract: a sender and a
 // receiver must derive exactly the same cells, signs and sampling decisions
 // from the two 64-bit hashes that internal/capture computes per packet.
@@ -39,6 +41,20 @@ func rowMix(pktHash uint64, row int) uint64 {
 
 // fastRange maps the low 32 bits of x uniformly onto [0, n) (Lemire's
 // multiply-shift; no division on the hot path).
+// modMagic is M = ⌈2^64/d⌉ for fastMod (0 for d = 1, which fastMod
+// handles: every remainder is 0).
+func modMagic(d uint64) uint64 { return ^uint64(0)/d + 1 }
+
+// fastMod is a % d for a, d < 2^32 (d > 0), M = modMagic(d): exact
+// (Lemire, Kaser and Kurz, "Faster remainder by direct computation", 2019)
+// with two multiplications where a 64-bit division costs tens of cycles.
+// The flows' columns (double hashing, DESIGN.md §2) take two remainders a
+// packet, a sizeable part of a sketch update.
+func fastMod(a, M, d uint64) uint64 {
+	hi, _ := bits.Mul64(M*a, d)
+	return hi
+}
+
 func fastRange(x uint64, n uint64) uint64 {
 	return ((x & 0xffffffff) * n) >> 32
 }

@@ -138,3 +138,40 @@ func TestSamplingRates(t *testing.T) {
 }
 
 func sqrt(x float64) float64 { return math.Sqrt(x) }
+
+// fastMod must be the remainder exactly: the cells a flow maps to are
+// shared with every peer and with decode's composition.
+func TestFastModExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	ds := []uint64{1, 2, 3, 7, 4095, 4096, 4097, 17500, 87500, 1<<24 - 1, MaxColumns}
+	for range 200 {
+		ds = append(ds, 1+rng.Uint64N(MaxColumns))
+	}
+	as := []uint64{0, 1, 1<<31 - 1, 1 << 31, 1<<32 - 1, 1<<32 - 2}
+	for _, d := range ds {
+		m := modMagic(d)
+		for _, a := range as {
+			if got := fastMod(a, m, d); got != a%d {
+				t.Fatalf("%d mod %d: got %d, want %d", a, d, got, a%d)
+			}
+		}
+		for range 5000 {
+			a := rng.Uint64() & 0xffffffff
+			if got := fastMod(a, m, d); got != a%d {
+				t.Fatalf("%d mod %d: got %d, want %d", a, d, got, a%d)
+			}
+		}
+	}
+}
+
+func FuzzFastMod(f *testing.F) {
+	f.Add(uint32(12345), uint32(4096))
+	f.Fuzz(func(t *testing.T, a, d uint32) {
+		if d == 0 {
+			return
+		}
+		if got := fastMod(uint64(a), modMagic(uint64(d)), uint64(d)); got != uint64(a%d) {
+			t.Fatalf("%d mod %d: got %d", a, d, got)
+		}
+	})
+}

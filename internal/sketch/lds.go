@@ -30,6 +30,7 @@ type LDS struct {
 	p     Params
 	rows  int
 	cols  uint64
+	cmod  uint64 // modMagic(cols)
 	k     uint64
 	thr   [MaxRows]uint64 // sampling thresholds T_r
 	cells []Cell          // row-major: index r*C + c
@@ -46,6 +47,7 @@ func NewLDS(p Params) (*LDS, error) {
 		p:     p,
 		rows:  p.Rows,
 		cols:  uint64(p.Columns),
+		cmod:  modMagic(uint64(p.Columns)),
 		k:     uint64(p.VLDA),
 		cells: make([]Cell, p.Rows*p.Columns),
 	}
@@ -95,8 +97,7 @@ func (l *LDS) UpdateCount(flowHash, pktHash uint64, t int64, w uint32, size uint
 
 func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, comp []uint32) {
 	C := l.cols
-	col := (flowHash & 0xffffffff) % C
-	step := ((flowHash >> 32) | 1) % C
+	col, step := l.flowCols(flowHash)
 	wn := int64(w)
 	wt := wn * t
 	k := l.k
@@ -140,8 +141,7 @@ func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, c
 func (l *LDS) Positions(flowHash, pktHash uint64, dst []int32) []int32 {
 	dst = dst[:0]
 	C := l.cols
-	col := (flowHash & 0xffffffff) % C
-	step := ((flowHash >> 32) | 1) % C
+	col, step := l.flowCols(flowHash)
 	for r := 0; r < l.rows; r++ {
 		z := rowMix(pktHash, r)
 		if z>>32 < l.thr[r] {
@@ -168,10 +168,19 @@ func (l *LDS) Sign(pktHash uint64, row int) int64 {
 
 // FlowCells returns the flow's vLDA in a row: columns first..first+k-1 mod C.
 func (l *LDS) FlowCells(flowHash uint64, row int) (first int, k int) {
-	C := l.cols
-	h1 := (flowHash & 0xffffffff) % C
-	h2 := ((flowHash >> 32) | 1) % C
-	return int((h1 + uint64(row)*h2) % C), int(l.k)
+	return int(l.rowCol(flowHash, row)), int(l.k)
+}
+
+// flowCols returns the flow's column in row 0 and its step from row to
+// row (double hashing: row r starts at (h1 + r·h2) mod C).
+func (l *LDS) flowCols(flowHash uint64) (h1, h2 uint64) {
+	return fastMod(flowHash&0xffffffff, l.cmod, l.cols), fastMod((flowHash>>32)|1, l.cmod, l.cols)
+}
+
+// rowCol is the first column of the flow's vLDA in row r.
+func (l *LDS) rowCol(flowHash uint64, r int) uint64 {
+	h1, h2 := l.flowCols(flowHash)
+	return fastMod(h1+uint64(r)*h2, l.cmod, l.cols) // < 2^32: h1, h2 < C <= 2^24, r < MaxRows
 }
 
 // Cell returns cell i (index r*C + c).
