@@ -124,9 +124,18 @@ func (si *SenderInterval) Release() {
 	si.Sk = nil
 }
 
-// heavySlot is one entry of the heavy-flow table.
+// heavySlot is one entry of the heavy-flow table, as close copies it out.
 type heavySlot struct {
 	key  capture.FlowKey
+	hash uint64
+	n    uint64
+}
+
+// heavyCount is the part of a slot every packet touches; the slot's key
+// lives apart (heavyTable.keys) and is written only when a flow takes the
+// slot, so that the per-packet table is 16 bytes a slot (256 KiB at the
+// default sketch.heavy) instead of 56.
+type heavyCount struct {
 	hash uint64
 	n    uint64
 }
@@ -137,7 +146,8 @@ type heavySlot struct {
 // slot). A flow heavier than everything else sharing its slot keeps it;
 // its count is a lower bound. The LDS's count-min gives the real counts.
 type heavyTable struct {
-	slots []heavySlot
+	slots []heavyCount
+	keys  []capture.FlowKey
 	mask  uint64
 }
 
@@ -146,19 +156,32 @@ func newHeavyTable(heavy int) heavyTable {
 	for n < 16*heavy && n < 1<<20 {
 		n <<= 1
 	}
-	return heavyTable{slots: make([]heavySlot, n), mask: uint64(n - 1)}
+	return heavyTable{slots: make([]heavyCount, n), keys: make([]capture.FlowKey, n), mask: uint64(n - 1)}
 }
 
 func (h *heavyTable) add(k *capture.FlowKey, hash uint64) {
-	s := &h.slots[(hash^hash>>32)&h.mask]
+	i := (hash ^ hash>>32) & h.mask
+	s := &h.slots[i]
 	switch {
 	case s.n == 0:
-		s.key, s.hash, s.n = *k, hash, 1
+		s.hash, s.n = hash, 1
+		h.keys[i] = *k
 	case s.hash == hash:
 		s.n++
 	default:
 		s.n--
 	}
+}
+
+// take appends the occupied slots to dst and empties the table.
+func (h *heavyTable) take(dst []heavySlot) []heavySlot {
+	for i, s := range h.slots {
+		if s.n > 0 {
+			dst = append(dst, heavySlot{key: h.keys[i], hash: s.hash, n: s.n})
+		}
+	}
+	clear(h.slots)
+	return dst
 }
 
 // SenderBuilder assigns packets to intervals by the sender's own clock and
@@ -288,16 +311,15 @@ func (b *SenderBuilder) open(id int64) {
 	b.tailFrom = b.end - b.p.MaxDelay - b.p.Guard
 }
 
-// close ends the open interval: it copies the heavy-flow table (a bounded
-// memmove) and clears it, and holds the interval back (pend) for the
+// close ends the open interval: it copies the heavy-flow table's occupied
+// slots out (bounded by the table) and clears it, and holds the interval back (pend) for the
 // packets sent just after its end; sorting, ranking and building wait for
 // Finish. An interval still held back is emitted first, so that intervals
 // leave in order (it cannot still be collecting: T > 2(max_delay+guard)).
 func (b *SenderBuilder) close(emit func(*SenderInterval)) {
 	b.emitPend(emit)
 	iv := b.cur
-	iv.heavy = slices.Clone(b.heavy.slots)
-	clear(b.heavy.slots)
+	iv.heavy = b.heavy.take(iv.heavy[:0])
 	iv.Late, b.late = b.late, 0
 	b.lastTail = len(iv.Boundary)
 	b.cur = nil
