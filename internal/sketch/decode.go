@@ -163,6 +163,9 @@ type lsDecoder struct {
 	lam            []float64 // prior precision of each flow's mean: PriorWeight/(τ² + σ_f²/N_f)
 	iters          [3]int    // CG iterations of the three solves (tests, docs)
 
+	aloneOK  []bool    // per solver flow: alone in its cells of some p = 1 row (findAlone)
+	aloneVal []float64 // its exact mean delay then
+
 	x    []float64 // δ_f - μ
 	varF []float64 // σ_f²
 	post []float64 // posterior variance of δ_f
@@ -244,6 +247,7 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	d.respread()
 	d.solveVariance(out)
 	d.solveDelay(out, true)
+	d.findAlone()
 	d.identify()
 	loss := d.solveLoss(flows, out)
 
@@ -269,7 +273,8 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			e.Identified = true
 			e.CI95 = z95 * math.Sqrt(d.post[f])
 		}
-		if delay, ok := d.alone(f); ok {
+		if d.aloneOK[f] {
+			delay := d.aloneVal[f]
 			// Every received packet of the flow sits, in some unsampled
 			// row, in usable cells holding nothing else: the mean is
 			// exact, and the prior must not pull it.
@@ -277,6 +282,22 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		}
 	}
 	return d, out, nil
+}
+
+// findAlone marks the flows whose mean alone gives exactly (d.alone): the
+// identification skips them, as their exact value overrides whatever it
+// would find. At light load that is most flows (92 % of 3000 flows on
+// 4 × 4096, as in bench-replay's intervals), at the paper's load almost
+// none.
+func (d *lsDecoder) findAlone() {
+	d.aloneOK = make([]bool, d.nA)
+	d.aloneVal = make([]float64, d.nA)
+	if len(d.exact) == 0 {
+		return
+	}
+	for f := range d.nA {
+		d.aloneVal[f], d.aloneOK[f] = d.alone(f)
+	}
 }
 
 // alone returns flow f's exact mean delay when, in some row with p = 1,

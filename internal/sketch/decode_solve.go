@@ -259,6 +259,9 @@ func (d *lsDecoder) identify() {
 		cells := make([]int32, maxL)
 		for _, f32 := range order[lo:hi] {
 			f := int(f32)
+			if d.aloneOK[f] {
+				continue // exact: its posterior is not used
+			}
 			L, bound := 0, 0
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
 				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
