@@ -29,25 +29,44 @@ func riceBits(v uint64, k uint) int {
 // k in between need the value itself.
 func riceParam(vals []uint64) uint {
 	var cnt [65]int  // values by bit length
-	var near [64]int // exact costs for k in [L-6, L)
+	var quot [64]int // Σ of the quotients v>>k of the values with k in [L-6, L) not escaped
+	var esc [64]int  // values escaped at k = L-6
 	for _, v := range vals {
 		l := bits.Len64(v)
 		cnt[l]++
-		for k := max(0, l-6); k < l; k++ {
-			near[k] += riceBits(v, uint(k))
+		if l < 6 {
+			for k := 0; k < l; k++ {
+				quot[k] += int(v >> k) // < 32: never escaped
+			}
+			continue
+		}
+		// k = L-1 .. L-5: quotients in [1, 32), never escaped; k = L-6:
+		// [32, 64), escaped from riceEscape on.
+		quot[l-1] += int(v >> (l - 1))
+		quot[l-2] += int(v >> (l - 2))
+		quot[l-3] += int(v >> (l - 3))
+		quot[l-4] += int(v >> (l - 4))
+		quot[l-5] += int(v >> (l - 5))
+		if q := v >> (l - 6); q < riceEscape {
+			quot[l-6] += int(q)
+		} else {
+			esc[l-6]++
 		}
 	}
 	best, bestK := -1, uint(0)
 	for k := 0; k < 64; k++ {
-		c := near[k]
+		c, near := quot[k], 0
 		for l, n := range cnt {
 			switch {
 			case l <= k:
 				c += n * (1 + k)
 			case l > k+6:
 				c += n * (riceEscape + 64)
+			default:
+				near += n
 			}
 		}
+		c += (near-esc[k])*(1+k) + esc[k]*(riceEscape+64)
 		if best < 0 || c < best {
 			best, bestK = c, uint(k)
 		}

@@ -97,3 +97,39 @@ func TestRiceParamIsBest(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRiceParamIsBest: riceParam is the smallest k of least cost for any
+// values (the encoder and the decoder's canonical check both rely on it).
+func FuzzRiceParamIsBest(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 200, 0, 0, 0, 0, 0, 0, 0, 255})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var vals []uint64
+		for len(b) >= 2 {
+			// a shift byte and up to 8 value bytes: wide spreads and the
+			// quotients around riceEscape at k = L-6 both come up
+			sh, n := uint(b[0]%64), min(len(b)-1, 1+int(b[0]>>6)*2)
+			var v uint64
+			for _, x := range b[1 : 1+n] {
+				v = v<<8 | uint64(x)
+			}
+			vals = append(vals, v<<sh|v>>(64-sh)&(1<<sh-1))
+			b = b[1+n:]
+		}
+		if len(vals) == 0 {
+			return
+		}
+		cost := func(k uint) int {
+			c := 0
+			for _, v := range vals {
+				c += riceBits(v, k)
+			}
+			return c
+		}
+		k := riceParam(vals)
+		for j := uint(0); j < 64; j++ {
+			if cost(j) < cost(k) || (cost(j) == cost(k) && j < k) {
+				t.Fatalf("chose k=%d (%d bits), k=%d gives %d (values %x)", k, cost(k), j, cost(j), vals)
+			}
+		}
+	})
+}
