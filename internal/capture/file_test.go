@@ -215,16 +215,23 @@ func TestFileErrors(t *testing.T) {
 	}
 }
 
-func TestReaderAllocatesNothing(t *testing.T) {
-	pkts := randomPackets(50, 3)
+// randomPcap writes n random packets (randomPackets) as an Ethernet pcap
+// in a test directory and returns its path and n.
+func randomPcap(t *testing.T, n int, seed uint64) (string, int) {
+	t.Helper()
 	var frames [][]byte
 	var ts []int64
-	for i, b := range pkts {
+	for i, b := range randomPackets(n, seed) {
 		frames = append(frames, b.frame(t))
 		ts = append(ts, int64(i))
 	}
 	path := filepath.Join(t.TempDir(), "x.pcap")
 	writePcap(t, path, frames, ts, layers.LinkTypeEthernet, false)
+	return path, len(frames)
+}
+
+func TestReaderAllocatesNothing(t *testing.T) {
+	path, _ := randomPcap(t, 50, 3)
 	src, err := OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -247,15 +254,7 @@ func TestReaderAllocatesNothing(t *testing.T) {
 // (a capture ring overwriting its oldest file) ends the read with an error
 // that says so: the fault on the vanished pages is not a crash.
 func TestMappedFileCutShort(t *testing.T) {
-	pkts := randomPackets(3000, 4)
-	var frames [][]byte
-	var ts []int64
-	for i, b := range pkts {
-		frames = append(frames, b.frame(t))
-		ts = append(ts, int64(i))
-	}
-	path := filepath.Join(t.TempDir(), "x.pcap")
-	writePcap(t, path, frames, ts, layers.LinkTypeEthernet, false)
+	path, total := randomPcap(t, 3000, 4)
 	src, err := OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +285,7 @@ func TestMappedFileCutShort(t *testing.T) {
 		}
 		break
 	}
-	if n >= len(pkts) {
+	if n >= total {
 		t.Fatalf("read all %d packets of a file cut to 4096 bytes", n)
 	}
 }
@@ -294,15 +293,7 @@ func TestMappedFileCutShort(t *testing.T) {
 // Reading a mapped file while handing its pages back (every page here,
 // every 8 MiB in use) returns every record as the buffered reader does.
 func TestMappedFileDropsPages(t *testing.T) {
-	pkts := randomPackets(4000, 5)
-	var frames [][]byte
-	var ts []int64
-	for i, b := range pkts {
-		frames = append(frames, b.frame(t))
-		ts = append(ts, int64(i))
-	}
-	path := filepath.Join(t.TempDir(), "x.pcap")
-	writePcap(t, path, frames, ts, layers.LinkTypeEthernet, false)
+	path, total := randomPcap(t, 4000, 5)
 	read := func(step int) []Packet {
 		src, err := OpenFile(path)
 		if err != nil {
@@ -332,7 +323,7 @@ func TestMappedFileDropsPages(t *testing.T) {
 	}
 	want := read(-1)
 	got := read(os.Getpagesize())
-	if len(want) != len(pkts) || !slices.Equal(got, want) {
-		t.Fatalf("mapped with page drops: %d packets, buffered %d (of %d), or they differ", len(got), len(want), len(pkts))
+	if len(want) != total || !slices.Equal(got, want) {
+		t.Fatalf("mapped with page drops: %d packets, buffered %d (of %d), or they differ", len(got), len(want), total)
 	}
 }

@@ -1,6 +1,7 @@
 package sketch
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -82,20 +83,29 @@ func TestRiceParamIsBest(t *testing.T) {
 				vals[i] = rng.Uint64() // outliers
 			}
 		}
-		cost := func(k uint) int {
-			c := 0
-			for _, v := range vals {
-				c += riceBits(v, k)
-			}
-			return c
-		}
-		k := riceParam(vals)
-		for j := uint(0); j < 64; j++ {
-			if cost(j) < cost(k) || (cost(j) == cost(k) && j < k) {
-				t.Fatalf("trial %d: chose k=%d (%d bits), k=%d gives %d", trial, k, cost(k), j, cost(j))
-			}
+		if msg := riceParamNotBest(vals); msg != "" {
+			t.Fatalf("trial %d: %s", trial, msg)
 		}
 	}
+}
+
+// riceParamNotBest says how riceParam(vals) misses the definition (the
+// smallest k of least cost), or "".
+func riceParamNotBest(vals []uint64) string {
+	cost := func(k uint) int {
+		c := 0
+		for _, v := range vals {
+			c += riceBits(v, k)
+		}
+		return c
+	}
+	k := riceParam(vals)
+	for j := uint(0); j < 64; j++ {
+		if cost(j) < cost(k) || (cost(j) == cost(k) && j < k) {
+			return fmt.Sprintf("chose k=%d (%d bits), k=%d gives %d", k, cost(k), j, cost(j))
+		}
+	}
+	return ""
 }
 
 // FuzzRiceParamIsBest: riceParam is the smallest k of least cost for any
@@ -118,18 +128,8 @@ func FuzzRiceParamIsBest(f *testing.F) {
 		if len(vals) == 0 {
 			return
 		}
-		cost := func(k uint) int {
-			c := 0
-			for _, v := range vals {
-				c += riceBits(v, k)
-			}
-			return c
-		}
-		k := riceParam(vals)
-		for j := uint(0); j < 64; j++ {
-			if cost(j) < cost(k) || (cost(j) == cost(k) && j < k) {
-				t.Fatalf("chose k=%d (%d bits), k=%d gives %d (values %x)", k, cost(k), j, cost(j), vals)
-			}
+		if msg := riceParamNotBest(vals); msg != "" {
+			t.Fatalf("%s (values %x)", msg, vals)
 		}
 	})
 }
