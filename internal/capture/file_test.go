@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -263,6 +264,12 @@ func TestMappedFileCutShort(t *testing.T) {
 	r := NewReader(src, testParser(t, nil))
 	if !r.mapped {
 		t.Skip("capture files are not mapped on this system")
+	}
+	// Only faults inside the mapping are the file's: a fault elsewhere (a
+	// bug) must stay a panic.
+	mm := src.(*fileSource).classic.mm
+	if !r.inMapping(uintptr(unsafe.Pointer(&mm[100]))) || r.inMapping(8) || r.inMapping(uintptr(unsafe.Pointer(&mm[0]))+uintptr(len(mm))) {
+		t.Fatal("inMapping: wrong bounds")
 	}
 	var pkt Packet
 	for range 10 {

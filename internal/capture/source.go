@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"unsafe"
 
 	"github.com/gopacket/gopacket/layers"
 )
@@ -147,7 +148,9 @@ func (r *Reader) nextMapped(pkt *Packet) (err error) {
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if p := recover(); p != nil {
-			if f, ok := p.(interface{ Addr() uintptr }); ok {
+			// Only a fault inside the mapping is the file's doing; any
+			// other (a bug) goes on as the panic it is.
+			if f, ok := p.(interface{ Addr() uintptr }); ok && r.inMapping(f.Addr()) {
 				err = fmt.Errorf("capture: the capture file was cut short or overwritten while being read (fault at %#x): %w", f.Addr(), io.ErrUnexpectedEOF)
 				return
 			}
@@ -155,6 +158,16 @@ func (r *Reader) nextMapped(pkt *Packet) (err error) {
 		}
 	}()
 	return r.next(pkt)
+}
+
+// inMapping tells whether addr lies in the file mapping r reads.
+func (r *Reader) inMapping(addr uintptr) bool {
+	fs, ok := r.src.(*fileSource)
+	if !ok || fs.classic == nil || len(fs.classic.mm) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(fs.classic.mm)))
+	return addr >= lo && addr-lo < uintptr(len(fs.classic.mm))
 }
 
 func (r *Reader) next(pkt *Packet) error {
