@@ -312,9 +312,9 @@ func (b *SenderBuilder) open(id int64) {
 }
 
 // close ends the open interval: it copies the heavy-flow table's occupied
-// slots out (bounded by the table) and clears it, and holds the interval back (pend) for the
-// packets sent just after its end; sorting, ranking and building wait for
-// Finish. An interval still held back is emitted first, so that intervals
+// slots out (bounded by the table) and clears it, and holds the interval
+// back (pend) for the packets sent just after its end; sorting, ranking and
+// building wait for Finish. An interval still held back is emitted first, so that intervals
 // leave in order (it cannot still be collecting: T > 2(max_delay+guard)).
 func (b *SenderBuilder) close(emit func(*SenderInterval)) {
 	b.emitPend(emit)

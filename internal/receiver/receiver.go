@@ -117,10 +117,11 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	// interval at a time (they come one an interval; decode's per-flow
 	// stages use those cores). A replay reads files, which cannot drop:
 	// its intervals become final in bursts, so it estimates as many at
-	// once as there are cores.
+	// once as there are cores, each with every core for its per-flow
+	// stages (a replay of one long interval decodes it on all of them).
 	estWorkers, estConc := runtime.GOMAXPROCS(0)-max(1, cc.Source.Workers), 1
 	if opt.Replay {
-		estWorkers, estConc = 1, runtime.GOMAXPROCS(0)
+		estWorkers, estConc = runtime.GOMAXPROCS(0), runtime.GOMAXPROCS(0)
 	}
 	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
