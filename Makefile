@@ -4,8 +4,11 @@ PKGS      := ./...
 BIN       := bin
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+# Packages whose code runs goroutines of its own: `make test` runs them again
+# under the race detector (cgo: gcc).
+RACE_PKGS := ./internal/sketch/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/
 # Debian packages the tests use for real components (installed when run as root).
-DEB_PKGS  := libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd
+DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd
 
 .PHONY: all build demo test test-short bench bench-live bench-replay lint generate deps install clean eval-paper e2e-live
 
@@ -28,6 +31,8 @@ test: deps
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 	$(GO) test -count=1 -timeout 10m -tags pcap ./internal/capture/...
+	# The packages with goroutines of their own, again under the race detector.
+	$(GO) test -race -count=1 -timeout 10m $(RACE_PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

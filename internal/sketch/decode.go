@@ -232,11 +232,14 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	// Warm start and fallbacks: the paper's estimate, with each flow's own
 	// weight.
 	out := make([]FlowEstimate, len(flows))
+	// Each further worker gets its own scratch, cloned here: cloning in
+	// the worker would read pe while worker 0 already writes its scratch.
+	ests := []*estimator{pe}
+	for len(ests) < d.workers {
+		ests = append(ests, pe.clone())
+	}
 	parallelChunks(d.workers, len(flows), minChunk, func(w, lo, hi int) {
-		e := pe
-		if w > 0 {
-			e = pe.clone()
-		}
+		e := ests[w]
 		for i := lo; i < hi; i++ {
 			out[i] = e.flowWeighted(flows[i].Flow, d.w[d.inv[i]])
 		}
