@@ -17,7 +17,7 @@
 #   LDS_PERF_REPS    (default 3)   repetitions of every trial
 #   RINGS            (default "1048576x64 262144x4")  block_size x num_blocks per socket
 #                    (tcpdump gets -B of the same bytes; libpcap always builds 256 KiB
-#                    blocks, lds-sender splits a ring of < 16 blocks: capture.RingGeometry)
+#                    blocks, lds-sender splits a ring of < 32 blocks: capture.RingGeometry)
 #   THREADS          (default "1 2")   blaster threads (1 leaves a core to the captures)
 #   OUT                            directory for configs, logs, reports
 #   NO_DOC=1                       do not touch docs/testbed.md

@@ -272,7 +272,7 @@ func TestLiveAFPacket(t *testing.T) {
 }
 
 // TestLiveAFPacketSmallRing: tcpdump -B 1024's geometry, which
-// OpenAFPacket splits into 16 × 64 KiB blocks; every frame still arrives
+// OpenAFPacket splits into 32 × 32 KiB blocks; every frame still arrives
 // once and whole.
 func TestLiveAFPacketSmallRing(t *testing.T) {
 	v := newVeth(t)
