@@ -1,10 +1,11 @@
 package sketch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
+	"time"
 )
 
 // Receiver-side decoding (DESIGN.md section 4, "Beyond the paper"; the math
@@ -50,6 +51,11 @@ type DecodeOptions struct {
 	// start and the identification); 0 means GOMAXPROCS. The results do
 	// not depend on it.
 	Workers int
+
+	// grain is the fewest flows (or loss candidates) a goroutine gets
+	// (0 = minChunk); tests lower it so that small inputs take the
+	// parallel paths.
+	grain int
 }
 
 // Defaults of DecodeOptions.
@@ -131,6 +137,7 @@ type lsDecoder struct {
 	exact    []int // rows with p = 1
 	opt      DecodeOptions
 	workers  int
+	grain    int // see DecodeOptions.grain
 
 	perm, inv []int32
 	nA        int // flows with at least one equation: internal 0..nA-1
@@ -159,9 +166,10 @@ type lsDecoder struct {
 	cStart []int32   // cell-major: entries cEnt[cStart[c]..cStart[c+1]]
 	cEnt   []int32
 
-	mu, tau2, sig2 float64   // prior mean, spread of flow means, typical packet variance
-	lam            []float64 // prior precision of each flow's mean: PriorWeight/(τ² + σ_f²/N_f)
-	iters          [3]int    // CG iterations of the three solves (tests, docs)
+	mu, tau2, sig2 float64          // prior mean, spread of flow means, typical packet variance
+	lam            []float64        // prior precision of each flow's mean: PriorWeight/(τ² + σ_f²/N_f)
+	iters          [3]int           // CG iterations of the three solves (tests, docs)
+	stages         [7]time.Duration // wall time of build, warm start, first solve, variances, final solve, identification, loss (benchmarks)
 
 	aloneOK  []bool    // per solver flow: alone in its cells of some p = 1 row (findAlone)
 	aloneVal []float64 // its exact mean delay then
@@ -172,9 +180,9 @@ type lsDecoder struct {
 
 	// scratch: right-hand side and weights of a solve (per cell), pcg's
 	// vectors (per solver flow) and a median buffer
-	y, wgt              []float64
-	r, z, p, q, diag, t []float64
-	buf                 []float64
+	y, wgt                  []float64
+	r, z, p, q, diag, t, t2 []float64
+	buf                     []float64
 }
 
 // EstimateDecode estimates every candidate flow from both sketches and the
@@ -219,15 +227,22 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		return nil, nil, err
 	}
 	d := &lsDecoder{snd: snd, rcv: rcv, rows: snd.rows, k: int(snd.k), cols: snd.cols, rate: pe.rate, opt: opt,
-		workers: decodeWorkers(opt.Workers)}
+		workers: decodeWorkers(opt.Workers), grain: cmp.Or(opt.grain, minChunk)}
 	for r := range d.rate {
 		if snd.thr[r] == 1<<32 {
 			d.exact = append(d.exact, r)
 		}
 	}
+	t0 := time.Now()
+	lap := func(i int) {
+		t := time.Now()
+		d.stages[i] = t.Sub(t0)
+		t0 = t
+	}
 	if err := d.build(flows); err != nil {
 		return nil, nil, err
 	}
+	lap(0)
 
 	// Warm start and fallbacks: the paper's estimate, with each flow's own
 	// weight.
@@ -238,21 +253,27 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	for len(ests) < d.workers {
 		ests = append(ests, pe.clone())
 	}
-	parallelChunks(d.workers, len(flows), minChunk, func(w, lo, hi int) {
+	parallelChunks(d.workers, len(flows), d.grain, func(w, lo, hi int) {
 		e := ests[w]
 		for i := lo; i < hi; i++ {
 			out[i] = e.flowWeighted(flows[i].Flow, d.w[d.inv[i]])
 		}
 	})
 	copy(paper, out)
+	lap(1)
 	d.prior(out)
 	d.solveDelay(out, false)
 	d.respread()
+	lap(2)
 	d.solveVariance(out)
+	lap(3)
 	d.solveDelay(out, true)
+	lap(4)
 	d.findAlone()
 	d.identify()
+	lap(5)
 	loss := d.solveLoss(flows, out)
+	lap(6)
 
 	for i := range out {
 		e := &out[i]
@@ -336,99 +357,109 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 	R, k, C := d.rows, d.k, d.cols
 	nF := len(flows)
 	maxL := R * k
-	// Global cell -> usable cell id; cellUnseen not looked at yet,
-	// cellUnusable empty or different at the two ends.
+	// Global cell -> usable cell id; cellUnseen usable but not (yet) in a
+	// candidate's composition, cellUnusable empty or different at the two
+	// ends. The whole sketch is classified first, in memory order, so that
+	// the per-flow passes only read it and can run on every worker.
 	const cellUnseen, cellUnusable = -1, -2
 	cmap := make([]int32, d.snd.Len())
-	for i := range cmap {
-		cmap[i] = cellUnseen
+	for gi := range cmap {
+		cmap[gi] = cellUnusable
+		if s, v := d.snd.cells[gi], d.rcv.cells[gi]; s.N > 0 && usable(s, v) {
+			cmap[gi] = cellUnseen
+		}
 	}
 	var sumRate float64
 	for _, p := range d.rate {
 		sumRate += p
 	}
-	// Pass 1, caller's order.
+	// Pass 1, caller's order: validate, count each flow's equations, and
+	// mark the usable cells some candidate is in (a mark array per worker).
 	w0 := make([]float64, nF)
 	recv0 := make([]float64, nF)
 	smp0 := make([]float64, nF)
 	cnt := make([]int32, nF)
-	rowN := make([]float64, R)
-	var nE int
-	for i, fc := range flows {
-		if len(fc.Cells) != maxL {
-			return fmt.Errorf("decode: flow %d (%x) has %d cell counts; the receiver must keep rows*vlda = %d per flow", i, fc.Flow, len(fc.Cells), maxL)
-		}
-		w := fc.Weight
-		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-			return fmt.Errorf("decode: flow %d (%x) has weight %v: must be a finite number >= 0 (0 = 1)", i, fc.Flow, w)
-		}
-		if w == 0 {
-			w = 1
-		}
-		w0[i] = w
-		// Received packets: exact from a p = 1 row; otherwise the
-		// sampling-weighted estimate Σ_r n_r / Σ_r p_r.
-		var tot float64
-		for r := 0; r < R; r++ {
-			var s float64
-			for o := 0; o < k; o++ {
-				s += float64(fc.Cells[r*k+o])
+	touched := make([][]bool, d.workers)
+	errs := make([]error, d.workers)
+	parallelChunks(d.workers, nF, d.grain, func(wk, lo, hi int) {
+		mark := make([]bool, len(cmap))
+		touched[wk] = mark
+		rowN := make([]float64, R)
+		for i := lo; i < hi; i++ {
+			fc := flows[i]
+			if len(fc.Cells) != maxL {
+				errs[wk] = fmt.Errorf("decode: flow %d (%x) has %d cell counts; the receiver must keep rows*vlda = %d per flow", i, fc.Flow, len(fc.Cells), maxL)
+				return
 			}
-			rowN[r] = s
-			tot += s
-		}
-		if len(d.exact) > 0 {
-			recv0[i] = rowN[d.exact[0]]
-		} else {
-			recv0[i] = tot / sumRate
-		}
-		clear(rowN)
-		h1, h2 := d.snd.flowCols(fc.Flow)
-		col := h1
-		var L int32
-		for r := 0; r < R; r++ {
-			base := uint64(r) * C
-			for o := 0; o < k; o++ {
-				n := fc.Cells[r*k+o]
-				if n == 0 {
-					continue
+			w := fc.Weight
+			if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+				errs[wk] = fmt.Errorf("decode: flow %d (%x) has weight %v: must be a finite number >= 0 (0 = 1)", i, fc.Flow, w)
+				return
+			}
+			if w == 0 {
+				w = 1
+			}
+			w0[i] = w
+			// Received packets: exact from a p = 1 row; otherwise the
+			// sampling-weighted estimate Σ_r n_r / Σ_r p_r.
+			var tot float64
+			for r := 0; r < R; r++ {
+				var s float64
+				for o := 0; o < k; o++ {
+					s += float64(fc.Cells[r*k+o])
 				}
-				c := col + uint64(o)
-				if c >= C {
-					c -= C
-				}
-				gi := base + c
-				id := cmap[gi]
-				if id == cellUnseen {
-					s, v := d.snd.cells[gi], d.rcv.cells[gi]
-					id = cellUnusable
-					if s.N > 0 && usable(s, v) {
-						id = int32(len(d.cGlob))
-						d.cGlob = append(d.cGlob, int32(gi))
+				rowN[r] = s
+				tot += s
+			}
+			if len(d.exact) > 0 {
+				recv0[i] = rowN[d.exact[0]]
+			} else {
+				recv0[i] = tot / sumRate
+			}
+			clear(rowN)
+			h1, h2 := d.snd.flowCols(fc.Flow)
+			col := h1
+			var L int32
+			for r := 0; r < R; r++ {
+				base := uint64(r) * C
+				for o := 0; o < k; o++ {
+					n := fc.Cells[r*k+o]
+					if n == 0 {
+						continue
 					}
-					cmap[gi] = id
+					c := col + uint64(o)
+					if c >= C {
+						c -= C
+					}
+					gi := base + c
+					if cmap[gi] == cellUnusable {
+						continue
+					}
+					mark[gi] = true
+					L++
+					rowN[r] += float64(n)
 				}
-				if id < 0 {
-					continue
+				if col += h2; col >= C {
+					col -= C
 				}
-				L++
-				rowN[r] += float64(n)
 			}
-			if col += h2; col >= C {
-				col -= C
+			var best float64
+			for _, n := range rowN {
+				best = max(best, n)
 			}
+			smp0[i] = best
+			if len(d.exact) > 0 {
+				smp0[i] = min(best, recv0[i]) // never more than were received
+			}
+			clear(rowN)
+			cnt[i] = L
 		}
-		var best float64
-		for _, n := range rowN {
-			best = max(best, n)
+	})
+	// The first bad flow in the caller's order, whatever the split.
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
-		smp0[i] = best
-		if len(d.exact) > 0 {
-			smp0[i] = min(best, recv0[i]) // never more than were received
-		}
-		clear(rowN)
-		cnt[i] = L
-		nE += int(L)
 	}
 
 	// Number the usable cells in sketch order (row, column): a flow's cells
@@ -436,10 +467,16 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 	// columns, which keeps identify's scans in cache.
 	var nCell int32
 	for gi, id := range cmap {
-		if id >= 0 {
-			cmap[gi] = nCell
-			d.cGlob[nCell] = int32(gi)
-			nCell++
+		if id != cellUnseen {
+			continue
+		}
+		for _, mark := range touched {
+			if mark != nil && mark[gi] {
+				cmap[gi] = nCell
+				d.cGlob = append(d.cGlob, int32(gi))
+				nCell++
+				break
+			}
 		}
 	}
 
@@ -469,21 +506,30 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 		start[b]++
 	}
 
-	// Pass 2, internal order: the entries.
+	// Pass 2, internal order: the entries, each flow at its own offset.
 	d.w = make([]float64, nF)
 	d.recv = make([]float64, nF)
 	d.smp = make([]float64, nF)
 	d.fStart = make([]int32, nF+1)
-	d.eCell = make([]int32, 0, nE)
-	d.eFlow = make([]int32, 0, nE)
-	d.eA = make([]float64, 0, nE)
-	d.eB = make([]float64, 0, nE)
-	d.eVar = make([]float64, 0, nE)
 	for f, i := range d.perm {
-		fc := flows[i]
-		w, pop := w0[i], recv0[i]
-		d.w[f], d.recv[f], d.smp[f] = w, pop, smp0[i]
-		if cnt[i] > 0 {
+		d.fStart[f+1] = d.fStart[f] + cnt[i]
+	}
+	nE := int(d.fStart[nF])
+	d.eCell = make([]int32, nE)
+	d.eFlow = make([]int32, nE)
+	d.eA = make([]float64, nE)
+	d.eB = make([]float64, nE)
+	d.eVar = make([]float64, nE)
+	parallelChunks(d.workers, nF, d.grain, func(_, lo, hi int) {
+		for f := lo; f < hi; f++ {
+			i := d.perm[f]
+			fc := flows[i]
+			w, pop := w0[i], recv0[i]
+			d.w[f], d.recv[f], d.smp[f] = w, pop, smp0[i]
+			if cnt[i] == 0 {
+				continue
+			}
+			e := d.fStart[f]
 			h1, h2 := d.snd.flowCols(fc.Flow)
 			col := h1
 			for r := 0; r < R; r++ {
@@ -510,19 +556,19 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 					if pop > 1 {
 						fpc = min(1, max(0, (pop-fn)/(pop-1)))
 					}
-					d.eCell = append(d.eCell, id)
-					d.eFlow = append(d.eFlow, int32(f))
-					d.eA = append(d.eA, w*fn)
-					d.eB = append(d.eB, w*w*fn)
-					d.eVar = append(d.eVar, w*w*fn*fpc)
+					d.eCell[e] = id
+					d.eFlow[e] = int32(f)
+					d.eA[e] = w * fn
+					d.eB[e] = w * w * fn
+					d.eVar[e] = w * w * fn * fpc
+					e++
 				}
 				if col += h2; col >= C {
 					col -= C
 				}
 			}
 		}
-		d.fStart[f+1] = int32(len(d.eCell))
-	}
+	})
 
 	nC := len(d.cGlob)
 	d.cY = make([]float64, nC)
@@ -578,6 +624,7 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 	d.q = make([]float64, nA)
 	d.diag = make([]float64, nA)
 	d.t = make([]float64, nC)
+	d.t2 = make([]float64, nC)
 	d.y = make([]float64, nC)
 	d.wgt = make([]float64, nC)
 	d.buf = make([]float64, 0, nF)
@@ -680,13 +727,57 @@ func madVar(x []float64) float64 {
 }
 
 // medianInPlace is median (the upper one for an even count) without the
-// copy: it sorts x.
+// copy: it reorders x. Quickselect, not a sort: the decoder takes up to six
+// medians of 150k values per interval.
 func medianInPlace(x []float64) float64 {
 	if len(x) == 0 {
 		return math.NaN()
 	}
-	slices.Sort(x)
-	return x[len(x)/2]
+	return selectNth(x, len(x)/2)
+}
+
+// selectNth reorders x so that x[n] is the element slices.Sort would put
+// there (NaN orders first, as in cmp.Less) and returns it: Hoare's
+// partition around the median of three, iterating into one side.
+func selectNth(x []float64, n int) float64 {
+	less := func(a, b float64) bool { return a < b || (a != a && b == b) }
+	lo, hi := 0, len(x)-1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if less(x[mid], x[lo]) {
+			x[mid], x[lo] = x[lo], x[mid]
+		}
+		if less(x[hi], x[lo]) {
+			x[hi], x[lo] = x[lo], x[hi]
+		}
+		if less(x[hi], x[mid]) {
+			x[hi], x[mid] = x[mid], x[hi]
+		}
+		pivot := x[mid]
+		i, j := lo, hi
+		for i <= j {
+			for less(x[i], pivot) {
+				i++
+			}
+			for less(pivot, x[j]) {
+				j--
+			}
+			if i <= j {
+				x[i], x[j] = x[j], x[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case n <= j:
+			hi = j
+		case n >= i:
+			lo = i
+		default:
+			return x[n]
+		}
+	}
+	return x[n]
 }
 
 // noise sets the variance of every delay equation from the flows' delay
@@ -747,7 +838,7 @@ func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
 // It returns the iterations used.
 func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol float64) int {
 	nF := len(x)
-	r, z, p, q, diag, t := d.r, d.z, d.p, d.q, d.diag, d.t
+	r, z, p, diag, t := d.r, d.z, d.p, d.diag, d.t
 	fs, ec := d.fStart, d.eCell
 	// t = W (y - A x)
 	copy(t, y)
@@ -781,55 +872,16 @@ func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol 
 		bnorm += b * b / dg
 	}
 	tol2 := d.opt.Tol * d.opt.Tol * bnorm
-	it, calm := 0, 0
-	beta := 0.0
-	for ; it < maxIter && rz > tol2 && rz > 0; it++ {
-		// p = z + β·p is folded into the scatter t = A p.
-		clear(t)
-		for f := 0; f < nF; f++ {
-			pf := z[f] + beta*p[f]
-			p[f] = pf
-			for e := fs[f]; e < fs[f+1]; e++ {
-				t[ec[e]] += coef[e] * pf
-			}
-		}
-		for c := range t {
-			t[c] *= wgt[c]
-		}
-		var pq float64
-		for f := 0; f < nF; f++ {
-			s := lambda[f] * p[f]
-			for e := fs[f]; e < fs[f+1]; e++ {
-				s += coef[e] * t[ec[e]]
-			}
-			q[f] = s
-			pq += p[f] * s
-		}
-		if !(pq > 0) {
-			break
-		}
-		alpha := rz / pq
-		var rzNew, step float64
-		for f := 0; f < nF; f++ {
-			dx := alpha * p[f]
-			x[f] += dx
-			step = max(step, math.Abs(dx))
-			r[f] -= alpha * q[f]
-			z[f] = r[f] * diag[f]
-			rzNew += r[f] * z[f]
-		}
-		beta = rzNew / rz
-		rz = rzNew
-		// Converged when no flow moves by more than stepTol for a few
-		// iterations in a row (CG's steps are not monotone).
-		if step <= stepTol {
-			if calm++; calm >= 3 {
-				it++
-				break
-			}
-		} else {
-			calm = 0
-		}
+	if !(rz > tol2 && rz > 0) || maxIter <= 0 {
+		return 0
 	}
+	cg := d.newCGParts(coef, wgt, lambda, x, fs, ec)
+	var it int
+	pairRun(d.workers >= 2 && nF >= 2*d.grain, func(halves []int, b *pairBarrier) {
+		n := cg.loop(halves, b, rz, tol2, maxIter, stepTol)
+		if b.me == 0 {
+			it = n
+		}
+	})
 	return it
 }

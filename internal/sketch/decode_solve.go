@@ -3,6 +3,7 @@ package sketch
 import (
 	"math"
 	"math/bits"
+	"sort"
 )
 
 // sigCollapse: decoded variances whose median is below this fraction of
@@ -248,7 +249,7 @@ func (d *lsDecoder) identify() {
 	maxL := d.rows * d.k
 	// Flows are independent here: contiguous runs of the cache-friendly
 	// order go to the workers, each with its own scratch.
-	parallelChunks(d.workers, len(order), minChunk, func(_, lo, hi int) {
+	parallelChunks(d.workers, len(order), d.grain, func(_, lo, hi int) {
 		var (
 			recs  []rec
 			table []slot
@@ -523,45 +524,105 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	// that happens to share a cell with a big flow's lost packets can
 	// claim them (its odds are free to be huge).
 	pa, pb := rho*lossPriorPackets, float64(lossPriorPackets)
-	mean := make([]float64, len(cDef))
-	iters := max(1, min(d.opt.MaxIter, lossIter))
-	for it := 0; it < iters; it++ {
-		clear(mean)
-		for j := range cand {
-			for e := eStart[j]; e < eStart[j+1]; e++ {
-				mean[ec[e]] += ea[e] * th[j]
+	// A cell without a deficit adds a·0/m = +0 to a flow's share: only the
+	// entries in cells with a deficit take part in the iterations (at
+	// 0.1 % loss a small part of them), the denominators are fixed.
+	den := make([]float64, len(cand))
+	nAct := 0
+	for j := range cand {
+		for e := eStart[j]; e < eStart[j+1]; e++ {
+			den[j] += ea[e]
+			if cDef[ec[e]] > 0 {
+				nAct++
 			}
-		}
-		var moved float64
-		for j := range cand {
-			var num, den float64
-			for e := eStart[j]; e < eStart[j+1]; e++ {
-				a := ea[e]
-				den += a
-				if m := mean[ec[e]]; m > 0 {
-					num += a * cDef[ec[e]] / m
-				}
-			}
-			var nt float64
-			if seen[j] {
-				nt = (th[j]*num + pa) / (den + pb)
-			} else if den > 0 {
-				nt = th[j] * num / den
-			}
-			nt = min(ub[j], nt)
-			step := math.Abs(nt - th[j]) // lost packets (never seen) or odds
-			if seen[j] {
-				step *= d.recv[d.inv[cand[j]]]
-			}
-			moved = max(moved, step)
-			th[j] = nt
-		}
-		// Converged when no flow's lost packets move by a thousandth of a
-		// packet: finer is below what a count can mean.
-		if moved < 1e-3 {
-			break
 		}
 	}
+	actStart := make([]int32, len(cand)+1)
+	actC := make([]int32, 0, nAct)
+	actA := make([]float64, 0, nAct)
+	for j := range cand {
+		for e := eStart[j]; e < eStart[j+1]; e++ {
+			if c := ec[e]; cDef[c] > 0 {
+				actC = append(actC, c)
+				actA = append(actA, ea[e])
+			}
+		}
+		actStart[j+1] = int32(len(actC))
+	}
+	// A step is in lost packets: odds times the packets delivered for a
+	// seen flow, packets already for one never seen.
+	stepScale := make([]float64, len(cand))
+	for j, i := range cand {
+		stepScale[j] = 1
+		if seen[j] {
+			stepScale[j] = d.recv[d.inv[i]]
+		}
+	}
+	// The iterations run on two fixed halves of the candidates (by
+	// entries), each summing its expected deficits into a vector of its
+	// own; the two are added cell by cell (pairRun: the same arithmetic on
+	// one goroutine or two).
+	var means [2][]float64
+	means[0], means[1] = make([]float64, len(cDef)), make([]float64, len(cDef))
+	half := actStart[len(cand)] / 2
+	mid := sort.Search(len(cand), func(j int) bool { return actStart[j] >= half })
+	cLo := [3]int{0, mid, len(cand)}
+	dLo := [3]int{0, len(cDef) / 2, len(cDef)}
+	var movedH [2]float64
+	iters := max(1, min(d.opt.MaxIter, lossIter))
+	pairRun(d.workers >= 2 && len(cand) >= 2*d.grain, func(halves []int, b *pairBarrier) {
+		for it := 0; it < iters; it++ {
+			for _, h := range halves {
+				mean := means[h]
+				clear(mean)
+				for j := cLo[h]; j < cLo[h+1]; j++ {
+					for e := actStart[j]; e < actStart[j+1]; e++ {
+						mean[actC[e]] += actA[e] * th[j]
+					}
+				}
+			}
+			b.wait()
+			for _, h := range halves {
+				m0, m1 := means[0][dLo[h]:dLo[h+1]], means[1][dLo[h]:dLo[h+1]]
+				m1 = m1[:len(m0)]
+				for c := range m0 {
+					m0[c] += m1[c]
+				}
+			}
+			b.wait()
+			mean := means[0]
+			for _, h := range halves {
+				var moved float64
+				for j := cLo[h]; j < cLo[h+1]; j++ {
+					var num float64
+					for e := actStart[j]; e < actStart[j+1]; e++ {
+						c := actC[e]
+						if m := mean[c]; m > 0 {
+							num += actA[e] * cDef[c] / m
+						}
+					}
+					var nt float64
+					if seen[j] {
+						nt = (th[j]*num + pa) / (den[j] + pb)
+					} else if den[j] > 0 {
+						nt = th[j] * num / den[j]
+					}
+					nt = min(ub[j], nt)
+					if step := math.Abs(nt-th[j]) * stepScale[j]; step > moved {
+						moved = step
+					}
+					th[j] = nt
+				}
+				movedH[h] = moved
+			}
+			b.wait()
+			// Converged when no flow's lost packets move by a thousandth
+			// of a packet: finer is below what a count can mean.
+			if max(movedH[0], movedH[1]) < 1e-3 {
+				break
+			}
+		}
+	})
 	for j, i := range cand {
 		if seen[j] {
 			out[i] = th[j] * d.recv[d.inv[i]]

@@ -646,12 +646,13 @@ func TestDecodeWorkersSameResult(t *testing.T) {
 		keys[i] = f.hash
 	}
 	comp := compositions(rcv, keys, rcvP)
-	one, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Workers: 1})
+	// grain 1: every parallel stage splits even these 16,000 flows.
+	one, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Workers: 1, grain: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []int{2, 3, 8} {
-		got, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Workers: w})
+		got, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Workers: w, grain: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

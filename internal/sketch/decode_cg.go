@@ -1,0 +1,214 @@
+package sketch
+
+import (
+	"math"
+	"runtime"
+	"sort"
+	"sync/atomic"
+)
+
+// The conjugate-gradient iterations of lsDecoder.pcg, split into two fixed
+// halves of the flows (by entries) so that two goroutines can share them.
+// Each half scatters into a cell vector of its own and the two are added
+// cell by cell; the scalar products are the two halves' partial sums
+// added in a fixed order. The split is the same whatever the number of
+// goroutines, so one goroutine running both halves computes bit for bit
+// what two do (TestDecodeWorkersSameResult). An iteration has four
+// phases, with a pairBarrier between them.
+
+// pairSync is where two goroutines sharing fixed halves of a loop meet:
+// each publishes how many phases it has finished and spins until the other
+// has finished as many (a phase is ~0.1–1 ms, too short for the
+// scheduler's wake-ups).
+type pairSync struct {
+	n [2]atomic.Int64
+	_ [48]byte // keep the counters off the caller's cache line
+}
+
+// pairBarrier is one goroutine's side of a pairSync; a nil pairSync is a
+// goroutine running both halves alone, for which wait does nothing.
+type pairBarrier struct {
+	s     *pairSync
+	me    int
+	phase int64
+}
+
+func (b *pairBarrier) wait() {
+	if b.s == nil {
+		return
+	}
+	b.phase++
+	b.s.n[b.me].Store(b.phase)
+	for spins := 1; b.s.n[1-b.me].Load() < b.phase; spins++ {
+		if spins%256 == 0 {
+			runtime.Gosched() // the other goroutine may be waiting for a P
+		}
+	}
+}
+
+// pairRun runs body over the halves 0 and 1: on two goroutines, each with
+// its half, when two is set, else on the caller's goroutine with both.
+// body must compute the same thing either way (fixed halves, partial
+// results combined in a fixed order), and every goroutine must call wait
+// the same number of times.
+func pairRun(two bool, body func(halves []int, b *pairBarrier)) {
+	if !two {
+		body([]int{0, 1}, &pairBarrier{})
+		return
+	}
+	s := new(pairSync)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body([]int{1}, &pairBarrier{s: s, me: 1})
+	}()
+	body([]int{0}, &pairBarrier{s: s, me: 0})
+	<-done
+}
+
+// cgParts holds one solve's operands and the halves' partial results.
+type cgParts struct {
+	coef, wgt, lambda   []float64
+	x, r, z, p, q, diag []float64
+	fs, ec              []int32
+	t                   [2][]float64 // per half: A·p, then (t[0]) W·A·p
+	flo, clo            [3]int       // half h: flows flo[h]..flo[h+1], cells clo[h]..clo[h+1]
+	pq, rz, pmax        [2]float64   // per half, written by its goroutine only
+}
+
+func (d *lsDecoder) newCGParts(coef, wgt, lambda, x []float64, fs, ec []int32) *cgParts {
+	nF, nC := len(x), len(d.t)
+	cg := &cgParts{
+		coef: coef, wgt: wgt, lambda: lambda[:nF],
+		x: x[:nF], r: d.r[:nF], z: d.z[:nF], p: d.p[:nF], q: d.q[:nF], diag: d.diag[:nF],
+		fs: fs[:nF+1], ec: ec,
+		t: [2][]float64{d.t, d.t2},
+	}
+	// Halves with equal entries: the flows' loops cost by entry.
+	half := fs[nF] / 2
+	mid := sort.Search(nF, func(f int) bool { return fs[f] >= half })
+	cg.flo = [3]int{0, mid, nF}
+	cg.clo = [3]int{0, nC / 2, nC}
+	return cg
+}
+
+// loop runs the iterations from p = 0 and the residual in r, z and rz over
+// the given halves, meeting the other goroutine (if any) at b. Both
+// goroutines compute the same scalars and stop together.
+func (cg *cgParts) loop(halves []int, b *pairBarrier, rz, tol2 float64, maxIter int, stepTol float64) int {
+	it, calm := 0, 0
+	beta := 0.0
+	for ; it < maxIter && rz > tol2 && rz > 0; it++ {
+		for _, h := range halves {
+			cg.scatter(h, beta)
+		}
+		b.wait()
+		for _, h := range halves {
+			cg.combine(h)
+		}
+		b.wait()
+		for _, h := range halves {
+			cg.pq[h] = cg.gather(h)
+		}
+		b.wait()
+		pq := cg.pq[0] + cg.pq[1]
+		if !(pq > 0) {
+			break
+		}
+		alpha := rz / pq
+		for _, h := range halves {
+			cg.rz[h], cg.pmax[h] = cg.update(h, alpha)
+		}
+		b.wait()
+		rzNew := cg.rz[0] + cg.rz[1]
+		// The largest step |α·p_f| is |α|·max|p_f| exactly (rounding is
+		// monotone).
+		step := math.Abs(alpha) * max(cg.pmax[0], cg.pmax[1])
+		beta = rzNew / rz
+		rz = rzNew
+		// Converged when no flow moves by more than stepTol for a few
+		// iterations in a row (CG's steps are not monotone).
+		if step <= stepTol {
+			if calm++; calm >= 3 {
+				it++
+				break
+			}
+		} else {
+			calm = 0
+		}
+	}
+	return it
+}
+
+// scatter sets p = z + β·p on half h's flows and t[h] = A·p over them.
+// The loops are re-sliced so that only the cell vector is bounds-checked.
+func (cg *cgParts) scatter(h int, beta float64) {
+	t, coef, ec, fs := cg.t[h], cg.coef, cg.ec, cg.fs
+	clear(t)
+	lo, hi := cg.flo[h], cg.flo[h+1]
+	z, p := cg.z[lo:hi], cg.p[lo:hi]
+	z = z[:len(p)]
+	fs = fs[lo : hi+1]
+	for f := range p {
+		pf := z[f] + beta*p[f]
+		p[f] = pf
+		a, b := fs[f], fs[f+1]
+		cs := coef[a:b]
+		for i, c := range ec[a:b:b][:len(cs)] {
+			t[c] += cs[i] * pf
+		}
+	}
+}
+
+// combine adds the halves' cell vectors over half h of the cells and
+// weights them: t[0] = W·(t[0] + t[1]).
+func (cg *cgParts) combine(h int) {
+	lo, hi := cg.clo[h], cg.clo[h+1]
+	t0, t1, w := cg.t[0][lo:hi], cg.t[1][lo:hi], cg.wgt[lo:hi]
+	t1, w = t1[:len(t0)], w[:len(t0)]
+	for c := range t0 {
+		t0[c] = (t0[c] + t1[c]) * w[c]
+	}
+}
+
+// gather sets q = (AᵀWA + Λ)·p on half h's flows and returns their pᵀq.
+func (cg *cgParts) gather(h int) float64 {
+	t, coef, ec, fs := cg.t[0], cg.coef, cg.ec, cg.fs
+	lo, hi := cg.flo[h], cg.flo[h+1]
+	p, q, lambda := cg.p[lo:hi], cg.q[lo:hi], cg.lambda[lo:hi]
+	q, lambda = q[:len(p)], lambda[:len(p)]
+	fs = fs[lo : hi+1]
+	var pq float64
+	for f := range p {
+		s := lambda[f] * p[f]
+		a, b := fs[f], fs[f+1]
+		cs := coef[a:b]
+		for i, c := range ec[a:b:b][:len(cs)] {
+			s += cs[i] * t[c]
+		}
+		q[f] = s
+		pq += p[f] * s
+	}
+	return pq
+}
+
+// update takes the step α on half h's flows and returns their rᵀz and
+// max |p_f|.
+func (cg *cgParts) update(h int, alpha float64) (rz, pmax float64) {
+	lo, hi := cg.flo[h], cg.flo[h+1]
+	x, r, z, p, q, diag := cg.x[lo:hi], cg.r[lo:hi], cg.z[lo:hi], cg.p[lo:hi], cg.q[lo:hi], cg.diag[lo:hi]
+	r, z, p, q, diag = r[:len(x)], z[:len(x)], p[:len(x)], q[:len(x)], diag[:len(x)]
+	for f := range x {
+		pf := p[f]
+		x[f] += alpha * pf
+		if a := math.Abs(pf); a > pmax {
+			pmax = a
+		}
+		rf := r[f] - alpha*q[f]
+		r[f] = rf
+		zf := rf * diag[f]
+		z[f] = zf
+		rz += rf * zf
+	}
+	return rz, pmax
+}
