@@ -217,8 +217,7 @@ func (d *lsDecoder) identify() {
 		s               float64 // 0 until computed
 	}
 	type rec struct {
-		slot, li, prev, j int32
-		s1                float64
+		slot, li, prev, j int32 // the single-cell term is hot[j].s1
 	}
 	// Visit the flows in the order of their last usable cell (cells are
 	// numbered by row and column): consecutive flows then share cells,
@@ -294,10 +293,13 @@ func (d *lsDecoder) identify() {
 				gen = 0
 			}
 			gen++
+			if bound > len(recs) {
+				recs = make([]rec, 2*bound)
+			}
+			nRec := int32(0)
 			mask := uint32(size - 1)
 			S := S[:L*L]
 			clear(S)
-			recs = recs[:0]
 			self := int32(f)
 			var sigF uint32
 			for _, c := range cells[:L] {
@@ -325,16 +327,18 @@ func (d *lsDecoder) identify() {
 						*t = slot{gen: gen, g: g, head: -1}
 					}
 					t.n++
-					recs = append(recs, rec{slot: int32(k), li: int32(li), prev: t.head, j: j, s1: h.s1})
-					t.head = int32(len(recs) - 1)
+					recs[nRec] = rec{slot: int32(k), li: int32(li), prev: t.head, j: j}
+					t.head = nRec
+					nRec++
 				}
 				S[li*L+li] = sum
 			}
-			for _, rc := range recs {
+			for ri := range nRec {
+				rc := &recs[ri]
 				t := &table[rc.slot]
 				i := int(rc.li)
 				if t.n == 1 {
-					S[i*L+i] += rc.s1
+					S[i*L+i] += hot[rc.j].s1
 					continue
 				}
 				if t.s == 0 {
