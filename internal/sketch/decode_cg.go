@@ -2,9 +2,9 @@ package sketch
 
 import (
 	"math"
-	"runtime"
 	"sort"
 	"sync/atomic"
+	"time"
 )
 
 // The conjugate-gradient iterations of lsDecoder.pcg, split into two fixed
@@ -17,12 +17,29 @@ import (
 // phases, with a pairBarrier between them.
 
 // pairSync is where two goroutines sharing fixed halves of a loop meet:
-// each publishes how many phases it has finished and spins until the other
-// has finished as many (a phase is ~0.1–1 ms, too short for the
-// scheduler's wake-ups).
+// each publishes how many phases it has finished and waits until the
+// other has finished as many. A phase is ~0.1–1 ms, too short for the
+// scheduler's wake-ups, so a waiter first spins; if the other goroutine is
+// not running (more goroutines than cores: a replay estimates several
+// intervals at once), spinning would take the core it needs, so after
+// pairSpin the waiter parks on a channel and the other wakes it.
 type pairSync struct {
-	n [2]atomic.Int64
-	_ [48]byte // keep the counters off the caller's cache line
+	n     [2]atomic.Int64 // phases finished
+	sleep [2]atomic.Int64 // the phase a parked goroutine waits for, 0 = none
+	wake  [2]chan struct{}
+}
+
+// pairSpin bounds a waiter's spinning. Waking a parked goroutine took
+// ~100 µs here, so spinning must cover the usual imbalance of two halves
+// (tens of µs in the conjugate gradients); much longer wastes the core a
+// goroutine that is not running at all needs (a replay of 10 intervals of
+// 38k flows, estimated two at a time on two cores: 1.8–2.1 s with 50 µs,
+// as before the halves; 1.8–2.4 s with 300 µs; 2.5–3.2 s spinning
+// without bound).
+const pairSpin = 50 * time.Microsecond
+
+func newPairSync() *pairSync {
+	return &pairSync{wake: [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
 }
 
 // pairBarrier is one goroutine's side of a pairSync; a nil pairSync is a
@@ -33,17 +50,40 @@ type pairBarrier struct {
 	phase int64
 }
 
+// wait publishes this goroutine's phase, wakes the other if it parked for
+// it, and returns once the other has finished the same phase. The parking
+// handshake is Dekker's: each side stores, then loads the other's word,
+// and whichever clears the sleep word (CompareAndSwap) owns the wake-up,
+// so no wake-up is lost and none is left over.
 func (b *pairBarrier) wait() {
 	if b.s == nil {
 		return
 	}
+	s, me, other := b.s, b.me, 1-b.me
 	b.phase++
-	b.s.n[b.me].Store(b.phase)
-	for spins := 1; b.s.n[1-b.me].Load() < b.phase; spins++ {
-		if spins%256 == 0 {
-			runtime.Gosched() // the other goroutine may be waiting for a P
+	ph := b.phase
+	s.n[me].Store(ph)
+	if v := s.sleep[other].Load(); v != 0 && v <= ph && s.sleep[other].CompareAndSwap(v, 0) {
+		s.wake[other] <- struct{}{}
+	}
+	var start time.Time
+	for spins := 1; s.n[other].Load() < ph; spins++ {
+		if spins%64 != 0 {
+			continue
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > pairSpin {
+			goto park
 		}
 	}
+	return
+park:
+	s.sleep[me].Store(ph)
+	if s.n[other].Load() >= ph && s.sleep[me].CompareAndSwap(ph, 0) {
+		return // arrived meanwhile; nobody will send
+	}
+	<-s.wake[me]
 }
 
 // pairRun runs body over the halves 0 and 1: on two goroutines, each with
@@ -56,7 +96,7 @@ func pairRun(two bool, body func(halves []int, b *pairBarrier)) {
 		body([]int{0, 1}, &pairBarrier{})
 		return
 	}
-	s := new(pairSync)
+	s := newPairSync()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -72,7 +112,7 @@ type cgParts struct {
 	x, r, z, p, q, diag []float64
 	fs, ec              []int32
 	t                   [2][]float64 // per half: A·p, then (t[0]) W·A·p
-	flo, clo            [3]int       // half h: flows flo[h]..flo[h+1], cells clo[h]..clo[h+1]
+	flo, ulo, clo       [3]int       // half h: flows flo[h]..flo[h+1] (scatter, gather), ulo (update), cells clo
 	pq, rz, pmax        [2]float64   // per half, written by its goroutine only
 }
 
@@ -84,10 +124,15 @@ func (d *lsDecoder) newCGParts(coef, wgt, lambda, x []float64, fs, ec []int32) *
 		fs: fs[:nF+1], ec: ec,
 		t: [2][]float64{d.t, d.t2},
 	}
-	// Halves with equal entries: the flows' loops cost by entry.
-	half := fs[nF] / 2
-	mid := sort.Search(nF, func(f int) bool { return fs[f] >= half })
+	// The scatter and the gather cost an entry each plus a flow's
+	// overhead (about four entries: with two, the half of the small flows
+	// arrived 200 µs late at each barrier); the update costs by flow.
+	// Halves of equal cost, or the first goroutine at a barrier waits.
+	cost := func(f int) int { return int(fs[f]) + 4*f }
+	half := cost(nF) / 2
+	mid := sort.Search(nF, func(f int) bool { return cost(f) >= half })
 	cg.flo = [3]int{0, mid, nF}
+	cg.ulo = [3]int{0, nF / 2, nF}
 	cg.clo = [3]int{0, nC / 2, nC}
 	return cg
 }
@@ -195,7 +240,7 @@ func (cg *cgParts) gather(h int) float64 {
 // update takes the step α on half h's flows and returns their rᵀz and
 // max |p_f|.
 func (cg *cgParts) update(h int, alpha float64) (rz, pmax float64) {
-	lo, hi := cg.flo[h], cg.flo[h+1]
+	lo, hi := cg.ulo[h], cg.ulo[h+1]
 	x, r, z, p, q, diag := cg.x[lo:hi], cg.r[lo:hi], cg.z[lo:hi], cg.p[lo:hi], cg.q[lo:hi], cg.diag[lo:hi]
 	r, z, p, q, diag = r[:len(x)], z[:len(x)], p[:len(x)], q[:len(x)], diag[:len(x)]
 	for f := range x {

@@ -562,14 +562,15 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 			stepScale[j] = d.recv[d.inv[i]]
 		}
 	}
-	// The iterations run on two fixed halves of the candidates (by
-	// entries), each summing its expected deficits into a vector of its
+	// The iterations run on two fixed halves of the candidates, each summing its expected deficits into a vector of its
 	// own; the two are added cell by cell (pairRun: the same arithmetic on
 	// one goroutine or two).
 	var means [2][]float64
 	means[0], means[1] = make([]float64, len(cDef)), make([]float64, len(cDef))
-	half := actStart[len(cand)] / 2
-	mid := sort.Search(len(cand), func(j int) bool { return actStart[j] >= half })
+	// Halves of equal cost: an entry each, a candidate about four.
+	cost := func(j int) int { return int(actStart[j]) + 4*j }
+	half := cost(len(cand)) / 2
+	mid := sort.Search(len(cand), func(j int) bool { return cost(j) >= half })
 	cLo := [3]int{0, mid, len(cand)}
 	dLo := [3]int{0, len(cDef) / 2, len(cDef)}
 	var movedH [2]float64
