@@ -784,21 +784,26 @@ func selectNth(x []float64, n int) float64 {
 // variances (σ_f², floored so that a low estimate cannot make a noisy
 // cell look exact) and the mass of unknown flows.
 func (d *lsDecoder) noise(perFlow bool) {
-	for c := range d.cV {
-		m := d.cMiss[c]
-		if math.IsNaN(m) {
-			d.cV[c] = math.Inf(1)
-			continue
+	// Cell by cell over cEnt (a cell's entries in flow-major order: the
+	// same sums as a scatter over the entries), split over the workers.
+	parallelChunks(d.workers, len(d.cV), d.grain, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			m := d.cMiss[c]
+			if math.IsNaN(m) {
+				d.cV[c] = math.Inf(1)
+				continue
+			}
+			v := noiseFloor*d.sig2 + m*m*d.tau2 + m*d.sig2
+			for _, e := range d.cEnt[d.cStart[c]:d.cStart[c+1]] {
+				s := d.sig2
+				if perFlow {
+					s = max(d.varF[d.eFlow[e]], 0.1*d.sig2)
+				}
+				v += d.eVar[e] * s
+			}
+			d.cV[c] = v
 		}
-		d.cV[c] = noiseFloor*d.sig2 + m*m*d.tau2 + m*d.sig2
-	}
-	for e, c := range d.eCell {
-		s := d.sig2
-		if perFlow {
-			s = max(d.varF[d.eFlow[e]], 0.1*d.sig2)
-		}
-		d.cV[c] += d.eVar[e] * s
-	}
+	})
 }
 
 // solveDelay computes the posterior mean of the flows' delays.

@@ -36,28 +36,30 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 			wv[f] = sd * sd
 		}
 	}
-	for c := 0; c < nC; c++ {
-		miss := d.cMiss[c]
-		if math.IsNaN(miss) || d.cN[c] <= 0 {
-			y[c], wgt[c] = 0, 0
-			continue
+	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			miss := d.cMiss[c]
+			if math.IsNaN(miss) || d.cN[c] <= 0 {
+				y[c], wgt[c] = 0, 0
+				continue
+			}
+			m := d.cY[c] / d.cN[c]
+			x := d.cSPM[c] - m*d.cSN[c]
+			dm := d.mu - m
+			known := miss * (s2 + d.tau2 + dm*dm)
+			expect := known
+			for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
+				e := d.cEnt[j]
+				f := d.eFlow[e]
+				dd := d.mu + d.x[f] - m
+				b := d.eB[e]
+				known += b * (dd*dd + s2) // s2: the unknowns are centred on σ̄²
+				expect += b * (dd*dd + wv[f])
+			}
+			y[c] = x*x - known
+			wgt[c] = 1 / (2*expect*expect + noiseFloor*s2*s2)
 		}
-		m := d.cY[c] / d.cN[c]
-		x := d.cSPM[c] - m*d.cSN[c]
-		dm := d.mu - m
-		known := miss * (s2 + d.tau2 + dm*dm)
-		expect := known
-		for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
-			e := d.cEnt[j]
-			f := d.eFlow[e]
-			dd := d.mu + d.x[f] - m
-			b := d.eB[e]
-			known += b * (dd*dd + s2) // s2: the unknowns are centred on σ̄²
-			expect += b * (dd*dd + wv[f])
-		}
-		y[c] = x*x - known
-		wgt[c] = 1 / (2*expect*expect + noiseFloor*s2*s2)
-	}
+	})
 	// Only the nA flows with an equation are solved for; the others keep
 	// σ̄² (their prior variance is all they get).
 	nA := d.nA
@@ -124,39 +126,55 @@ func (d *lsDecoder) identify() {
 		d.post[f] = 1 / lam[f]
 	}
 	// Level-1 information each entry brings to its flow: the cell's other
-	// flows at their prior variance.
+	// flows at their prior variance. The per-cell sums run cell by cell
+	// over cEnt, which lists a cell's entries in flow-major order: the
+	// same additions in the same order as a scatter over the entries, and
+	// independent per cell, so they split over the workers.
 	q := d.t // pcg's scratch: the solves are done
-	copy(q, d.cV)
-	for e, c := range d.eCell {
-		q[c] += d.eA[e] * d.eA[e] / lam[d.eFlow[e]]
-	}
+	nC := len(d.cY)
+	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			v := d.cV[c]
+			for _, e := range d.cEnt[d.cStart[c]:d.cStart[c+1]] {
+				v += d.eA[e] * d.eA[e] / lam[d.eFlow[e]]
+			}
+			q[c] = v
+		}
+	})
 	pe := make([]float64, nE)
 	P := d.r[:nA]
-	for f := 0; f < nA; f++ {
-		P[f] = lam[f]
-		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
-			c := d.eCell[e]
-			if math.IsInf(d.cV[c], 1) {
-				continue
+	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
+		for f := lo; f < hi; f++ {
+			P[f] = lam[f]
+			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+				c := d.eCell[e]
+				if math.IsInf(d.cV[c], 1) {
+					continue
+				}
+				a := d.eA[e]
+				den := max(d.cV[c], q[c]-a*a/lam[f])
+				pe[e] = a * a / den
+				P[f] += pe[e]
 			}
-			a := d.eA[e]
-			den := max(d.cV[c], q[c]-a*a/lam[f])
-			pe[e] = a * a / den
-			P[f] += pe[e]
 		}
-	}
+	})
 
 	// T_c = Σ_g a_gc²·s_g over the cell, s_g the variance g keeps without
 	// cell c: a flow with a single usable cell needs nothing else (no loop
 	// can pass through one cell), which spares most small flows the scan.
 	T := d.y
-	clear(T)
-	for e, c := range d.eCell {
-		if !math.IsInf(d.cV[c], 1) {
-			g := d.eFlow[e]
-			T[c] += d.eA[e] * d.eA[e] / max(P[g]-pe[e], lam[g])
+	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			var v float64
+			if !math.IsInf(d.cV[c], 1) {
+				for _, e := range d.cEnt[d.cStart[c]:d.cStart[c+1]] {
+					g := d.eFlow[e]
+					v += d.eA[e] * d.eA[e] / max(P[g]-pe[e], lam[g])
+				}
+			}
+			T[c] = v
 		}
-	}
+	})
 	// Cell-major copies of what the scan needs, so that it reads memory in
 	// order (the scan touches Σ_c |c|² entries, mostly out of cache). Hot:
 	// the flow, the single-cell term a²·s_g, and a 32-bit signature of g's
@@ -179,34 +197,36 @@ func (d *lsDecoder) identify() {
 	}
 	hot := make([]hotEntry, nE)
 	cold := make([]coldEntry, nE)
-	sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
-	for g := 0; g < nA; g++ {
-		sigE = sigE[:0]
-		var acc uint32
-		for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
-			sigE = append(sigE, acc)
-			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-				acc |= 1 << (uint(c) & 31)
+	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
+		sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
+		for g := lo; g < hi; g++ {
+			sigE = sigE[:0]
+			var acc uint32
+			for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
+				sigE = append(sigE, acc)
+				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+					acc |= 1 << (uint(c) & 31)
+				}
+			}
+			acc = 0 // suffix ORs
+			for e := d.fStart[g+1] - 1; e >= d.fStart[g]; e-- {
+				i := e - d.fStart[g]
+				sigE[i] |= acc
+				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+					acc |= 1 << (uint(c) & 31)
+				}
+			}
+			for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
+				if math.IsInf(d.cV[d.eCell[e]], 1) {
+					continue
+				}
+				j := pos[e]
+				a := d.eA[e]
+				hot[j] = hotEntry{g: int32(g), s1: a * a * (1 / max(P[g]-pe[e], lam[g])), other: sigE[e-d.fStart[g]]}
+				cold[j] = coldEntry{a: a, pe: pe[e], pg: P[g], lmg: lam[g]}
 			}
 		}
-		acc = 0 // suffix ORs
-		for e := d.fStart[g+1] - 1; e >= d.fStart[g]; e-- {
-			i := e - d.fStart[g]
-			sigE[i] |= acc
-			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-				acc |= 1 << (uint(c) & 31)
-			}
-		}
-		for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
-			if math.IsInf(d.cV[d.eCell[e]], 1) {
-				continue
-			}
-			j := pos[e]
-			a := d.eA[e]
-			hot[j] = hotEntry{g: int32(g), s1: a * a * (1 / max(P[g]-pe[e], lam[g])), other: sigE[e-d.fStart[g]]}
-			cold[j] = coldEntry{a: a, pe: pe[e], pg: P[g], lmg: lam[g]}
-		}
-	}
+	})
 
 	// A slot per flow g that passed the signature filter; its records
 	// (one per shared cell) are chained from head. Only a g with several
@@ -222,7 +242,6 @@ func (d *lsDecoder) identify() {
 	// Visit the flows in the order of their last usable cell (cells are
 	// numbered by row and column): consecutive flows then share cells,
 	// which stay in cache. Counting sort; flows with none go first.
-	nC := len(d.cY)
 	order := make([]int32, nA)
 	{
 		key := make([]int32, nA)
