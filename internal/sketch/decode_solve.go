@@ -3,7 +3,6 @@ package sketch
 import (
 	"math"
 	"math/bits"
-	"sort"
 )
 
 // sigCollapse: decoded variances whose median is below this fraction of
@@ -581,72 +580,68 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 			stepScale[j] = d.recv[d.inv[i]]
 		}
 	}
-	// The iterations run on two fixed halves of the candidates, each summing its expected deficits into a vector of its
-	// own; the two are added cell by cell (pairRun: the same arithmetic on
-	// one goroutine or two).
-	var means [2][]float64
-	means[0], means[1] = make([]float64, len(cDef)), make([]float64, len(cDef))
-	// Halves of equal cost: an entry each, a candidate about four.
-	cost := func(j int) int { return int(actStart[j]) + 4*j }
-	half := cost(len(cand)) / 2
-	mid := sort.Search(len(cand), func(j int) bool { return cost(j) >= half })
-	cLo := [3]int{0, mid, len(cand)}
-	dLo := [3]int{0, len(cDef) / 2, len(cDef)}
-	var movedH [2]float64
+	// A candidate with no entry in a cell with a deficit gets num = 0 in
+	// every iteration: it takes its final value, the prior's share (seen)
+	// or 0 (never seen), in the first and keeps it. Only the others iterate
+	// (27k of the 54k candidates with a positive bound in the benchmark's
+	// 150k flows at 0.1 % loss: 25 → 11 ms); their first iteration's
+	// largest step includes the fixed ones', so the stopping rule sees
+	// what it saw over every candidate and the result is bit for bit that
+	// of iterating them all.
+	update := func(j int, num float64) float64 { // candidate j's new value
+		var nt float64
+		if seen[j] {
+			nt = (th[j]*num + pa) / (den[j] + pb)
+		} else if den[j] > 0 {
+			nt = th[j] * num / den[j]
+		}
+		nt = min(ub[j], nt)
+		return nt
+	}
+	var movedFixed float64
+	act := make([]int32, 0, len(cand))
+	for j := range cand {
+		if actStart[j+1] > actStart[j] {
+			act = append(act, int32(j))
+			continue
+		}
+		nt := update(j, 0)
+		movedFixed = max(movedFixed, math.Abs(nt-th[j])*stepScale[j])
+		th[j] = nt
+	}
+	mean := make([]float64, len(cDef))
 	iters := max(1, min(d.opt.MaxIter, lossIter))
-	pairRun(d.workers >= 2 && len(cand) >= 2*d.grain, func(halves []int, b *pairBarrier) {
-		for it := 0; it < iters; it++ {
-			for _, h := range halves {
-				mean := means[h]
-				clear(mean)
-				for j := cLo[h]; j < cLo[h+1]; j++ {
-					for e := actStart[j]; e < actStart[j+1]; e++ {
-						mean[actC[e]] += actA[e] * th[j]
-					}
-				}
-			}
-			b.wait()
-			for _, h := range halves {
-				m0, m1 := means[0][dLo[h]:dLo[h+1]], means[1][dLo[h]:dLo[h+1]]
-				m1 = m1[:len(m0)]
-				for c := range m0 {
-					m0[c] += m1[c]
-				}
-			}
-			b.wait()
-			mean := means[0]
-			for _, h := range halves {
-				var moved float64
-				for j := cLo[h]; j < cLo[h+1]; j++ {
-					var num float64
-					for e := actStart[j]; e < actStart[j+1]; e++ {
-						c := actC[e]
-						if m := mean[c]; m > 0 {
-							num += actA[e] * cDef[c] / m
-						}
-					}
-					var nt float64
-					if seen[j] {
-						nt = (th[j]*num + pa) / (den[j] + pb)
-					} else if den[j] > 0 {
-						nt = th[j] * num / den[j]
-					}
-					nt = min(ub[j], nt)
-					if step := math.Abs(nt-th[j]) * stepScale[j]; step > moved {
-						moved = step
-					}
-					th[j] = nt
-				}
-				movedH[h] = moved
-			}
-			b.wait()
-			// Converged when no flow's lost packets move by a thousandth
-			// of a packet: finer is below what a count can mean.
-			if max(movedH[0], movedH[1]) < 1e-3 {
-				break
+	for it := 0; it < iters; it++ {
+		clear(mean)
+		for _, j := range act {
+			for e := actStart[j]; e < actStart[j+1]; e++ {
+				mean[actC[e]] += actA[e] * th[j]
 			}
 		}
-	})
+		var moved float64
+		if it == 0 {
+			moved = movedFixed
+		}
+		for _, j := range act {
+			var num float64
+			for e := actStart[j]; e < actStart[j+1]; e++ {
+				c := actC[e]
+				if m := mean[c]; m > 0 {
+					num += actA[e] * cDef[c] / m
+				}
+			}
+			nt := update(int(j), num)
+			if step := math.Abs(nt-th[j]) * stepScale[j]; step > moved {
+				moved = step
+			}
+			th[j] = nt
+		}
+		// Converged when no flow's lost packets move by a thousandth of a
+		// packet: finer is below what a count can mean.
+		if moved < 1e-3 {
+			break
+		}
+	}
 	for j, i := range cand {
 		if seen[j] {
 			out[i] = th[j] * d.recv[d.inv[i]]
