@@ -226,6 +226,7 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	if err != nil {
 		return nil, nil, err
 	}
+	pe.pairCells(decodeWorkers(opt.Workers))
 	d := &lsDecoder{snd: snd, rcv: rcv, rows: snd.rows, k: int(snd.k), cols: snd.cols, rate: pe.rate, opt: opt,
 		workers: decodeWorkers(opt.Workers), grain: cmp.Or(opt.grain, minChunk)}
 	for r := range d.rate {

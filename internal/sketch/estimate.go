@@ -98,6 +98,15 @@ type candidate struct {
 	row          int
 }
 
+// cellPair is one cell as the per-flow estimate reads it from both ends:
+// one 40-byte record instead of two (the estimate is bound by these reads:
+// 150k flows at k = 5 touch 20 cells each, mostly out of cache).
+type cellPair struct {
+	dS, dSPM int64 // receiver minus sender sums
+	sn, n    int64 // the sender's signed weight and weight
+	rn       int64 // the receiver's weight
+}
+
 // estimator holds per-call scratch space so that the per-flow loop does not
 // allocate.
 type estimator struct {
@@ -110,6 +119,25 @@ type estimator struct {
 	cand     []candidate
 	rowN     []int64
 	rowS     []int64
+	// pairs and ok (usable and non-empty) per cell, made by pairCells:
+	// read-only, shared by clones.
+	pairs []cellPair
+	ok    []bool
+}
+
+// pairCells fills e.pairs and e.ok from both sketches, over the given
+// number of goroutines; flowWeighted reads them.
+func (e *estimator) pairCells(workers int) {
+	n := e.snd.Len()
+	e.pairs = make([]cellPair, n)
+	e.ok = make([]bool, n)
+	parallelChunks(workers, n, 1<<14, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			s, v := e.snd.cells[i], e.rcv.cells[i]
+			e.pairs[i] = cellPair{dS: v.S - s.S, dSPM: v.SPM - s.SPM, sn: s.SN, n: s.N, rn: v.N}
+			e.ok[i] = s.N > 0 && usable(s, v)
+		}
+	})
 }
 
 func newEstimator(snd, rcv *LDS, opt EstimateOptions) (*estimator, error) {
@@ -156,6 +184,7 @@ func EstimatePaper(snd, rcv *LDS, flows []uint64, opt EstimateOptions) ([]FlowEs
 	if err != nil {
 		return nil, err
 	}
+	e.pairCells(1)
 	out := make([]FlowEstimate, len(flows))
 	for i, f := range flows {
 		out[i] = e.flow(f)
@@ -184,7 +213,8 @@ func (e *estimator) clone() *estimator {
 // flowWeighted estimates flow f recorded with weight w (a weight that is
 // not a positive finite number counts as 1).
 func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
-	snd, rcv := e.snd, e.rcv
+	snd := e.snd
+	pairs, ok := e.pairs, e.ok
 	C := snd.cols
 	k := int(snd.k)
 	if !(w > 0) || math.IsInf(w, 0) {
@@ -203,12 +233,12 @@ func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 		base := uint64(r) * C
 		c := col
 		for j := 0; j < k; j++ {
-			s, v := snd.cells[base+c], rcv.cells[base+c]
-			if s.N > 0 && usable(s, v) {
-				sc := float64(s.N) / e.rate[r]
-				e.cand = append(e.cand, candidate{dS: v.S - s.S, dSPM: v.SPM - s.SPM, sn: s.SN, n: s.N, scaled: sc, row: r})
+			if ok[base+c] {
+				p := &pairs[base+c]
+				sc := float64(p.n) / e.rate[r]
+				e.cand = append(e.cand, candidate{dS: p.dS, dSPM: p.dSPM, sn: p.sn, n: p.n, scaled: sc, row: r})
 				if sc < nmin {
-					nmin, nminRaw, nminRate = sc, s.N, e.rate[r]
+					nmin, nminRaw, nminRate = sc, p.n, e.rate[r]
 				}
 			}
 			if c++; c == C {
@@ -232,8 +262,8 @@ func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 		c := fastMod(h1+uint64(r)*h2, snd.cmod, C)
 		base := uint64(r) * C
 		for j := 0; j < k; j++ {
-			ns += snd.cells[base+c].N
-			nr += rcv.cells[base+c].N
+			ns += pairs[base+c].n
+			nr += pairs[base+c].rn
 			if snd.bytes != nil {
 				b += snd.bytes[base+c]
 			}
