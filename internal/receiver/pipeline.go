@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
@@ -18,6 +19,7 @@ type estPipeline struct {
 	order   chan *estJob
 	run     func(*estJob)
 	stopped sync.WaitGroup
+	running atomic.Int32 // estimations in flight
 }
 
 type estJob struct {
@@ -27,6 +29,9 @@ type estJob struct {
 	iv     *results.Interval
 	err    error
 	done   chan struct{}
+	// running is how many estimations were in flight when this one
+	// started, itself included: it shares the cores with them.
+	running int
 }
 
 // newEstPipeline starts the publisher; estimate runs in a goroutine per
@@ -43,7 +48,9 @@ func newEstPipeline(conc int, estimate func(*estJob) (*results.Interval, error),
 		}
 	}()
 	p.run = func(j *estJob) {
+		j.running = int(p.running.Add(1))
 		j.iv, j.err = estimate(j)
+		p.running.Add(-1)
 		<-p.sem
 		close(j.done)
 	}

@@ -22,9 +22,20 @@ func TestEstPipelineOrder(t *testing.T) {
 		for i := range sleep {
 			sleep[i] = time.Duration(rng.IntN(300)) * time.Microsecond
 		}
-		var running, peak atomic.Int32
+		var running, peak, peakShare atomic.Int32
 		var got []int64
 		pl := newEstPipeline(conc, func(j *estJob) (*results.Interval, error) {
+			// j.running is what the job shares the cores with (the
+			// receiver divides decode's workers by it).
+			if j.running < 1 || j.running > max(1, conc) {
+				t.Errorf("conc %d: interval %d started with %d estimations running", conc, j.mt.ID, j.running)
+			}
+			for {
+				p := peakShare.Load()
+				if int32(j.running) <= p || peakShare.CompareAndSwap(p, int32(j.running)) {
+					break
+				}
+			}
 			n := running.Add(1)
 			for {
 				p := peak.Load()
@@ -59,8 +70,8 @@ func TestEstPipelineOrder(t *testing.T) {
 		if want := int32(max(1, conc)); peak.Load() > want {
 			t.Errorf("conc %d: %d estimations ran at once", conc, peak.Load())
 		}
-		if conc >= 2 && peak.Load() < 2 {
-			t.Errorf("conc %d: estimations never overlapped", conc)
+		if conc >= 2 && (peak.Load() < 2 || peakShare.Load() < 2) {
+			t.Errorf("conc %d: estimations never overlapped (peak %d) or never knew it (%d)", conc, peak.Load(), peakShare.Load())
 		}
 	}
 }

@@ -527,7 +527,12 @@ func (r *Receiver) final(s *senderState, pl *estPipeline, mt *interval.Matched) 
 // estimateJob runs in the pipeline's estimation goroutines.
 func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	defer j.mt.Release() // the receiver's sketches go back to its capture pool
-	return r.estimate(j.sender, j.mt, j.clk)
+	// Estimations running side by side (a replay's burst) share the
+	// cores: decode's two-goroutine solves wait for each other at every
+	// step and lose more than they gain on a core another estimation holds.
+	est := r.est
+	est.Workers = max(1, est.Workers/max(1, j.running))
+	return r.estimate(&est, j.sender, j.mt, j.clk)
 }
 
 // publishJob runs in the pipeline's publisher, in the order intervals
@@ -561,13 +566,13 @@ func (r *Receiver) ownClock() interval.ClockStatus {
 // synced (or disabled by choice) withholds the delays.
 // estimate runs the estimator, turning a panic into an error: the sketches
 // come from another host, and one bad interval must not stop the daemon.
-func (r *Receiver) estimate(name string, mt *interval.Matched, clk Clock) (iv *results.Interval, err error) {
+func (r *Receiver) estimate(est *Estimation, name string, mt *interval.Matched, clk Clock) (iv *results.Interval, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			iv, err = nil, fmt.Errorf("estimator panic: %v", p)
 		}
 	}()
-	return r.est.Estimate(name, mt, clk)
+	return est.Estimate(name, mt, clk)
 }
 
 func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {

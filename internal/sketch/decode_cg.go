@@ -68,7 +68,7 @@ func (b *pairBarrier) wait() {
 	}
 	var start time.Time
 	for spins := 1; s.n[other].Load() < ph; spins++ {
-		if spins%64 != 0 {
+		if spins%1024 != 0 {
 			continue
 		}
 		if start.IsZero() {
