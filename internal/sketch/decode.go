@@ -271,9 +271,25 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	d.solveDelay(out, true)
 	lap(4)
 	d.findAlone()
-	d.identify()
-	lap(5)
-	loss := d.solveLoss(flows, out)
+	// The loss EM needs only the compositions and the warm start: with
+	// two workers or more it runs alongside the identification, whose
+	// goroutines do not wait for each other, so the cores stay busy (the
+	// EM is one goroutine's work).
+	var loss []float64
+	if d.workers >= 2 {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			loss = d.solveLoss(flows, out)
+		}()
+		d.identify()
+		lap(5)
+		<-done
+	} else {
+		d.identify()
+		lap(5)
+		loss = d.solveLoss(flows, out)
+	}
 	lap(6)
 
 	for i := range out {
