@@ -832,15 +832,20 @@ func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
 		wgt[c] = 1 / d.cV[c]
 	}
 	if !perFlow {
-		for i := range d.x[:d.nA] {
-			d.x[i] = 0
-			if v := warm[d.perm[i]].Delay; !math.IsNaN(v) {
-				// Keep a wild warm start (a crowded cell) from slowing
-				// the solve: the prior says flows sit within a few τ.
-				s := 5 * math.Sqrt(d.tau2)
-				d.x[i] = max(-s, min(s, v-d.mu))
+		// Reads the warm start in the solver's order (at random): on
+		// every worker.
+		parallelChunks(d.workers, d.nA, d.grain, func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				d.x[i] = 0
+				if v := warm[d.perm[i]].Delay; !math.IsNaN(v) {
+					// Keep a wild warm start (a crowded cell) from
+					// slowing the solve: the prior says flows sit
+					// within a few τ.
+					s := 5 * math.Sqrt(d.tau2)
+					d.x[i] = max(-s, min(s, v-d.mu))
+				}
 			}
-		}
+		})
 	}
 	it := d.opt.MaxIter
 	if !perFlow {

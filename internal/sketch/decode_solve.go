@@ -29,12 +29,17 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 	// is only used once pcg runs): 8 bytes per flow instead of a
 	// FlowEstimate per look-up in the loop over entries.
 	wv := d.q[:d.nA]
-	for f := range wv {
-		wv[f] = s2
-		if sd := warm[d.perm[f]].Stddev; !math.IsNaN(sd) {
-			wv[f] = sd * sd
+	nA := d.nA
+	xs := make([]float64, nA) // the unknowns σ_f² − σ̄², from the warm start
+	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
+		for f := lo; f < hi; f++ {
+			wv[f] = s2
+			if sd := warm[d.perm[f]].Stddev; !math.IsNaN(sd) {
+				wv[f] = sd * sd
+				xs[f] = max(-s2, min(10*s2, sd*sd-s2))
+			}
 		}
-	}
+	})
 	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			miss := d.cMiss[c]
@@ -61,13 +66,6 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 	})
 	// Only the nA flows with an equation are solved for; the others keep
 	// σ̄² (their prior variance is all they get).
-	nA := d.nA
-	xs := make([]float64, nA)
-	for f := range xs {
-		if sd := warm[d.perm[f]].Stddev; !math.IsNaN(sd) {
-			xs[f] = max(-s2, min(10*s2, sd*sd-s2))
-		}
-	}
 	lam := make([]float64, nA)
 	for f := range lam {
 		lam[f] = d.opt.PriorWeight * varPriorWeight / (s2 * s2)
