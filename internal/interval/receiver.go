@@ -60,7 +60,12 @@ func newFlowTable(limit int, p sketch.Params, composition bool, expect int) *Flo
 }
 
 // Len is the number of tracked flows.
-func (ft *FlowTable) Len() int { return len(ft.Flows) }
+func (ft *FlowTable) Len() int {
+	if ft == nil {
+		return 0 // an interval without the receiver's sketch has no table
+	}
+	return len(ft.Flows)
+}
 
 // Lookup returns the stat of flow k with flow hash h, or nil.
 func (ft *FlowTable) Lookup(k capture.FlowKey, h uint64) *FlowStat {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/spike"
@@ -37,6 +38,7 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r.IntervalOutcome("a", results.OutcomeVoidedGap)
 	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
 	r.SketchBytes("a", 1)
+	r.EstimationDuration("a", time.Millisecond)
 	r.FrameError("a", "x")
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})

@@ -98,6 +98,7 @@ func TestReceiverGolden(t *testing.T) {
 	r.IntervalOutcome("a", iv.Outcome)
 	r.ObserveInterval(iv, ev)
 	r.SketchBytes("a", 70000)
+	r.EstimationDuration("a", 180*time.Millisecond)
 	r.FrameError("a", "bad_seq")
 	r.SetClock("sender", "a", "holdover", 1200, 5000)
 	r.SetClock("receiver", "", "synced", -300, 4000)

@@ -362,6 +362,37 @@ func outcomeCount(t *testing.T, rx *Receiver, outcome string) float64 {
 	return n
 }
 
+// checkEstimationsTimed: every interval that reached estimation (all
+// outcomes but a voided seq gap and a duplicate, which never do) has its
+// time in lds_estimation_duration_seconds.
+func checkEstimationsTimed(t *testing.T, rx *Receiver) {
+	t.Helper()
+	mfs, err := rx.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timed, estimated float64
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "lds_estimation_duration_seconds":
+			for _, m := range mf.GetMetric() {
+				timed += float64(m.GetHistogram().GetSampleCount())
+			}
+		case "lds_intervals_total":
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() != results.OutcomeVoidedGap && l.GetValue() != results.OutcomeDuplicate {
+						estimated += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if timed != estimated || estimated == 0 {
+		t.Errorf("lds_estimation_duration_seconds counts %v estimations, lds_intervals_total %v estimated intervals", timed, estimated)
+	}
+}
+
 // gatedSource holds the receiver's capture until open is closed, so that a
 // test decides when the receiver's own view of the intervals exists.
 type gatedSource struct {

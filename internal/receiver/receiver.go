@@ -532,7 +532,19 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	// step and lose more than they gain on a core another estimation holds.
 	est := r.est
 	est.Workers = max(1, est.Workers/max(1, j.running))
-	return r.estimate(&est, j.sender, j.mt, j.clk)
+	start := time.Now()
+	iv, err := r.estimate(&est, j.sender, j.mt, j.clk)
+	took := time.Since(start)
+	r.metrics.EstimationDuration(j.sender, took)
+	if !r.opt.Replay && took > time.Duration(r.params.T) {
+		// Live intervals come one an interval: estimation slower than
+		// that piles them up (the sender's resend buffer, then voids).
+		r.log.Warn("estimating an interval took longer than the interval: the receiver falls behind",
+			"sender", j.sender, "interval", j.mt.ID, "took", took.Round(time.Millisecond), "interval_length", time.Duration(r.params.T),
+			"flows", j.mt.Flows.Len(), "estimator", est.Estimator,
+			"fix", "fewer candidate flows (sketch.max_flows), sketch.estimator: paper, or more cores for estimation (fewer capture.source.workers)")
+	}
+	return iv, err
 }
 
 // publishJob runs in the pipeline's publisher, in the order intervals

@@ -232,6 +232,7 @@ func TestReceiverDropsResentDuplicates(t *testing.T) {
 	if n := outcomeCount(t, run.rx, results.OutcomeDuplicate); n != 1 {
 		t.Errorf("duplicates counted %v, want 1", n)
 	}
+	checkEstimationsTimed(t, run.rx)
 	if st := c.Stats(); st.Buffered != 0 || st.Dropped != 0 {
 		t.Errorf("client stats %+v: want nothing buffered or dropped", st)
 	}
@@ -426,6 +427,7 @@ func TestReceiverVoidsSeqGap(t *testing.T) {
 	if n := outcomeCount(t, run.rx, results.OutcomeVoidedGap); n != 1 {
 		t.Errorf("voided intervals counted %v, want 1", n)
 	}
+	checkEstimationsTimed(t, run.rx)
 	if o := run.pub.outcome(t, ids[2]); o == results.OutcomeMatched || o == results.OutcomePartial {
 		t.Errorf("voided interval %d published as %q", ids[2], o)
 	}
