@@ -3,8 +3,6 @@ package sketch
 import (
 	"math"
 	"sort"
-	"sync/atomic"
-	"time"
 )
 
 // The conjugate-gradient iterations of lsDecoder.pcg, split into two fixed
@@ -15,96 +13,6 @@ import (
 // goroutines, so one goroutine running both halves computes bit for bit
 // what two do (TestDecodeWorkersSameResult). An iteration has four
 // phases, with a pairBarrier between them.
-
-// pairSync is where two goroutines sharing fixed halves of a loop meet:
-// each publishes how many phases it has finished and waits until the
-// other has finished as many. A phase is ~0.1–1 ms, too short for the
-// scheduler's wake-ups, so a waiter first spins; if the other goroutine is
-// not running (more goroutines than cores: a replay estimates several
-// intervals at once), spinning would take the core it needs, so after
-// pairSpin the waiter parks on a channel and the other wakes it.
-type pairSync struct {
-	n     [2]atomic.Int64 // phases finished
-	sleep [2]atomic.Int64 // the phase a parked goroutine waits for, 0 = none
-	wake  [2]chan struct{}
-}
-
-// pairSpin bounds a waiter's spinning. Waking a parked goroutine took
-// ~100 µs here, so spinning must cover the usual imbalance of two halves
-// (tens of µs in the conjugate gradients); much longer wastes the core a
-// goroutine that is not running at all needs (a replay of 10 intervals of
-// 38k flows, estimated two at a time on two cores: 1.8–2.1 s with 50 µs,
-// as before the halves; 1.8–2.4 s with 300 µs; 2.5–3.2 s spinning
-// without bound).
-const pairSpin = 50 * time.Microsecond
-
-func newPairSync() *pairSync {
-	return &pairSync{wake: [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
-}
-
-// pairBarrier is one goroutine's side of a pairSync; a nil pairSync is a
-// goroutine running both halves alone, for which wait does nothing.
-type pairBarrier struct {
-	s     *pairSync
-	me    int
-	phase int64
-}
-
-// wait publishes this goroutine's phase, wakes the other if it parked for
-// it, and returns once the other has finished the same phase. The parking
-// handshake is Dekker's: each side stores, then loads the other's word,
-// and whichever clears the sleep word (CompareAndSwap) owns the wake-up,
-// so no wake-up is lost and none is left over.
-func (b *pairBarrier) wait() {
-	if b.s == nil {
-		return
-	}
-	s, me, other := b.s, b.me, 1-b.me
-	b.phase++
-	ph := b.phase
-	s.n[me].Store(ph)
-	if v := s.sleep[other].Load(); v != 0 && v <= ph && s.sleep[other].CompareAndSwap(v, 0) {
-		s.wake[other] <- struct{}{}
-	}
-	var start time.Time
-	for spins := 1; s.n[other].Load() < ph; spins++ {
-		if spins%1024 != 0 {
-			continue
-		}
-		if start.IsZero() {
-			start = time.Now()
-		} else if time.Since(start) > pairSpin {
-			goto park
-		}
-	}
-	return
-park:
-	s.sleep[me].Store(ph)
-	if s.n[other].Load() >= ph && s.sleep[me].CompareAndSwap(ph, 0) {
-		return // arrived meanwhile; nobody will send
-	}
-	<-s.wake[me]
-}
-
-// pairRun runs body over the halves 0 and 1: on two goroutines, each with
-// its half, when two is set, else on the caller's goroutine with both.
-// body must compute the same thing either way (fixed halves, partial
-// results combined in a fixed order), and every goroutine must call wait
-// the same number of times.
-func pairRun(two bool, body func(halves []int, b *pairBarrier)) {
-	if !two {
-		body([]int{0, 1}, &pairBarrier{})
-		return
-	}
-	s := newPairSync()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		body([]int{1}, &pairBarrier{s: s, me: 1})
-	}()
-	body([]int{0}, &pairBarrier{s: s, me: 0})
-	<-done
-}
 
 // cgParts holds one solve's operands and the halves' partial results.
 type cgParts struct {

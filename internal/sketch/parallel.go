@@ -1,15 +1,22 @@
 package sketch
 
 import (
+	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // parallelChunks runs body over [0, n) split into at most workers
-// contiguous ranges of at least grain elements, one goroutine each (the caller's goroutine takes the
-// first), and waits. Each range gets its worker index, so that bodies can
-// keep per-worker scratch. Contiguous ranges keep each worker's memory
-// accesses local; the split never changes what is computed, only where.
+// contiguous ranges of at least grain elements, one goroutine each (the
+// caller's goroutine takes the first), and waits. Each range gets its
+// worker index, so that bodies can keep per-worker scratch. Contiguous
+// ranges keep each worker's memory accesses local; the split never
+// changes what is computed, only where. A panic in any range comes back as
+// a panic of the caller, after every range has ended: the receiver
+// recovers an estimator's panic and counts the interval as failed, which
+// it could not do for a panic on another goroutine.
 func parallelChunks(workers, n, grain int, body func(w, lo, hi int)) {
 	workers = max(1, min(workers, n/grain))
 	if workers == 1 {
@@ -17,15 +24,25 @@ func parallelChunks(workers, n, grain int, body func(w, lo, hi int)) {
 		return
 	}
 	var wg sync.WaitGroup
+	panics := make([]any, workers)
 	for w := 1; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { panics[w] = recover() }()
 			body(w, w*n/workers, (w+1)*n/workers)
 		}()
 	}
-	body(0, 0, n/workers)
+	func() {
+		defer func() { panics[0] = recover() }()
+		body(0, 0, n/workers)
+	}()
 	wg.Wait()
+	for _, p := range panics {
+		if p != nil {
+			panic(p)
+		}
+	}
 }
 
 // minChunk is the fewest flows worth a goroutine of their own.
@@ -37,4 +54,138 @@ func decodeWorkers(n int) int {
 		return n
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// pairSync is where two goroutines sharing fixed halves of a loop meet:
+// each publishes how many phases it has finished and waits until the
+// other has finished as many. A phase is ~0.1–1 ms, too short for the
+// scheduler's wake-ups, so a waiter first spins; if the other goroutine is
+// not running (more goroutines than cores: a replay estimates several
+// intervals at once), spinning would take the core it needs, so after
+// pairSpin the waiter parks on a channel and the other wakes it.
+type pairSync struct {
+	n     [2]atomic.Int64 // phases finished
+	sleep [2]atomic.Int64 // the phase a parked goroutine waits for, 0 = none
+	wake  [2]chan struct{}
+	dead  atomic.Bool // a goroutine panicked: the other must not wait for it
+}
+
+// pairSpin bounds a waiter's spinning. Waking a parked goroutine took
+// ~100 µs here, so spinning must cover the usual imbalance of two halves
+// (tens of µs in the conjugate gradients); much longer wastes the core a
+// goroutine that is not running at all needs (a replay of 10 intervals of
+// 38k flows, estimated two at a time on two cores: 1.8–2.1 s with 50 µs,
+// as before the halves; 1.8–2.4 s with 300 µs; 2.5–3.2 s spinning
+// without bound).
+const pairSpin = 50 * time.Microsecond
+
+// errPartnerDied is the panic of a goroutine whose partner panicked while
+// it waited; pairRun replaces it by the partner's own panic.
+var errPartnerDied = errors.New("sketch: the other goroutine of a pair panicked")
+
+func newPairSync() *pairSync {
+	return &pairSync{wake: [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
+}
+
+// kill marks goroutine me dead and wakes the other if it is parked.
+func (s *pairSync) kill(me int) {
+	other := 1 - me
+	s.dead.Store(true)
+	if v := s.sleep[other].Load(); v != 0 && s.sleep[other].CompareAndSwap(v, 0) {
+		s.wake[other] <- struct{}{}
+	}
+}
+
+// pairBarrier is one goroutine's side of a pairSync; a nil pairSync is a
+// goroutine running both halves alone, for which wait does nothing.
+type pairBarrier struct {
+	s     *pairSync
+	me    int
+	phase int64
+}
+
+// wait publishes this goroutine's phase, wakes the other if it parked for
+// it, and returns once the other has finished the same phase; it panics
+// (errPartnerDied) if the other goroutine panicked instead. The parking
+// handshake is Dekker's: each side stores, then loads the other's word,
+// and whichever clears the sleep word (CompareAndSwap) owns the wake-up,
+// so no wake-up is lost and none is left over.
+func (b *pairBarrier) wait() {
+	if b.s == nil {
+		return
+	}
+	s, me, other := b.s, b.me, 1-b.me
+	b.phase++
+	ph := b.phase
+	s.n[me].Store(ph)
+	if v := s.sleep[other].Load(); v != 0 && v <= ph && s.sleep[other].CompareAndSwap(v, 0) {
+		s.wake[other] <- struct{}{}
+	}
+	var start time.Time
+	for spins := 1; s.n[other].Load() < ph; spins++ {
+		if spins%1024 != 0 {
+			continue
+		}
+		if s.dead.Load() {
+			panic(errPartnerDied)
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > pairSpin {
+			goto park
+		}
+	}
+	return
+park:
+	s.sleep[me].Store(ph)
+	if (s.n[other].Load() >= ph || s.dead.Load()) && s.sleep[me].CompareAndSwap(ph, 0) {
+		// Arrived or died meanwhile; nobody will send.
+	} else {
+		<-s.wake[me]
+	}
+	if s.n[other].Load() < ph {
+		panic(errPartnerDied) // woken by kill
+	}
+}
+
+// pairRun runs body over the halves 0 and 1: on two goroutines, each with
+// its half, when two is set, else on the caller's goroutine with both.
+// body must compute the same thing either way (fixed halves, partial
+// results combined in a fixed order), and every goroutine must call wait
+// the same number of times. A panic on either goroutine ends both and
+// comes back as a panic of the caller with the first goroutine's value.
+func pairRun(two bool, body func(halves []int, b *pairBarrier)) {
+	if !two {
+		body([]int{0, 1}, &pairBarrier{})
+		return
+	}
+	s := newPairSync()
+	done := make(chan struct{})
+	var helper any
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				helper = p
+				s.kill(1)
+			}
+		}()
+		body([]int{1}, &pairBarrier{s: s, me: 1})
+	}()
+	var mine any
+	func() {
+		defer func() {
+			if mine = recover(); mine != nil {
+				s.kill(0)
+			}
+		}()
+		body([]int{0}, &pairBarrier{s: s, me: 0})
+	}()
+	<-done
+	switch {
+	case helper != nil && helper != errPartnerDied:
+		panic(helper)
+	case mine != nil:
+		panic(mine)
+	}
 }
