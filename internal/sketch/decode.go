@@ -278,13 +278,18 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	var loss []float64
 	if d.workers >= 2 {
 		done := make(chan struct{})
+		var failed any
 		go func() {
 			defer close(done)
+			defer func() { failed = recover() }() // re-panicked below, on the caller's goroutine
 			loss = d.solveLoss(flows, out)
 		}()
 		d.identify()
 		lap(5)
 		<-done
+		if failed != nil {
+			panic(failed)
+		}
 	} else {
 		d.identify()
 		lap(5)
