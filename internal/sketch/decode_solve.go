@@ -545,8 +545,8 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	// claim them (its odds are free to be huge).
 	pa, pb := rho*lossPriorPackets, float64(lossPriorPackets)
 	// A cell without a deficit adds a·0/m = +0 to a flow's share: only the
-	// entries in cells with a deficit take part in the iterations (at
-	// 0.1 % loss a small part of them), the denominators are fixed.
+	// entries in cells with a deficit take part in the iterations; the
+	// denominators are fixed.
 	den := make([]float64, len(cand))
 	nAct := 0
 	for j := range cand {
