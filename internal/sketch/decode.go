@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -137,7 +138,8 @@ type lsDecoder struct {
 	exact    []int // rows with p = 1
 	opt      DecodeOptions
 	workers  int
-	grain    int // see DecodeOptions.grain
+	grain    int         // see DecodeOptions.grain
+	cgJoin   func() bool // non-nil: CG starts on one goroutine, other work alongside, and pairs up once this says that work is done
 
 	perm, inv []int32
 	nA        int // flows with at least one equation: internal 0..nA-1
@@ -268,29 +270,47 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	lap(2)
 	d.solveVariance(out)
 	lap(3)
-	d.solveDelay(out, true)
-	lap(4)
-	d.findAlone()
-	// The loss EM needs only the compositions and the warm start: with
-	// two workers or more it runs alongside the identification, whose
-	// goroutines do not wait for each other, so the cores stay busy (the
-	// EM is one goroutine's work).
 	var loss []float64
 	if d.workers >= 2 {
-		done := make(chan struct{})
-		var failed any
+		// The identification needs the final noise model and priors, not
+		// the final means, and the loss EM only the compositions and the
+		// warm start: both run alongside the final solve, which then runs
+		// on one goroutine (its two halves would wait for each other at
+		// every step behind goroutines that never wait).
+		d.prepDelay(out, true)
+		var idFailed, lossFailed any
+		var running atomic.Int32
+		running.Store(2)
+		idDone, lossDone := make(chan struct{}), make(chan struct{})
 		go func() {
-			defer close(done)
-			defer func() { failed = recover() }() // re-panicked below, on the caller's goroutine
+			defer close(idDone)
+			defer running.Add(-1)
+			defer func() { idFailed = recover() }() // re-panicked below, on the caller's goroutine
+			d.findAlone()
+			d.identify()
+		}()
+		go func() {
+			defer close(lossDone)
+			defer running.Add(-1)
+			defer func() { lossFailed = recover() }()
 			loss = d.solveLoss(flows, out)
 		}()
-		d.identify()
+		// A long solve (k = 1: ~180 iterations) outlasts the other work:
+		// it takes its second goroutine back when that work is done.
+		d.cgJoin = func() bool { return running.Load() == 0 }
+		d.runDelay(true)
+		d.cgJoin = nil
+		lap(4)
+		<-idDone
 		lap(5)
-		<-done
-		if failed != nil {
-			panic(failed)
+		<-lossDone
+		if p := cmp.Or(idFailed, lossFailed); p != nil {
+			panic(p)
 		}
 	} else {
+		d.solveDelay(out, true)
+		lap(4)
+		d.findAlone()
 		d.identify()
 		lap(5)
 		loss = d.solveLoss(flows, out)
@@ -830,6 +850,13 @@ func (d *lsDecoder) noise(perFlow bool) {
 
 // solveDelay computes the posterior mean of the flows' delays.
 func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
+	d.prepDelay(warm, perFlow)
+	d.runDelay(perFlow)
+}
+
+// prepDelay sets the noise model, the right-hand side and (first solve)
+// the start of a delay solve.
+func (d *lsDecoder) prepDelay(warm []FlowEstimate, perFlow bool) {
 	d.noise(perFlow)
 	y, wgt := d.y, d.wgt
 	for c := range y {
@@ -852,6 +879,11 @@ func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
 			}
 		})
 	}
+}
+
+// runDelay runs the delay solve prepDelay set up.
+func (d *lsDecoder) runDelay(perFlow bool) {
+	y, wgt := d.y, d.wgt
 	it := d.opt.MaxIter
 	if !perFlow {
 		it = min(it, preIter) // a start for the variances; refined below
@@ -908,12 +940,9 @@ func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol 
 		return 0
 	}
 	cg := d.newCGParts(coef, wgt, lambda, x, fs, ec)
-	var it int
-	pairRun(d.workers >= 2 && nF >= 2*d.grain, func(halves []int, b *pairBarrier) {
-		n := cg.loop(halves, b, rz, tol2, maxIter, stepTol)
-		if b.me == 0 {
-			it = n
-		}
-	})
-	return it
+	pairs := d.workers >= 2 && nF >= 2*d.grain
+	if d.cgJoin != nil {
+		return cg.run(false, func() bool { return pairs && d.cgJoin() }, rz, tol2, maxIter, stepTol)
+	}
+	return cg.run(pairs, nil, rz, tol2, maxIter, stepTol)
 }

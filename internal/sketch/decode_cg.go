@@ -45,13 +45,26 @@ func (d *lsDecoder) newCGParts(coef, wgt, lambda, x []float64, fs, ec []int32) *
 	return cg
 }
 
-// loop runs the iterations from p = 0 and the residual in r, z and rz over
-// the given halves, meeting the other goroutine (if any) at b. Both
-// goroutines compute the same scalars and stop together.
-func (cg *cgParts) loop(halves []int, b *pairBarrier, rz, tol2 float64, maxIter int, stepTol float64) int {
-	it, calm := 0, 0
-	beta := 0.0
+// cgState is where the iterations stand: enough to resume them, on the
+// same goroutine or on a pair.
+type cgState struct {
+	it, calm int
+	rz, beta float64
+	done     bool
+}
+
+// loop runs the iterations from st (p = 0 and the residual in r, z and
+// st.rz at the start) over the given halves, meeting the other goroutine
+// (if any) at b. Both goroutines compute the same scalars and stop
+// together. A goroutine alone may be handed join: it is asked before each
+// iteration, and when it says yes loop returns the state unfinished, for a
+// pair to resume it.
+func (cg *cgParts) loop(halves []int, b *pairBarrier, st cgState, tol2 float64, maxIter int, stepTol float64, join func() bool) cgState {
+	rz, beta, it, calm := st.rz, st.beta, st.it, st.calm
 	for ; it < maxIter && rz > tol2 && rz > 0; it++ {
+		if join != nil && join() {
+			return cgState{it: it, calm: calm, rz: rz, beta: beta}
+		}
 		for _, h := range halves {
 			cg.scatter(h, beta)
 		}
@@ -90,6 +103,27 @@ func (cg *cgParts) loop(halves []int, b *pairBarrier, rz, tol2 float64, maxIter 
 			calm = 0
 		}
 	}
+	return cgState{it: it, calm: calm, rz: rz, beta: beta, done: true}
+}
+
+// run runs the iterations from rz: on two goroutines when two is set;
+// else on this one, and, if join says another core has come free, on two
+// from that iteration on (the halves compute the same either way). It
+// returns the iterations used.
+func (cg *cgParts) run(two bool, join func() bool, rz, tol2 float64, maxIter int, stepTol float64) int {
+	st := cgState{rz: rz}
+	if !two {
+		if st = cg.loop([]int{0, 1}, &pairBarrier{}, st, tol2, maxIter, stepTol, join); st.done {
+			return st.it
+		}
+	}
+	var it int
+	pairRun(true, func(halves []int, b *pairBarrier) {
+		end := cg.loop(halves, b, st, tol2, maxIter, stepTol, nil)
+		if b.me == 0 {
+			it = end.it
+		}
+	})
 	return it
 }
 

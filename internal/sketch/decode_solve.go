@@ -127,8 +127,8 @@ func (d *lsDecoder) identify() {
 	// over cEnt, which lists a cell's entries in flow-major order: the
 	// same additions in the same order as a scatter over the entries, and
 	// independent per cell, so they split over the workers.
-	q := d.t // pcg's scratch: the solves are done
 	nC := len(d.cY)
+	q := make([]float64, nC) // its own: the final solve may run alongside
 	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			v := d.cV[c]
@@ -139,7 +139,7 @@ func (d *lsDecoder) identify() {
 		}
 	})
 	pe := make([]float64, nE)
-	P := d.r[:nA]
+	P := make([]float64, nA)
 	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			P[f] = lam[f]
@@ -159,7 +159,7 @@ func (d *lsDecoder) identify() {
 	// T_c = Σ_g a_gc²·s_g over the cell, s_g the variance g keeps without
 	// cell c: a flow with a single usable cell needs nothing else (no loop
 	// can pass through one cell), which spares most small flows the scan.
-	T := d.y
+	T := make([]float64, nC)
 	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			var v float64

@@ -2,6 +2,7 @@ package sketch
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -144,6 +145,50 @@ func TestParallelChunksPanic(t *testing.T) {
 		}
 		if n := ended.Load(); n != 4 {
 			t.Fatalf("%d of 4 ranges had ended when the panic came back", n)
+		}
+	}
+}
+
+// TestCGJoinSameResult: a solve that starts on one goroutine and pairs up
+// at any iteration (decode's final solve, once the work beside it is
+// done) computes bit for bit what one goroutine does alone.
+func TestCGJoinSameResult(t *testing.T) {
+	p := Params{Rows: 4, Columns: 2000, VLDA: 5, Sampling: []float64{0.1, 0.5, 1, 1}}
+	sndP, rcvP, flows := simulateLossy(91, 16000, 0.002, 0.01)
+	snd, rcv := build(t, p, sndP, rcvP)
+	keys := make([]uint64, len(flows))
+	for i, f := range flows {
+		keys[i] = f.hash
+	}
+	d, _, err := estimateDecode(snd, rcv, compositions(rcv, keys, rcvP), DecodeOptions{Workers: 2, grain: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	solve := func(workers int, joinAt int) ([]float64, int) {
+		d.workers = workers
+		d.cgJoin = nil
+		if joinAt >= 0 {
+			calls := 0
+			d.cgJoin = func() bool { calls++; return calls > joinAt }
+		}
+		defer func() { d.cgJoin = nil }()
+		x := make([]float64, d.nA)
+		n := d.pcg(d.eA, d.wgt, d.y, d.lam[:d.nA], x, 40, 0)
+		return x, n
+	}
+	want, wantIt := solve(1, -1)
+	if wantIt < 10 {
+		t.Fatalf("the reference solve took %d iterations: too few to join in the middle", wantIt)
+	}
+	for _, joinAt := range []int{0, 1, 7, wantIt - 1, wantIt + 5} {
+		got, it := solve(2, joinAt)
+		if it != wantIt {
+			t.Fatalf("joined at %d: %d iterations, alone %d", joinAt, it, wantIt)
+		}
+		for f := range got {
+			if math.Float64bits(got[f]) != math.Float64bits(want[f]) {
+				t.Fatalf("joined at %d: flow %d at %v, alone %v", joinAt, f, got[f], want[f])
+			}
 		}
 	}
 }
