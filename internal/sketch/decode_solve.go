@@ -262,9 +262,11 @@ func (d *lsDecoder) identify() {
 		}
 	}
 	maxL := d.rows * d.k
-	// Flows are independent here: contiguous runs of the cache-friendly
-	// order go to the workers, each with its own scratch.
-	parallelChunks(d.workers, len(order), d.grain, func(_, lo, hi int) {
+	// Flows are independent here: runs of the cache-friendly order go to
+	// the workers as they free up (the identification shares the cores
+	// with the final solve and the loss EM, so fixed halves left one
+	// goroutine finishing alone), each run with its own scratch.
+	parallelDynamic(d.workers, len(order), max(d.grain/4, len(order)/(8*d.workers)), func(lo, hi int) {
 		var (
 			recs  []rec
 			table []slot

@@ -14,13 +14,41 @@ import (
 // worker index, so that bodies can keep per-worker scratch. Contiguous
 // ranges keep each worker's memory accesses local; the split never
 // changes what is computed, only where. A panic in any range comes back as
-// a panic of the caller, after every range has ended: the receiver
-// recovers an estimator's panic and counts the interval as failed, which
-// it could not do for a panic on another goroutine.
+// a panic of the caller, after every range has ended (fanOut).
 func parallelChunks(workers, n, grain int, body func(w, lo, hi int)) {
 	workers = max(1, min(workers, n/grain))
-	if workers == 1 {
-		body(0, 0, n)
+	fanOut(workers, func(w int) { body(w, w*n/workers, (w+1)*n/workers) })
+}
+
+// parallelDynamic runs body over [0, n) in ranges of chunk elements that
+// at most workers goroutines claim in order as they free up, and waits:
+// for work whose cost per element varies, or that shares the cores with
+// other work, where fixed ranges leave one goroutine finishing alone.
+// Bodies keep no per-worker state across calls; as with parallelChunks,
+// the split changes only where an element is computed, and a panic comes
+// back to the caller.
+func parallelDynamic(workers, n, chunk int, body func(lo, hi int)) {
+	chunk = max(1, chunk)
+	var next atomic.Int64
+	fanOut(max(1, min(workers, (n+chunk-1)/chunk)), func(int) {
+		for {
+			lo := int(next.Add(int64(chunk))) - chunk
+			if lo >= n {
+				return
+			}
+			body(lo, min(n, lo+chunk))
+		}
+	})
+}
+
+// fanOut runs fn(0) on the caller's goroutine and fn(1..workers-1) on
+// goroutines of their own, waits for all, then re-panics the first panic
+// (by worker index) on the caller's goroutine: the receiver recovers an
+// estimator's panic and counts the interval as failed, which it could not
+// do for a panic on another goroutine.
+func fanOut(workers int, fn func(w int)) {
+	if workers <= 1 {
+		fn(0)
 		return
 	}
 	var wg sync.WaitGroup
@@ -30,12 +58,12 @@ func parallelChunks(workers, n, grain int, body func(w, lo, hi int)) {
 		go func() {
 			defer wg.Done()
 			defer func() { panics[w] = recover() }()
-			body(w, w*n/workers, (w+1)*n/workers)
+			fn(w)
 		}()
 	}
 	func() {
 		defer func() { panics[0] = recover() }()
-		body(0, 0, n/workers)
+		fn(0)
 	}()
 	wg.Wait()
 	for _, p := range panics {

@@ -192,3 +192,34 @@ func TestCGJoinSameResult(t *testing.T) {
 		}
 	}
 }
+
+// TestParallelDynamic: every element is visited exactly once, in ranges of
+// the chunk size, for any worker count; a panic comes back to the caller.
+func TestParallelDynamic(t *testing.T) {
+	for _, c := range []struct{ workers, n, chunk int }{{1, 10, 3}, {2, 1000, 7}, {4, 1000, 1000}, {8, 5, 1}, {3, 0, 4}, {2, 100, 0}} {
+		seen := make([]atomic.Int32, c.n)
+		parallelDynamic(c.workers, c.n, c.chunk, func(lo, hi int) {
+			if hi-lo > max(1, c.chunk) || lo >= hi {
+				t.Errorf("%+v: range [%d, %d)", c, lo, hi)
+			}
+			for i := lo; i < hi; i++ {
+				seen[i].Add(1)
+			}
+		})
+		for i := range seen {
+			if n := seen[i].Load(); n != 1 {
+				t.Fatalf("%+v: element %d visited %d times", c, i, n)
+			}
+		}
+	}
+	got := catch(func() {
+		parallelDynamic(2, 100, 10, func(lo, hi int) {
+			if lo == 50 {
+				panic("chunk 50")
+			}
+		})
+	})
+	if got != "chunk 50" {
+		t.Fatalf("parallelDynamic panicked with %v, want %q", got, "chunk 50")
+	}
+}
