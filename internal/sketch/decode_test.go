@@ -635,17 +635,25 @@ func TestDecodeAndPaperMatchesPaper(t *testing.T) {
 	}
 }
 
-// TestDecodeWorkersSameResult: the parallel stages split work, never
-// arithmetic, so every worker count gives the same bits.
-func TestDecodeWorkersSameResult(t *testing.T) {
+// lossyMultibank is 16,000 simulated flows with 0.2 % loss (1 % of the
+// flows at 5 %) on a k = 5 multi-bank sketch, both ends and the
+// receiver's compositions: enough for every parallel path of decode.
+func lossyMultibank(t *testing.T) (snd, rcv *LDS, comp []FlowComposition) {
+	t.Helper()
 	p := Params{Rows: 4, Columns: 2000, VLDA: 5, Sampling: []float64{0.1, 0.5, 1, 1}}
 	sndP, rcvP, flows := simulateLossy(91, 16000, 0.002, 0.01)
-	snd, rcv := build(t, p, sndP, rcvP)
+	snd, rcv = build(t, p, sndP, rcvP)
 	keys := make([]uint64, len(flows))
 	for i, f := range flows {
 		keys[i] = f.hash
 	}
-	comp := compositions(rcv, keys, rcvP)
+	return snd, rcv, compositions(rcv, keys, rcvP)
+}
+
+// TestDecodeWorkersSameResult: the parallel stages split work, never
+// arithmetic, so every worker count gives the same bits.
+func TestDecodeWorkersSameResult(t *testing.T) {
+	snd, rcv, comp := lossyMultibank(t)
 	// grain 1: every parallel stage splits even these 16,000 flows.
 	one, err := EstimateDecode(snd, rcv, comp, DecodeOptions{Workers: 1, grain: 1})
 	if err != nil {

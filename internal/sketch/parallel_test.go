@@ -153,14 +153,8 @@ func TestParallelChunksPanic(t *testing.T) {
 // at any iteration (decode's final solve, once the work beside it is
 // done) computes bit for bit what one goroutine does alone.
 func TestCGJoinSameResult(t *testing.T) {
-	p := Params{Rows: 4, Columns: 2000, VLDA: 5, Sampling: []float64{0.1, 0.5, 1, 1}}
-	sndP, rcvP, flows := simulateLossy(91, 16000, 0.002, 0.01)
-	snd, rcv := build(t, p, sndP, rcvP)
-	keys := make([]uint64, len(flows))
-	for i, f := range flows {
-		keys[i] = f.hash
-	}
-	d, _, err := estimateDecode(snd, rcv, compositions(rcv, keys, rcvP), DecodeOptions{Workers: 2, grain: 1}, nil)
+	snd, rcv, comp := lossyMultibank(t)
+	d, _, err := estimateDecode(snd, rcv, comp, DecodeOptions{Workers: 2, grain: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
