@@ -390,13 +390,47 @@ func (d *lsDecoder) alone(f int) (float64, bool) {
 	return 0, false
 }
 
+// flowCell is one nonzero count of a flow's composition: the global cell
+// and row it is in.
+type flowCell struct {
+	gi uint64
+	r  int
+	n  uint32
+}
+
+// nonzeroCells returns, in buf, the nonzero counts of fc's composition
+// with their cells, rows and offsets in order: both of build's passes walk
+// a flow's cells the same way.
+func (d *lsDecoder) nonzeroCells(fc FlowComposition, buf []flowCell) []flowCell {
+	k, C := d.k, d.cols
+	buf = buf[:0]
+	h1, h2 := d.snd.flowCols(fc.Flow)
+	col := h1
+	for r := 0; r < d.rows; r++ {
+		base := uint64(r) * C
+		for o := 0; o < k; o++ {
+			if n := fc.Cells[r*k+o]; n != 0 {
+				c := col + uint64(o)
+				if c >= C {
+					c -= C
+				}
+				buf = append(buf, flowCell{gi: base + c, r: r, n: n})
+			}
+		}
+		if col += h2; col >= C {
+			col -= C
+		}
+	}
+	return buf
+}
+
 // build turns the compositions into the sparse system over usable cells.
 // A first pass validates, counts each flow's equations and numbers the
 // usable cells (in the caller's flow order); the flows are then renumbered
 // by equation count (counting sort) and a second pass fills the entry
 // arrays, sized exactly.
 func (d *lsDecoder) build(flows []FlowComposition) error {
-	R, k, C := d.rows, d.k, d.cols
+	R, k := d.rows, d.k
 	nF := len(flows)
 	maxL := R * k
 	// Global cell -> usable cell id; cellUnseen usable but not (yet) in a
@@ -427,6 +461,7 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 		mark := make([]bool, len(cmap))
 		touched[wk] = mark
 		rowN := make([]float64, R)
+		cells := make([]flowCell, 0, maxL)
 		for i := lo; i < hi; i++ {
 			fc := flows[i]
 			if len(fc.Cells) != maxL {
@@ -459,31 +494,15 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 				recv0[i] = tot / sumRate
 			}
 			clear(rowN)
-			h1, h2 := d.snd.flowCols(fc.Flow)
-			col := h1
 			var L int32
-			for r := 0; r < R; r++ {
-				base := uint64(r) * C
-				for o := 0; o < k; o++ {
-					n := fc.Cells[r*k+o]
-					if n == 0 {
-						continue
-					}
-					c := col + uint64(o)
-					if c >= C {
-						c -= C
-					}
-					gi := base + c
-					if cmap[gi] == cellUnusable {
-						continue
-					}
-					mark[gi] = true
-					L++
-					rowN[r] += float64(n)
+			cells = d.nonzeroCells(fc, cells)
+			for _, fcl := range cells {
+				if cmap[fcl.gi] == cellUnusable {
+					continue
 				}
-				if col += h2; col >= C {
-					col -= C
-				}
+				mark[fcl.gi] = true
+				L++
+				rowN[fcl.r] += float64(fcl.n)
 			}
 			var best float64
 			for _, n := range rowN {
@@ -563,6 +582,7 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 	d.eB = make([]float64, nE)
 	d.eVar = make([]float64, nE)
 	parallelChunks(d.workers, nF, d.grain, func(_, lo, hi int) {
+		cells := make([]flowCell, 0, maxL)
 		for f := lo; f < hi; f++ {
 			i := d.perm[f]
 			fc := flows[i]
@@ -572,42 +592,27 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 				continue
 			}
 			e := d.fStart[f]
-			h1, h2 := d.snd.flowCols(fc.Flow)
-			col := h1
-			for r := 0; r < R; r++ {
-				base := uint64(r) * C
-				for o := 0; o < k; o++ {
-					n := fc.Cells[r*k+o]
-					if n == 0 {
-						continue
-					}
-					c := col + uint64(o)
-					if c >= C {
-						c -= C
-					}
-					id := cmap[base+c]
-					if id < 0 {
-						continue
-					}
-					fn := float64(n)
-					// Finite-population correction: the cell holds n of
-					// the flow's pop received packets; their mean deviates
-					// from the flow's mean with variance σ²/n·(pop-n)/(pop-1),
-					// so a cell holding all of them (k = 1, p = 1) is exact.
-					fpc := 0.0
-					if pop > 1 {
-						fpc = min(1, max(0, (pop-fn)/(pop-1)))
-					}
-					d.eCell[e] = id
-					d.eFlow[e] = int32(f)
-					d.eA[e] = w * fn
-					d.eB[e] = w * w * fn
-					d.eVar[e] = w * w * fn * fpc
-					e++
+			cells = d.nonzeroCells(fc, cells)
+			for _, fcl := range cells {
+				id := cmap[fcl.gi]
+				if id < 0 {
+					continue
 				}
-				if col += h2; col >= C {
-					col -= C
+				fn := float64(fcl.n)
+				// Finite-population correction: the cell holds n of the
+				// flow's pop received packets; their mean deviates from
+				// the flow's mean with variance σ²/n·(pop-n)/(pop-1), so a
+				// cell holding all of them (k = 1, p = 1) is exact.
+				fpc := 0.0
+				if pop > 1 {
+					fpc = min(1, max(0, (pop-fn)/(pop-1)))
 				}
+				d.eCell[e] = id
+				d.eFlow[e] = int32(f)
+				d.eA[e] = w * fn
+				d.eB[e] = w * w * fn
+				d.eVar[e] = w * w * fn * fpc
+				e++
 			}
 		}
 	})
