@@ -738,12 +738,19 @@ func (d *lsDecoder) priorVar(f int) float64 {
 	return d.tau2 + d.varF[f]/max(1, d.recv[f])
 }
 
-// respread re-estimates τ² from the decoded means of the better-sampled
-// flows (the warm start's are blurred by collisions, and a handful of
-// colliding flows can even look identical).
+// respread re-estimates τ² from the decoded means of the flows the sketch
+// pins down best (the warm start's are blurred by collisions, and a
+// handful of colliding flows can even look identical). The prior is
+// Gaussian, so its spread is the means' variance, not a robust scale:
+// flow means are often multimodal (flows on different paths, the LDS
+// paper's Fig. 8), and there the MAD measures one mode's width (55 µs
+// against a spread of 314 µs on the paper-shaped trace, which made the
+// prior far too strong; docs/decode.md, "Delay"). A variance also counts
+// each decoded mean's own error, hence the best-sampled flows: at 100
+// samples a mean's sampling error is a tenth of a packet's spread.
 func (d *lsDecoder) respread() {
 	means := d.buf[:0]
-	for _, minS := range []float64{20, 2} {
+	for _, minS := range []float64{spreadSamples, 20, 2} {
 		means = means[:0]
 		for f, x := range d.x[:d.nA] {
 			if d.smp[f] >= minS {
@@ -755,9 +762,28 @@ func (d *lsDecoder) respread() {
 		}
 	}
 	if len(means) >= 2 {
-		d.tau2 = max(d.tauFloor(), madVar(means))
+		d.tau2 = max(d.tauFloor(), variance(means))
 	}
 	d.setPrior()
+}
+
+// spreadSamples: the flows whose decoded means measure τ² (respread), when
+// at least ten have that many samples.
+const spreadSamples = 100
+
+// variance is the population variance of x (two passes: the values sit far
+// from 0 relative to their spread).
+func variance(x []float64) float64 {
+	var s float64
+	for _, v := range x {
+		s += v
+	}
+	m := s / float64(len(x))
+	var ss float64
+	for _, v := range x {
+		ss += (v - m) * (v - m)
+	}
+	return ss / float64(len(x))
 }
 
 func (d *lsDecoder) tauFloor() float64 { return max(1, 1e-6*d.mu*d.mu) }
