@@ -172,6 +172,55 @@ func (d *lsDecoder) identify() {
 			T[c] = v
 		}
 	})
+	// Most flows need no scan. Without cells: the prior. One usable cell:
+	// closed form. Several: the cells' other flows only ever add to
+	// M = V + Σ_g s_g·a_g·a_gᵀ (each term is positive semidefinite), so
+	// a_fᵀ M⁻¹ a_f ≤ Σ_c a_fc²/V_c; a flow that this bound leaves short
+	// of identification (identifiedFraction) is not identified whatever its
+	// neighbours, and its exact posterior is never used: it keeps the
+	// bound's 1/(λ + Σ a²/V), a lower bound on its posterior variance. At
+	// the paper's load with k = 5 that is 97 % of the flows with several
+	// cells (94 % of the scan).
+	scan := make([]bool, nA)
+	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
+		for f := lo; f < hi; f++ {
+			if d.aloneOK[f] {
+				continue // exact: its posterior is not used
+			}
+			L, last := 0, int32(-1)
+			ub := lam[f]
+			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+					L++
+					last = e
+					ub += d.eA[e] * d.eA[e] / d.cV[c]
+				}
+			}
+			switch {
+			case L == 0:
+				d.post[f] = 1 / lam[f]
+			case L == 1:
+				e, c := last, d.eCell[last]
+				a := d.eA[e]
+				other := max(0, T[c]-a*a/max(P[f]-pe[e], lam[f]))
+				d.post[f] = 1 / (lam[f] + a*a/(d.cV[c]+other))
+			case 1/ub > (1+1e-9)*identifiedFraction*d.priorVar(f):
+				d.post[f] = 1 / ub
+			default:
+				scan[f] = true
+			}
+		}
+	})
+	// The cells the scanned flows need, in cell-major copies.
+	need := make([]bool, nC)
+	for f, ok := range scan {
+		if !ok {
+			continue
+		}
+		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+			need[d.eCell[e]] = true
+		}
+	}
 	// Cell-major copies of what the scan needs, so that it reads memory in
 	// order (the scan touches Σ_c |c|² entries, mostly out of cache). Hot:
 	// the flow, the single-cell term a²·s_g, and a 32-bit signature of g's
@@ -197,6 +246,13 @@ func (d *lsDecoder) identify() {
 	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
 		sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
 		for g := lo; g < hi; g++ {
+			needed := false
+			for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
+				needed = needed || need[d.eCell[e]]
+			}
+			if !needed {
+				continue
+			}
 			sigE = sigE[:0]
 			var acc uint32
 			for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
@@ -214,7 +270,7 @@ func (d *lsDecoder) identify() {
 				}
 			}
 			for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
-				if math.IsInf(d.cV[d.eCell[e]], 1) {
+				if c := d.eCell[e]; !need[c] || math.IsInf(d.cV[c], 1) {
 					continue
 				}
 				j := pos[e]
@@ -239,11 +295,20 @@ func (d *lsDecoder) identify() {
 	// Visit the flows in the order of their last usable cell (cells are
 	// numbered by row and column): consecutive flows then share cells,
 	// which stay in cache. Counting sort; flows with none go first.
-	order := make([]int32, nA)
+	nScan := 0
+	for _, ok := range scan {
+		if ok {
+			nScan++
+		}
+	}
+	order := make([]int32, nScan)
 	{
 		key := make([]int32, nA)
 		start := make([]int32, nC+2)
 		for f := 0; f < nA; f++ {
+			if !scan[f] {
+				continue
+			}
 			k := int32(0)
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
 				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
@@ -257,8 +322,10 @@ func (d *lsDecoder) identify() {
 			start[i] += start[i-1]
 		}
 		for f := 0; f < nA; f++ {
-			order[start[key[f]]] = int32(f)
-			start[key[f]]++
+			if scan[f] {
+				order[start[key[f]]] = int32(f)
+				start[key[f]]++
+			}
 		}
 	}
 	maxL := d.rows * d.k
@@ -277,9 +344,6 @@ func (d *lsDecoder) identify() {
 		cells := make([]int32, maxL)
 		for _, f32 := range order[lo:hi] {
 			f := int(f32)
-			if d.aloneOK[f] {
-				continue // exact: its posterior is not used
-			}
 			L, bound := 0, 0
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
 				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
@@ -288,20 +352,6 @@ func (d *lsDecoder) identify() {
 					L++
 					bound += int(d.cStart[c+1] - d.cStart[c])
 				}
-			}
-			if L == 0 {
-				d.post[f] = 1 / lam[f]
-				continue
-			}
-			if L == 1 {
-				e := d.fStart[f]
-				for math.IsInf(d.cV[d.eCell[e]], 1) {
-					e++
-				}
-				c := d.eCell[e]
-				other := max(0, T[c]-af[0]*af[0]/max(P[f]-pe[e], lam[f]))
-				d.post[f] = 1 / (lam[f] + af[0]*af[0]/(d.cV[c]+other))
-				continue
 			}
 			// Open addressing at load <= 1/2, on the smallest power-of-two
 			// prefix of the table that allows it (small stays in L1).
