@@ -10,55 +10,47 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/lds-net/lds/internal/cli"
 	"github.com/lds-net/lds/internal/linkem"
 )
 
 func main() {
-	fs := flag.NewFlagSet("lds-linkem", flag.ExitOnError)
-	cfgPath := fs.String("config", "", "YAML configuration (keys of linkem.Config: a, b, forward, reverse, seed, ...)")
-	a := fs.String("a", "", "interface A (overrides a)")
-	b := fs.String("b", "", "interface B (overrides b)")
-	statsPath := fs.String("stats", "", "write the counters as JSON to this file on exit")
-	every := fs.Duration("log-every", 10*time.Second, "log the counters this often (0: never)")
-	check := fs.Bool("check-config", false, "validate the configuration and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lds-linkem --config FILE [flags]\n\nRelays frames between interfaces a and b with emulated delay and loss.\n\nFlags:\n")
-		fs.PrintDefaults()
+	// Flags registers these; the relay reads them.
+	var statsPath *string
+	var every *time.Duration
+	d := cli.Daemon[linkem.Config]{
+		Name:       "lds-linkem",
+		Usage:      "Usage: lds-linkem --config FILE [flags]\n\nRelays frames between interfaces a and b with emulated delay and loss.\n\nFlags:\n",
+		ConfigHelp: "YAML configuration (keys of linkem.Config: a, b, forward, reverse, seed, ...)",
+		Flags: func(fs *flag.FlagSet) func(*linkem.Config) {
+			a := fs.String("a", "", "interface A (overrides a)")
+			b := fs.String("b", "", "interface B (overrides b)")
+			statsPath = fs.String("stats", "", "write the counters as JSON to this file on exit")
+			every = fs.Duration("log-every", 10*time.Second, "log the counters this often (0: never)")
+			return func(cfg *linkem.Config) {
+				if *a != "" {
+					cfg.A = *a
+				}
+				if *b != "" {
+					cfg.B = *b
+				}
+			}
+		},
+		Load:     load,
+		Validate: (*linkem.Config).Validate,
+		Logger:   func(_ *linkem.Config, w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) },
+		New: func(cfg linkem.Config, log *slog.Logger) (cli.Runner, error) {
+			return cli.RunFunc(func(ctx context.Context) error { return run(ctx, cfg, *statsPath, *every, log) }), nil
+		},
 	}
-	_ = fs.Parse(os.Args[1:])
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg, err := load(*cfgPath)
-	if err == nil {
-		if *a != "" {
-			cfg.A = *a
-		}
-		if *b != "" {
-			cfg.B = *b
-		}
-		err = cfg.Validate()
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "lds-linkem: configuration %s: %v\n", *cfgPath, err)
-		os.Exit(2)
-	}
-	if *check {
-		fmt.Println("configuration OK")
-		return
-	}
-	if err := run(cfg, *statsPath, *every, log); err != nil {
-		log.Error("lds-linkem stopped", "err", err)
-		os.Exit(1)
-	}
+	os.Exit(d.Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func load(path string) (linkem.Config, error) {
@@ -78,9 +70,7 @@ func load(path string) (linkem.Config, error) {
 	return cfg, nil
 }
 
-func run(cfg linkem.Config, statsPath string, every time.Duration, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+func run(ctx context.Context, cfg linkem.Config, statsPath string, every time.Duration, log *slog.Logger) error {
 	em, err := linkem.New(cfg, log)
 	if err != nil {
 		return err
