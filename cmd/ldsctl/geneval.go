@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
+	"github.com/lds-net/lds/internal/cli"
 	"github.com/lds-net/lds/internal/eval"
 	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/replay"
@@ -20,16 +19,13 @@ import (
 )
 
 func cmdGen(args []string) error {
-	fs := flag.NewFlagSet("ldsctl gen", flag.ExitOnError)
+	fs := cli.NewFlagSet("ldsctl gen", flag.ExitOnError,
+		"Usage: ldsctl gen [--scenario FILE] --sender-pcap A.pcap --receiver-pcap B.pcap [--truth truth.jsonl]\n\n")
 	scen := fs.String("scenario", "", "scenario YAML (see configs/scenarios/; empty = the built-in demo scenario)")
 	sp := fs.String("sender-pcap", "", "sender-tap capture to write")
 	rp := fs.String("receiver-pcap", "", "receiver-tap capture to write")
 	truth := fs.String("truth", "", "ground truth JSONL to write (one line per interval and flow)")
 	seed := fs.Uint64("seed", 0, "override the scenario's seed (0 = keep)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ldsctl gen [--scenario FILE] --sender-pcap A.pcap --receiver-pcap B.pcap [--truth truth.jsonl]\n\n")
-		fs.PrintDefaults()
-	}
 	_ = fs.Parse(args)
 	if *sp == "" || *rp == "" {
 		fs.Usage()
@@ -45,7 +41,7 @@ func cmdGen(args []string) error {
 	if *seed != 0 {
 		sc.Seed = *seed
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	sum, err := gen.Generate(ctx, sc, gen.Outputs{SenderPcap: *sp, ReceiverPcap: *rp, Truth: *truth}, log)
@@ -64,7 +60,8 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func cmdEval(args []string) error {
-	fs := flag.NewFlagSet("ldsctl eval", flag.ExitOnError)
+	fs := cli.NewFlagSet("ldsctl eval", flag.ExitOnError,
+		"Usage: ldsctl eval --truth truth.jsonl --results decode=a.jsonl --results paper=b.jsonl [--config weights.yaml [--default-class bronze]] [--out report.md] [--plots DIR]\n\n")
 	truth := fs.String("truth", "", "ground truth JSONL (from ldsctl gen)")
 	var runs multiFlag
 	fs.Var(&runs, "results", "results JSONL to evaluate, as label=file or file (repeatable: several estimators side by side)")
@@ -78,10 +75,6 @@ func cmdEval(args []string) error {
 	rliRate := fs.Float64("rli-rate", eval.DefaultRLIRateHz, "RLI reference rate, Hz")
 	var shipped multiFlag
 	fs.Var(&shipped, "shipped-bytes", "label=BYTES: bytes a run shipped over the whole trace (replay prints it), for the cost table (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ldsctl eval --truth truth.jsonl --results decode=a.jsonl --results paper=b.jsonl [--config weights.yaml [--default-class bronze]] [--out report.md] [--plots DIR]\n\n")
-		fs.PrintDefaults()
-	}
 	_ = fs.Parse(args)
 	if *truth == "" || len(runs) == 0 {
 		fs.Usage()

@@ -9,21 +9,19 @@ import (
 	"os"
 	"time"
 
+	"github.com/lds-net/lds/internal/cli"
 	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/replay"
 )
 
 // cmdJoin is the exact alternative: join every packet of the two captures.
 func cmdJoin(args []string) error {
-	fs := flag.NewFlagSet("ldsctl join", flag.ExitOnError)
+	fs := cli.NewFlagSet("ldsctl join", flag.ExitOnError,
+		"Usage: ldsctl join --sender-pcap A --receiver-pcap B --out truth.jsonl\n\nExact per-packet join of two captures: per (interval, flow) sent, received, lost, mean and stddev of the delay.\n\n")
 	cfgPath := fs.String("config", "", "configuration (receiver format; identity, selection and interval are used)")
 	sp := fs.String("sender-pcap", "", "capture at the upstream tap")
 	rp := fs.String("receiver-pcap", "", "capture at the downstream tap")
 	out := fs.String("out", "", "ground truth JSONL to write (the format of ldsctl gen --truth)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ldsctl join --sender-pcap A --receiver-pcap B --out truth.jsonl\n\nExact per-packet join of two captures: per (interval, flow) sent, received, lost, mean and stddev of the delay.\n\n")
-		fs.PrintDefaults()
-	}
 	_ = fs.Parse(args)
 	if *sp == "" || *rp == "" || *out == "" {
 		fs.Usage()

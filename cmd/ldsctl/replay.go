@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"runtime/pprof"
-	"syscall"
 
+	"github.com/lds-net/lds/internal/cli"
 	"github.com/lds-net/lds/internal/replay"
 	"github.com/lds-net/lds/internal/report"
 	"github.com/lds-net/lds/internal/results"
@@ -18,7 +17,8 @@ import (
 )
 
 func cmdReplay(args []string) error {
-	fs := flag.NewFlagSet("ldsctl replay", flag.ExitOnError)
+	fs := cli.NewFlagSet("ldsctl replay", flag.ExitOnError,
+		"Usage: ldsctl replay --config FILE --sender-pcap A.pcap --receiver-pcap B.pcap --out results.jsonl\n\n")
 	cfgPath := fs.String("config", "", "configuration file (receiver format; the common keys apply to both pipelines; empty = defaults)")
 	sp := fs.String("sender-pcap", "", "capture at the upstream tap (pcap or pcapng)")
 	rp := fs.String("receiver-pcap", "", "capture at the downstream tap (pcap or pcapng)")
@@ -29,10 +29,6 @@ func cmdReplay(args []string) error {
 	firstPartial := fs.Bool("first-partial", false, "the captures began mid-traffic: flag the first interval partial (default: a capture is complete from the start of its first interval)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ldsctl replay --config FILE --sender-pcap A.pcap --receiver-pcap B.pcap --out results.jsonl\n\n")
-		fs.PrintDefaults()
-	}
 	_ = fs.Parse(args)
 	if *sp == "" || *rp == "" {
 		fs.Usage()
@@ -64,7 +60,7 @@ func cmdReplay(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()
 	opt := replay.Options{Config: cfg, SenderPcap: *sp, ReceiverPcap: *rp, Out: *out, Version: version.Version, FirstPartial: *firstPartial}
 	if !*quiet && isTerminal(os.Stderr) {
