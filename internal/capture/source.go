@@ -129,6 +129,39 @@ func NewReader(src Source, p *Parser) *Reader {
 	return &Reader{src: src, p: p, buf: make([]byte, 262144), mapped: ok && fs.classic != nil && fs.classic.mm != nil}
 }
 
+// OpenReaders returns one Reader per source, each with its own Parser (no
+// shared state on the packet path), after CheckSnaplen on every source.
+// With srcs nil it opens the sources cfg.Source names; release closes
+// those once the readers' goroutines have stopped, and leaves sources the
+// caller passed in to the caller. On an error, what it opened is closed.
+func OpenReaders(srcs []Source, cfg Config, log *slog.Logger) (readers []*Reader, release func(), err error) {
+	release = func() {}
+	if srcs == nil {
+		if srcs, err = OpenSources(cfg.Source, log); err != nil {
+			return nil, nil, err
+		}
+		opened := srcs
+		release = func() {
+			for _, s := range opened {
+				s.Close()
+			}
+		}
+	}
+	readers = make([]*Reader, len(srcs))
+	for i, src := range srcs {
+		var p *Parser
+		if err = CheckSnaplen(src, cfg.Identity); err == nil {
+			p, err = NewParser(cfg)
+		}
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		readers[i] = NewReader(src, p)
+	}
+	return readers, release, nil
+}
+
 // Next fills pkt with the next measured packet, skipping (and counting)
 // the rest. It returns io.EOF at the end of a file and ErrTimeout on an
 // idle live source. It allocates nothing.

@@ -164,29 +164,11 @@ func (r *Receiver) Metrics() *metrics.Receiver { return r.metrics }
 // Run captures, serves and publishes until ctx ends (or, in replay, until
 // everything is final).
 func (r *Receiver) Run(ctx context.Context) error {
-	srcs := r.opt.Sources
-	if srcs == nil {
-		var err error
-		if srcs, err = capture.OpenSources(r.cfg.Capture.Source, r.log); err != nil {
-			return err
-		}
-		defer func() {
-			for _, s := range srcs {
-				s.Close()
-			}
-		}()
+	readers, release, err := capture.OpenReaders(r.opt.Sources, r.cc, r.log)
+	if err != nil {
+		return err
 	}
-	readers := make([]*capture.Reader, len(srcs))
-	for i, src := range srcs {
-		if err := capture.CheckSnaplen(src, r.cfg.Capture.Identity); err != nil {
-			return err
-		}
-		p, err := capture.NewParser(r.cc)
-		if err != nil {
-			return err
-		}
-		readers[i] = capture.NewReader(src, p) // one parser per worker: no shared state on the packet path
-	}
+	defer release()
 	r.capStats = make([]workerStats, len(readers))
 	start := r.opt.CaptureStart
 	if start == 0 {

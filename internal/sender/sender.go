@@ -94,29 +94,11 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 
 // Run captures and streams until ctx ends (or, in replay, until done).
 func (s *Sender) Run(ctx context.Context) error {
-	srcs := s.opt.Sources
-	if srcs == nil {
-		var err error
-		if srcs, err = capture.OpenSources(s.cfg.Capture.Source, s.log); err != nil {
-			return err
-		}
-		defer func() {
-			for _, src := range srcs {
-				src.Close()
-			}
-		}()
+	readers, release, err := capture.OpenReaders(s.opt.Sources, s.cc, s.log)
+	if err != nil {
+		return err
 	}
-	readers := make([]*capture.Reader, len(srcs))
-	for i, src := range srcs {
-		if err := capture.CheckSnaplen(src, s.cfg.Capture.Identity); err != nil {
-			return err
-		}
-		p, err := capture.NewParser(s.cc)
-		if err != nil {
-			return err
-		}
-		readers[i] = capture.NewReader(src, p) // one parser per worker: no shared state on the packet path
-	}
+	defer release()
 	start := s.opt.CaptureStart
 	if start == 0 {
 		start = time.Now().UnixNano()
@@ -190,7 +172,7 @@ func (s *Sender) Run(ctx context.Context) error {
 			}
 		})
 	}
-	err := g.Wait()
+	err = g.Wait()
 	if errors.Is(err, errDone) {
 		return nil
 	}
