@@ -27,8 +27,12 @@ func Serve(ctx context.Context, cfg Config, reg *prometheus.Registry, extra map[
 }
 
 // ServeListener is Serve on a listener the caller opened (tests use port 0).
-// It closes l.
+// It closes l. With l nil it is Serve: the daemons take a listener from
+// their options where one is given.
 func ServeListener(ctx context.Context, l net.Listener, cfg Config, reg *prometheus.Registry, extra map[string]http.Handler, log *slog.Logger) error {
+	if l == nil {
+		return Serve(ctx, cfg, reg, extra, log)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

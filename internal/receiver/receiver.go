@@ -220,10 +220,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if !r.opt.NoHTTP {
 		extra := map[string]http.Handler{"/api/": r.store.Handler()}
 		g.Go(func() error {
-			if r.opt.HTTPListener != nil {
-				return metrics.ServeListener(gctx, r.opt.HTTPListener, r.cfg.Metrics, r.metrics.Registry(), extra, r.log)
-			}
-			return metrics.Serve(gctx, r.cfg.Metrics, r.metrics.Registry(), extra, r.log)
+			return metrics.ServeListener(gctx, r.opt.HTTPListener, r.cfg.Metrics, r.metrics.Registry(), extra, r.log)
 		})
 	}
 	if r.ptp != nil {

@@ -134,10 +134,7 @@ func (s *Sender) Run(ctx context.Context) error {
 	})
 	if !s.opt.NoHTTP {
 		g.Go(func() error {
-			if s.opt.HTTPListener != nil {
-				return metrics.ServeListener(gctx, s.opt.HTTPListener, s.cfg.Metrics, s.metrics.Registry(), nil, s.log)
-			}
-			return metrics.Serve(gctx, s.cfg.Metrics, s.metrics.Registry(), nil, s.log)
+			return metrics.ServeListener(gctx, s.opt.HTTPListener, s.cfg.Metrics, s.metrics.Registry(), nil, s.log)
 		})
 	}
 	if s.ptp != nil {
