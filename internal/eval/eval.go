@@ -6,18 +6,17 @@
 package eval
 
 import (
-	"bufio"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -464,43 +463,17 @@ func GlobalAverage(truth []gen.TruthRecord) []results.FlowRecord {
 // ReadResults reads a results JSONL stream (DESIGN §6). Blank lines are
 // skipped; a line that is not a flow record is an error naming the line.
 func ReadResults(r io.Reader) ([]results.FlowRecord, error) {
-	var out []results.FlowRecord
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if len(b) == 0 {
-			continue
-		}
-		var rec results.FlowRecord
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return out, fmt.Errorf("results line %d: %w", line, err)
-		}
+	return jsonl.Read(r, "results", 4<<20, func(rec *results.FlowRecord) error {
 		if rec.Src == "" || rec.Dst == "" {
-			return out, fmt.Errorf("results line %d: no src/dst: not a flow record", line)
+			return errors.New("no src/dst: not a flow record")
 		}
-		out = append(out, rec)
-	}
-	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("read results after line %d: %w", line, err)
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // ReadResultsFile reads a results JSONL file.
 func ReadResultsFile(path string) ([]results.FlowRecord, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open results: %w", err)
-	}
-	defer f.Close()
-	recs, err := ReadResults(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return recs, nil
+	return jsonl.ReadFile(path, "results", ReadResults)
 }
 
 // ReadTruth reads the generator's ground truth (see gen.TruthRecord).

@@ -1,13 +1,12 @@
 package gen
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
-	"os"
+
+	"github.com/lds-net/lds/internal/jsonl"
 )
 
 // TruthRecord is one line of the ground-truth JSONL: the exact figures of one
@@ -55,43 +54,17 @@ func (r *TruthRecord) Key() (FlowKey, error) {
 
 // ReadTruth reads a ground-truth JSONL stream (as Generate writes it).
 func ReadTruth(r io.Reader) ([]TruthRecord, error) {
-	var out []TruthRecord
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if len(b) == 0 {
-			continue
-		}
-		var t TruthRecord
-		if err := json.Unmarshal(b, &t); err != nil {
-			return out, fmt.Errorf("truth line %d: %w", line, err)
-		}
+	return jsonl.Read(r, "truth", 1<<20, func(t *TruthRecord) error {
 		if t.Sent < 0 || t.Received < 0 || t.Received > t.Sent || t.Lost != t.Sent-t.Received {
-			return out, fmt.Errorf("truth line %d: inconsistent counts sent=%d received=%d lost=%d", line, t.Sent, t.Received, t.Lost)
+			return fmt.Errorf("inconsistent counts sent=%d received=%d lost=%d", t.Sent, t.Received, t.Lost)
 		}
-		out = append(out, t)
-	}
-	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("read truth after line %d: %w", line, err)
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // ReadTruthFile reads a ground-truth JSONL file.
 func ReadTruthFile(path string) ([]TruthRecord, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open truth file: %w", err)
-	}
-	defer f.Close()
-	recs, err := ReadTruth(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return recs, nil
+	return jsonl.ReadFile(path, "truth file", ReadTruth)
 }
 
 // acc accumulates one flow's delays within the current interval (Welford:
