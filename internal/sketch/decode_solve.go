@@ -237,12 +237,24 @@ func (d *lsDecoder) identify() {
 	type coldEntry struct {
 		a, pe, pg, lmg float64
 	}
-	pos := make([]int32, nE)
-	for j, e := range d.cEnt {
-		pos[e] = int32(j)
+	// Only the needed cells' entries, packed: cell c's at hStart[c]...
+	hStart := make([]int32, nC+1)
+	for c := range nC {
+		hStart[c+1] = hStart[c]
+		if need[c] {
+			hStart[c+1] += d.cStart[c+1] - d.cStart[c]
+		}
 	}
-	hot := make([]hotEntry, nE)
-	cold := make([]coldEntry, nE)
+	pos := make([]int32, nE)
+	for c := range nC {
+		if need[c] {
+			for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
+				pos[d.cEnt[j]] = hStart[c] + j - d.cStart[c]
+			}
+		}
+	}
+	hot := make([]hotEntry, hStart[nC])
+	cold := make([]coldEntry, hStart[nC])
 	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
 		sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
 		for g := lo; g < hi; g++ {
@@ -376,7 +388,7 @@ func (d *lsDecoder) identify() {
 			for li := 0; li < L; li++ {
 				c := cells[li]
 				sum := d.cV[c]
-				for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
+				for j := hStart[c]; j < hStart[c+1]; j++ {
 					h := &hot[j]
 					g := h.g
 					if g == self {
