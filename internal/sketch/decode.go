@@ -242,26 +242,54 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		d.stages[i] = t.Sub(t0)
 		t0 = t
 	}
-	if err := d.build(flows); err != nil {
-		return nil, nil, err
-	}
-	lap(0)
-
 	// Warm start and fallbacks: the paper's estimate, with each flow's own
-	// weight.
+	// weight (flowWeighted takes a weight of 0 as 1, as build does). It
+	// needs only the sketches, so with two workers or more it runs
+	// alongside build, each on half of them: both are loops over the
+	// flows, and side by side neither waits at the other's joins.
 	out := make([]FlowEstimate, len(flows))
+	warmWorkers, buildWorkers := 0, d.workers
+	if d.workers >= 2 {
+		warmWorkers = d.workers / 2
+		buildWorkers = d.workers - warmWorkers
+	}
 	// Each further worker gets its own scratch, cloned here: cloning in
 	// the worker would read pe while worker 0 already writes its scratch.
 	ests := []*estimator{pe}
-	for len(ests) < d.workers {
+	for len(ests) < max(warmWorkers, d.workers) {
 		ests = append(ests, pe.clone())
 	}
-	parallelChunks(d.workers, len(flows), d.grain, func(w, lo, hi int) {
-		e := ests[w]
-		for i := lo; i < hi; i++ {
-			out[i] = e.flowWeighted(flows[i].Flow, d.w[d.inv[i]])
+	warm := func(workers int) {
+		parallelChunks(workers, len(flows), d.grain, func(w, lo, hi int) {
+			e := ests[w]
+			for i := lo; i < hi; i++ {
+				out[i] = e.flowWeighted(flows[i].Flow, flows[i].Weight)
+			}
+		})
+	}
+	var buildErr error
+	if warmWorkers == 0 {
+		buildErr = d.build(flows)
+		lap(0)
+		if buildErr == nil {
+			warm(d.workers)
 		}
-	})
+	} else {
+		all := d.workers
+		d.workers = buildWorkers // build's own splits; restored below
+		fanOut(2, func(i int) {
+			if i == 0 {
+				buildErr = d.build(flows)
+			} else {
+				warm(warmWorkers)
+			}
+		})
+		d.workers = all
+		lap(0) // build and warm start together
+	}
+	if buildErr != nil {
+		return nil, nil, buildErr
+	}
 	copy(paper, out)
 	lap(1)
 	d.prior(out)
