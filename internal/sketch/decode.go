@@ -269,22 +269,19 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	}
 	var buildErr error
 	if warmWorkers == 0 {
-		buildErr = d.build(flows)
+		buildErr = d.build(flows, d.workers)
 		lap(0)
 		if buildErr == nil {
 			warm(d.workers)
 		}
 	} else {
-		all := d.workers
-		d.workers = buildWorkers // build's own splits; restored below
 		fanOut(2, func(i int) {
 			if i == 0 {
-				buildErr = d.build(flows)
+				buildErr = d.build(flows, buildWorkers)
 			} else {
 				warm(warmWorkers)
 			}
 		})
-		d.workers = all
 		lap(0) // build and warm start together
 	}
 	if buildErr != nil {
@@ -457,7 +454,7 @@ func (d *lsDecoder) nonzeroCells(fc FlowComposition, buf []flowCell) []flowCell 
 // usable cells (in the caller's flow order); the flows are then renumbered
 // by equation count (counting sort) and a second pass fills the entry
 // arrays, sized exactly.
-func (d *lsDecoder) build(flows []FlowComposition) error {
+func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	R, k := d.rows, d.k
 	nF := len(flows)
 	maxL := R * k
@@ -483,9 +480,9 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 	recv0 := make([]float64, nF)
 	smp0 := make([]float64, nF)
 	cnt := make([]int32, nF)
-	touched := make([][]bool, d.workers)
-	errs := make([]error, d.workers)
-	parallelChunks(d.workers, nF, d.grain, func(wk, lo, hi int) {
+	touched := make([][]bool, workers)
+	errs := make([]error, workers)
+	parallelChunks(workers, nF, d.grain, func(wk, lo, hi int) {
 		mark := make([]bool, len(cmap))
 		touched[wk] = mark
 		rowN := make([]float64, R)
@@ -609,7 +606,7 @@ func (d *lsDecoder) build(flows []FlowComposition) error {
 	d.eA = make([]float64, nE)
 	d.eB = make([]float64, nE)
 	d.eVar = make([]float64, nE)
-	parallelChunks(d.workers, nF, d.grain, func(_, lo, hi int) {
+	parallelChunks(workers, nF, d.grain, func(_, lo, hi int) {
 		cells := make([]flowCell, 0, maxL)
 		for f := lo; f < hi; f++ {
 			i := d.perm[f]

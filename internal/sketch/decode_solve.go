@@ -306,7 +306,7 @@ func (d *lsDecoder) identify() {
 	}
 	// Visit the flows in the order of their last usable cell (cells are
 	// numbered by row and column): consecutive flows then share cells,
-	// which stay in cache. Counting sort; flows with none go first.
+	// which stay in cache. Counting sort of the flows to scan.
 	nScan := 0
 	for _, ok := range scan {
 		if ok {
