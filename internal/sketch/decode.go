@@ -302,22 +302,32 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		// warm start: both run alongside the final solve, which then runs
 		// on one goroutine (its two halves would wait for each other at
 		// every step behind goroutines that never wait).
+		//
+		// The solve holds one worker; the others share the identification
+		// and the loss EM. With one left, both run on it in turn: a third
+		// goroutine would only take turns on the same two cores.
 		d.prepDelay(out, true)
 		var idFailed, lossFailed any
 		var running atomic.Int32
 		running.Store(2)
 		idDone, lossDone := make(chan struct{}), make(chan struct{})
+		side := d.workers - 1
+		idWorkers := max(1, side-1)
+		lossAlone := side >= 2
 		go func() {
 			defer close(idDone)
 			defer running.Add(-1)
 			defer func() { idFailed = recover() }() // re-panicked below, on the caller's goroutine
 			d.findAlone()
-			d.identify()
+			d.identify(idWorkers)
 		}()
 		go func() {
 			defer close(lossDone)
 			defer running.Add(-1)
 			defer func() { lossFailed = recover() }()
+			if !lossAlone {
+				<-idDone
+			}
 			loss = d.solveLoss(flows, out)
 		}()
 		// A long solve (k = 1: ~180 iterations) outlasts the other work:
@@ -336,7 +346,7 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		d.solveDelay(out, true)
 		lap(4)
 		d.findAlone()
-		d.identify()
+		d.identify(d.workers)
 		lap(5)
 		loss = d.solveLoss(flows, out)
 	}

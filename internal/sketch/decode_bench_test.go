@@ -110,7 +110,7 @@ func BenchmarkDecodeStages(b *testing.B) {
 		b.Run(fmt.Sprintf("identify_workers%d", w), func(b *testing.B) {
 			d.workers = w
 			for b.Loop() {
-				d.identify()
+				d.identify(w)
 			}
 		})
 	}

@@ -116,7 +116,7 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 // precomputed per entry and just added; only flows with several usable
 // cells go through a small hash table (reset by generation, in L1) that
 // finds those sharing more than one of f's cells, whose terms couple them.
-func (d *lsDecoder) identify() {
+func (d *lsDecoder) identify(workers int) {
 	nA, nE := d.nA, len(d.eCell)
 	lam := d.lam
 	for f := nA; f < len(d.post); f++ {
@@ -129,7 +129,7 @@ func (d *lsDecoder) identify() {
 	// independent per cell, so they split over the workers.
 	nC := len(d.cY)
 	q := make([]float64, nC) // its own: the final solve may run alongside
-	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
+	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			v := d.cV[c]
 			for _, e := range d.cEnt[d.cStart[c]:d.cStart[c+1]] {
@@ -140,7 +140,7 @@ func (d *lsDecoder) identify() {
 	})
 	pe := make([]float64, nE)
 	P := make([]float64, nA)
-	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
+	parallelChunks(workers, nA, d.grain, func(_, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			P[f] = lam[f]
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
@@ -160,7 +160,7 @@ func (d *lsDecoder) identify() {
 	// cell c: a flow with a single usable cell needs nothing else (no loop
 	// can pass through one cell), which spares most small flows the scan.
 	T := make([]float64, nC)
-	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
+	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			var v float64
 			if !math.IsInf(d.cV[c], 1) {
@@ -182,7 +182,7 @@ func (d *lsDecoder) identify() {
 	// the paper's load with k = 5 that is 97 % of the flows with several
 	// cells (94 % of the scan).
 	scan := make([]bool, nA)
-	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
+	parallelChunks(workers, nA, d.grain, func(_, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			if d.aloneOK[f] {
 				continue // exact: its posterior is not used
@@ -255,7 +255,7 @@ func (d *lsDecoder) identify() {
 	}
 	hot := make([]hotEntry, hStart[nC])
 	cold := make([]coldEntry, hStart[nC])
-	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
+	parallelChunks(workers, nA, d.grain, func(_, lo, hi int) {
 		sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
 		for g := lo; g < hi; g++ {
 			needed := false
@@ -345,7 +345,7 @@ func (d *lsDecoder) identify() {
 	// the workers as they free up (the identification shares the cores
 	// with the final solve and the loss EM, so fixed halves left one
 	// goroutine finishing alone), each run with its own scratch.
-	parallelDynamic(d.workers, len(order), max(d.grain/4, len(order)/(8*d.workers)), func(lo, hi int) {
+	parallelDynamic(workers, len(order), max(d.grain/4, len(order)/(8*workers)), func(lo, hi int) {
 		var (
 			recs  []rec
 			table []slot
