@@ -981,26 +981,35 @@ func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol 
 	for c := range t {
 		t[c] *= wgt[c]
 	}
-	var bnorm, rz float64
-	for f := 0; f < nF; f++ {
-		var s, dg, b float64
-		for e := fs[f]; e < fs[f+1]; e++ {
-			a := coef[e]
-			c := ec[e]
-			s += a * t[c]
-			dg += a * a * wgt[c]
-			b += a * wgt[c] * y[c]
+	// Per flow, on every worker; the two norms are summed afterwards in
+	// flow order (q and p hold the terms until then), as one loop would.
+	q := d.q
+	parallelChunks(d.workers, nF, d.grain, func(_, lo, hi int) {
+		for f := lo; f < hi; f++ {
+			var s, dg, b float64
+			for e := fs[f]; e < fs[f+1]; e++ {
+				a := coef[e]
+				c := ec[e]
+				s += a * t[c]
+				dg += a * a * wgt[c]
+				b += a * wgt[c] * y[c]
+			}
+			dg += lambda[f]
+			// The inverse: the iterations multiply, as a division per flow
+			// and iteration costs more than all of that flow's products.
+			diag[f] = 1 / dg
+			r[f] = s - lambda[f]*x[f]
+			z[f] = r[f] / dg
+			q[f] = r[f] * z[f]
+			p[f] = b * b / dg
 		}
-		dg += lambda[f]
-		// The inverse: the iterations multiply, as a division per flow and
-		// iteration costs more than all of that flow's products.
-		diag[f] = 1 / dg
-		r[f] = s - lambda[f]*x[f]
-		z[f] = r[f] / dg
-		p[f] = 0
-		rz += r[f] * z[f]
-		bnorm += b * b / dg
+	})
+	var bnorm, rz float64
+	for f := range nF {
+		rz += q[f]
+		bnorm += p[f]
 	}
+	clear(p[:nF])
 	tol2 := d.opt.Tol * d.opt.Tol * bnorm
 	if !(rz > tol2 && rz > 0) || maxIter <= 0 {
 		return 0
