@@ -135,7 +135,9 @@ type lsDecoder struct {
 	rows, k  int
 	cols     uint64
 	rate     []float64
-	exact    []int // rows with p = 1
+	usable   []bool     // per sketch cell: non-empty and usable (the paper estimator's)
+	pairs    []cellPair // per sketch cell: both ends' sums and counts (the paper estimator's)
+	exact    []int      // rows with p = 1
 	opt      DecodeOptions
 	workers  int
 	grain    int         // see DecodeOptions.grain
@@ -229,7 +231,7 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		return nil, nil, err
 	}
 	pe.pairCells(decodeWorkers(opt.Workers))
-	d := &lsDecoder{snd: snd, rcv: rcv, rows: snd.rows, k: int(snd.k), cols: snd.cols, rate: pe.rate, opt: opt,
+	d := &lsDecoder{snd: snd, rcv: rcv, rows: snd.rows, k: int(snd.k), cols: snd.cols, rate: pe.rate, usable: pe.ok, pairs: pe.pairs, opt: opt,
 		workers: decodeWorkers(opt.Workers), grain: cmp.Or(opt.grain, minChunk)}
 	for r := range d.rate {
 		if snd.thr[r] == 1<<32 {
@@ -474,9 +476,9 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	// the per-flow passes only read it and can run on every worker.
 	const cellUnseen, cellUnusable = -1, -2
 	cmap := make([]int32, d.snd.Len())
-	for gi := range cmap {
+	for gi, ok := range d.usable {
 		cmap[gi] = cellUnusable
-		if s, v := d.snd.cells[gi], d.rcv.cells[gi]; s.N > 0 && usable(s, v) {
+		if ok {
 			cmap[gi] = cellUnseen
 		}
 	}
@@ -660,11 +662,11 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	d.cMiss = make([]float64, nC)
 	d.cV = make([]float64, nC)
 	for c, gi := range d.cGlob {
-		s, v := d.snd.cells[gi], d.rcv.cells[gi]
-		d.cY[c] = float64(v.S - s.S)
-		d.cSPM[c] = float64(v.SPM - s.SPM)
-		d.cSN[c] = float64(s.SN)
-		d.cN[c] = float64(s.N)
+		p := &d.pairs[gi]
+		d.cY[c] = float64(p.dS)
+		d.cSPM[c] = float64(p.dSPM)
+		d.cSN[c] = float64(p.sn)
+		d.cN[c] = float64(p.n)
 	}
 	for e, c := range d.eCell {
 		d.cMiss[c] += d.eA[e]

@@ -542,8 +542,8 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	var sn, rn float64
 	for c := 0; c < int(C); c++ {
 		gi := rows[0]*int(C) + c
-		sn += float64(d.snd.cells[gi].N)
-		rn += float64(d.rcv.cells[gi].N)
+		sn += float64(d.pairs[gi].n)
+		rn += float64(d.pairs[gi].rn)
 	}
 	rho := max(0, sn-rn) / max(1, rn)
 	per := len(rows) * k
@@ -578,7 +578,7 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 				if id < 0 {
 					id = int32(len(cDef))
 					cmap[gi] = id
-					cDef = append(cDef, max(0, float64(d.snd.cells[gi].N-d.rcv.cells[gi].N)))
+					cDef = append(cDef, max(0, float64(d.pairs[gi].n-d.pairs[gi].rn)))
 				}
 				a := w * d.rate[r] / float64(k)
 				if seen[j] {
