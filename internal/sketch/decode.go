@@ -250,15 +250,16 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	// alongside build, each on half of them: both are loops over the
 	// flows, and side by side neither waits at the other's joins.
 	out := make([]FlowEstimate, len(flows))
-	warmWorkers, buildWorkers := 0, d.workers
-	if d.workers >= 2 {
+	together := d.workers >= 2
+	buildWorkers, warmWorkers := d.workers, d.workers
+	if together {
 		warmWorkers = d.workers / 2
 		buildWorkers = d.workers - warmWorkers
 	}
 	// Each further worker gets its own scratch, cloned here: cloning in
 	// the worker would read pe while worker 0 already writes its scratch.
 	ests := []*estimator{pe}
-	for len(ests) < max(warmWorkers, d.workers) {
+	for len(ests) < warmWorkers {
 		ests = append(ests, pe.clone())
 	}
 	warm := func(workers int) {
@@ -270,11 +271,11 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		})
 	}
 	var buildErr error
-	if warmWorkers == 0 {
-		buildErr = d.build(flows, d.workers)
+	if !together {
+		buildErr = d.build(flows, buildWorkers)
 		lap(0)
 		if buildErr == nil {
-			warm(d.workers)
+			warm(warmWorkers)
 		}
 	} else {
 		fanOut(2, func(i int) {
