@@ -83,10 +83,18 @@ const noiseFloor = 1.0
 // (sampled rows, k > 1) get there in tens.
 const stepTolFraction = 1e-4
 
-// preIter bounds the first delay solve and the variance solve: the first
-// only has to be good enough to centre the sign sums, and the variances'
-// own noise (a χ²₁ per cell) swamps anything finer.
-const preIter = 20
+// delayPreIter bounds the first delay solve: it only has to centre the
+// sign sums and give τ² its spread (the final solve continues from it).
+// varIter bounds the variance solve, whose own noise (a χ²₁ per cell)
+// swamps anything finer. 20 and 20 until 2026-11-22; 10 and 5 give the
+// same accuracy on the paper-shaped trace (docs/decode.md, "Time").
+// warmRun: the flows a warm-start goroutine claims at a time.
+const warmRun = 2048
+
+const (
+	delayPreIter = 20
+	varIter      = 10
+)
 
 // Validate reports every problem at once.
 func (o DecodeOptions) Validate() error {
@@ -247,8 +255,9 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	// Warm start and fallbacks: the paper's estimate, with each flow's own
 	// weight (flowWeighted takes a weight of 0 as 1, as build does). It
 	// needs only the sketches, so with two workers or more it runs
-	// alongside build, each on half of them: both are loops over the
-	// flows, and side by side neither waits at the other's joins.
+	// alongside build, each on half of them (both are loops over the
+	// flows, and side by side neither waits at the other's joins), and
+	// build's goroutine joins the warm start when build is done.
 	out := make([]FlowEstimate, len(flows))
 	together := d.workers >= 2
 	buildWorkers, warmWorkers := d.workers, d.workers
@@ -256,33 +265,46 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		warmWorkers = d.workers / 2
 		buildWorkers = d.workers - warmWorkers
 	}
-	// Each further worker gets its own scratch, cloned here: cloning in
-	// the worker would read pe while worker 0 already writes its scratch.
+	// Each goroutine of the warm start gets its own scratch, cloned here:
+	// cloning in the worker would read pe while worker 0 already writes
+	// its scratch. The flows go out in runs claimed as goroutines free up,
+	// so that build's goroutine takes a share of what is left when it is
+	// done (build takes ~25 ms of CPU at the paper's load, the warm start
+	// ~31). Each flow's estimate is the same whoever computes it.
+	nEst := warmWorkers
+	if together {
+		nEst++
+	}
 	ests := []*estimator{pe}
-	for len(ests) < warmWorkers {
+	for len(ests) < nEst {
 		ests = append(ests, pe.clone())
 	}
-	warm := func(workers int) {
-		parallelChunks(workers, len(flows), d.grain, func(w, lo, hi int) {
-			e := ests[w]
-			for i := lo; i < hi; i++ {
+	var next atomic.Int64
+	warmFrom := func(e *estimator) {
+		for {
+			lo := int(next.Add(warmRun)) - warmRun
+			if lo >= len(flows) {
+				return
+			}
+			for i := lo; i < min(len(flows), lo+warmRun); i++ {
 				out[i] = e.flowWeighted(flows[i].Flow, flows[i].Weight)
 			}
-		})
+		}
 	}
 	var buildErr error
 	if !together {
 		buildErr = d.build(flows, buildWorkers)
 		lap(0)
 		if buildErr == nil {
-			warm(warmWorkers)
+			fanOut(warmWorkers, func(w int) { warmFrom(ests[w]) })
 		}
 	} else {
-		fanOut(2, func(i int) {
+		fanOut(1+warmWorkers, func(i int) {
 			if i == 0 {
 				buildErr = d.build(flows, buildWorkers)
+				warmFrom(ests[warmWorkers])
 			} else {
-				warm(warmWorkers)
+				warmFrom(ests[i-1])
 			}
 		})
 		lap(0) // build and warm start together
@@ -307,20 +329,30 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		// every step behind goroutines that never wait).
 		//
 		// The solve holds one worker; the others share the identification
-		// and the loss EM. With one left, both run on it in turn: a third
-		// goroutine would only take turns on the same two cores.
+		// and the loss EM. With one left, the loss EM (serial) runs on it
+		// first and the identification then takes every worker: the solve
+		// (k = 5) ends before the two do, and the core it frees goes to
+		// the identification's per-cell and per-flow loops rather than
+		// idling while the loss EM finishes (final phase 57 → 47 ms on two
+		// cores, docs/decode.md "Time").
 		d.prepDelay(out, true)
 		var idFailed, lossFailed any
 		var running atomic.Int32
 		running.Store(2)
 		idDone, lossDone := make(chan struct{}), make(chan struct{})
 		side := d.workers - 1
-		idWorkers := max(1, side-1)
+		idWorkers := side - 1
 		lossAlone := side >= 2
+		if !lossAlone {
+			idWorkers = d.workers
+		}
 		go func() {
 			defer close(idDone)
 			defer running.Add(-1)
 			defer func() { idFailed = recover() }() // re-panicked below, on the caller's goroutine
+			if !lossAlone {
+				<-lossDone
+			}
 			d.findAlone()
 			d.identify(idWorkers)
 		}()
@@ -328,9 +360,6 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			defer close(lossDone)
 			defer running.Add(-1)
 			defer func() { lossFailed = recover() }()
-			if !lossAlone {
-				<-idDone
-			}
 			loss = d.solveLoss(flows, out)
 		}()
 		// A long solve (k = 1: ~180 iterations) outlasts the other work:
@@ -339,9 +368,9 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		d.runDelay(true)
 		d.cgJoin = nil
 		lap(4)
+		<-lossDone
 		<-idDone
 		lap(5)
-		<-lossDone
 		if p := cmp.Or(idFailed, lossFailed); p != nil {
 			panic(p)
 		}
@@ -619,10 +648,13 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	d.eA = make([]float64, nE)
 	d.eB = make([]float64, nE)
 	d.eVar = make([]float64, nE)
+	// In the caller's order, each flow writing at its internal offset:
+	// the writes land at random, which costs less than reading the flows
+	// and their compositions at random.
 	parallelChunks(workers, nF, d.grain, func(_, lo, hi int) {
 		cells := make([]flowCell, 0, maxL)
-		for f := lo; f < hi; f++ {
-			i := d.perm[f]
+		for i := lo; i < hi; i++ {
+			f := d.inv[i]
 			fc := flows[i]
 			w, pop := w0[i], recv0[i]
 			d.w[f], d.recv[f], d.smp[f] = w, pop, smp0[i]
@@ -646,7 +678,7 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 					fpc = min(1, max(0, (pop-fn)/(pop-1)))
 				}
 				d.eCell[e] = id
-				d.eFlow[e] = int32(f)
+				d.eFlow[e] = f
 				d.eA[e] = w * fn
 				d.eB[e] = w * w * fn
 				d.eVar[e] = w * w * fn * fpc
@@ -955,7 +987,7 @@ func (d *lsDecoder) runDelay(perFlow bool) {
 	y, wgt := d.y, d.wgt
 	it := d.opt.MaxIter
 	if !perFlow {
-		it = min(it, preIter) // a start for the variances; refined below
+		it = min(it, delayPreIter) // a start for the variances; refined below
 	}
 	n := d.pcg(d.eA, wgt, y, d.lam[:d.nA], d.x[:d.nA], it, stepTolFraction*math.Sqrt(d.tau2))
 	if perFlow {

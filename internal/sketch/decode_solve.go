@@ -70,7 +70,7 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 	for f := range lam {
 		lam[f] = d.opt.PriorWeight * varPriorWeight / (s2 * s2)
 	}
-	d.iters[1] = d.pcg(d.eB, wgt, y, lam, xs, min(d.opt.MaxIter, preIter), 0)
+	d.iters[1] = d.pcg(d.eB, wgt, y, lam, xs, min(d.opt.MaxIter, varIter), 0)
 	typical := d.buf[:0]
 	for f := range d.varF {
 		v := s2
