@@ -162,21 +162,19 @@ type lsDecoder struct {
 
 	// per entry (flow f in usable cell c), flow-major
 	eCell []int32
-	eFlow []int32
 	eA    []float64 // a = w·n
 	eB    []float64 // w²·n: coefficient of σ_f² in the variance equations
-	eVar  []float64 // w²·n·fpc: coefficient of σ_f² in the noise of ΔS_c
 
 	// per usable cell touched by a candidate
 	cGlob  []int32
-	cY     []float64 // ΔS
-	cN     []float64 // Σw (both ends)
-	cSPM   []float64 // ΔSPM
-	cSN    []float64 // SN
-	cMiss  []float64 // weighted packets from flows not among the candidates
-	cV     []float64 // noise variance of ΔS
-	cStart []int32   // cell-major: entries cEnt[cStart[c]..cStart[c+1]]
-	cEnt   []int32
+	cY     []float64   // ΔS
+	cN     []float64   // Σw (both ends)
+	cSPM   []float64   // ΔSPM
+	cSN    []float64   // SN
+	cMiss  []float64   // weighted packets from flows not among the candidates
+	cV     []float64   // noise variance of ΔS
+	cStart []int32     // cell-major: entries cE[cStart[c]..cStart[c+1]], in flow-major order
+	cE     []cellEntry // 32 bytes an entry: written at random once, then read in order
 
 	mu, tau2, sig2 float64          // prior mean, spread of flow means, typical packet variance
 	lam            []float64        // prior precision of each flow's mean: PriorWeight/(τ² + σ_f²/N_f)
@@ -417,6 +415,14 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	return d, out, nil
 }
 
+// cellEntry is an entry in cell-major order, with what the per-cell loops
+// read.
+type cellEntry struct {
+	e, f int32   // the entry (flow-major index) and its flow
+	a, b float64 // its eA and eB
+	v    float64 // w²·n·fpc: coefficient of σ_f² in the noise of ΔS_c
+}
+
 // findAlone marks the flows whose mean alone gives exactly (d.alone): the
 // identification skips them, as their exact value overrides whatever it
 // would find. At light load that is most flows (92 % of 3000 flows on
@@ -644,10 +650,9 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	}
 	nE := int(d.fStart[nF])
 	d.eCell = make([]int32, nE)
-	d.eFlow = make([]int32, nE)
 	d.eA = make([]float64, nE)
 	d.eB = make([]float64, nE)
-	d.eVar = make([]float64, nE)
+	eVar := make([]float64, nE)
 	// In the caller's order, each flow writing at its internal offset:
 	// the writes land at random, which costs less than reading the flows
 	// and their compositions at random.
@@ -678,10 +683,9 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 					fpc = min(1, max(0, (pop-fn)/(pop-1)))
 				}
 				d.eCell[e] = id
-				d.eFlow[e] = f
 				d.eA[e] = w * fn
 				d.eB[e] = w * w * fn
-				d.eVar[e] = w * w * fn * fpc
+				eVar[e] = w * w * fn * fpc
 				e++
 			}
 		}
@@ -701,35 +705,48 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 		d.cSN[c] = float64(p.sn)
 		d.cN[c] = float64(p.n)
 	}
-	for e, c := range d.eCell {
-		d.cMiss[c] += d.eA[e]
-	}
-	// Cell-major index, and the mass the candidates do not explain.
+	// Cell-major: each cell's entries in flow-major order, with copies of
+	// what the per-cell loops read (noise, variance equations,
+	// identification), so that those loops read memory in order and only
+	// the per-flow values at random.
 	d.cStart = make([]int32, nC+1)
 	for _, c := range d.eCell {
 		d.cStart[c+1]++
 	}
 	for c := 0; c < nC; c++ {
 		d.cStart[c+1] += d.cStart[c]
-		m := d.cN[c] - d.cMiss[c]
-		if m < -1e-9*d.cN[c] {
-			// The composition claims more packets than the cell holds
-			// (duplicate flows, or a composition from another sketch):
-			// the cell is left out (weight 0, below).
-			m = math.NaN()
-		}
-		d.cMiss[c] = max(0, m)
-		if math.IsNaN(m) {
-			d.cMiss[c] = math.NaN()
-		}
 	}
-	d.cEnt = make([]int32, len(d.eCell))
+	d.cE = make([]cellEntry, nE)
 	fill := make([]int32, nC)
 	copy(fill, d.cStart[:nC])
-	for e, c := range d.eCell {
-		d.cEnt[fill[c]] = int32(e)
-		fill[c]++
+	for f := range nF {
+		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+			c := d.eCell[e]
+			j := fill[c]
+			fill[c]++
+			d.cE[j] = cellEntry{e: e, f: int32(f), a: d.eA[e], b: d.eB[e], v: eVar[e]}
+		}
 	}
+	// The mass the candidates do not explain.
+	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			var a float64
+			for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
+				a += ce.a
+			}
+			m := d.cN[c] - a
+			if m < -1e-9*d.cN[c] {
+				// The composition claims more packets than the cell holds
+				// (duplicate flows, or a composition from another sketch):
+				// the cell is left out (weight 0, below).
+				m = math.NaN()
+			}
+			d.cMiss[c] = max(0, m)
+			if math.IsNaN(m) {
+				d.cMiss[c] = math.NaN()
+			}
+		}
+	})
 	d.x = make([]float64, nF)
 	d.varF = make([]float64, nF)
 	d.post = make([]float64, nF)
@@ -799,9 +816,11 @@ func (d *lsDecoder) prior(warm []FlowEstimate) {
 // flow's received packets, so its spread around μ is that of the flows'
 // true means (τ²) plus the sampling noise of a mean of N_f packets.
 func (d *lsDecoder) setPrior() {
-	for f := range d.lam {
-		d.lam[f] = d.opt.PriorWeight / d.priorVar(f)
-	}
+	parallelChunks(d.workers, len(d.lam), d.grain, func(_, lo, hi int) {
+		for f := lo; f < hi; f++ {
+			d.lam[f] = d.opt.PriorWeight / d.priorVar(f)
+		}
+	})
 }
 
 func (d *lsDecoder) priorVar(f int) float64 {
@@ -927,7 +946,7 @@ func selectNth(x []float64, n int) float64 {
 // variances (σ_f², floored so that a low estimate cannot make a noisy
 // cell look exact) and the mass of unknown flows.
 func (d *lsDecoder) noise(perFlow bool) {
-	// Cell by cell over cEnt (a cell's entries in flow-major order: the
+	// Cell by cell over cE (a cell's entries in flow-major order: the
 	// same sums as a scatter over the entries), split over the workers.
 	parallelChunks(d.workers, len(d.cV), d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
@@ -937,12 +956,12 @@ func (d *lsDecoder) noise(perFlow bool) {
 				continue
 			}
 			v := noiseFloor*d.sig2 + m*m*d.tau2 + m*d.sig2
-			for _, e := range d.cEnt[d.cStart[c]:d.cStart[c+1]] {
+			for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
 				s := d.sig2
 				if perFlow {
-					s = max(d.varF[d.eFlow[e]], 0.1*d.sig2)
+					s = max(d.varF[ce.f], 0.1*d.sig2)
 				}
-				v += d.eVar[e] * s
+				v += ce.v * s
 			}
 			d.cV[c] = v
 		}

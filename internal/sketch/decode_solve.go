@@ -53,10 +53,10 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 			known := miss * (s2 + d.tau2 + dm*dm)
 			expect := known
 			for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
-				e := d.cEnt[j]
-				f := d.eFlow[e]
+				ce := &d.cE[j]
+				f := ce.f
 				dd := d.mu + d.x[f] - m
-				b := d.eB[e]
+				b := ce.b
 				known += b * (dd*dd + s2) // s2: the unknowns are centred on σ̄²
 				expect += b * (dd*dd + wv[f])
 			}
@@ -67,8 +67,9 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 	// Only the nA flows with an equation are solved for; the others keep
 	// σ̄² (their prior variance is all they get).
 	lam := make([]float64, nA)
+	l0 := d.opt.PriorWeight * varPriorWeight / (s2 * s2)
 	for f := range lam {
-		lam[f] = d.opt.PriorWeight * varPriorWeight / (s2 * s2)
+		lam[f] = l0
 	}
 	d.iters[1] = d.pcg(d.eB, wgt, y, lam, xs, min(d.opt.MaxIter, varIter), 0)
 	typical := d.buf[:0]
@@ -124,7 +125,7 @@ func (d *lsDecoder) identify(workers int) {
 	}
 	// Level-1 information each entry brings to its flow: the cell's other
 	// flows at their prior variance. The per-cell sums run cell by cell
-	// over cEnt, which lists a cell's entries in flow-major order: the
+	// over cE, which lists a cell's entries in flow-major order: the
 	// same additions in the same order as a scatter over the entries, and
 	// independent per cell, so they split over the workers.
 	nC := len(d.cY)
@@ -132,8 +133,8 @@ func (d *lsDecoder) identify(workers int) {
 	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			v := d.cV[c]
-			for _, e := range d.cEnt[d.cStart[c]:d.cStart[c+1]] {
-				v += d.eA[e] * d.eA[e] / lam[d.eFlow[e]]
+			for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
+				v += ce.a * ce.a / lam[ce.f]
 			}
 			q[c] = v
 		}
@@ -164,9 +165,8 @@ func (d *lsDecoder) identify(workers int) {
 		for c := lo; c < hi; c++ {
 			var v float64
 			if !math.IsInf(d.cV[c], 1) {
-				for _, e := range d.cEnt[d.cStart[c]:d.cStart[c+1]] {
-					g := d.eFlow[e]
-					v += d.eA[e] * d.eA[e] / max(P[g]-pe[e], lam[g])
+				for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
+					v += ce.a * ce.a / max(P[ce.f]-pe[ce.e], lam[ce.f])
 				}
 			}
 			T[c] = v
@@ -249,7 +249,7 @@ func (d *lsDecoder) identify(workers int) {
 	for c := range nC {
 		if need[c] {
 			for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
-				pos[d.cEnt[j]] = hStart[c] + j - d.cStart[c]
+				pos[d.cE[j].e] = hStart[c] + j - d.cStart[c]
 			}
 		}
 	}

@@ -441,15 +441,22 @@ func TestDecodeIdentifyMatchesDefinition(t *testing.T) {
 			t.Fatal(err)
 		}
 		inf := func(c int32) bool { return math.IsInf(d.cV[c], 1) }
+		// Each entry's flow, from the flow-major index.
+		eFlow := make([]int32, len(d.eCell))
+		for f := range len(d.fStart) - 1 {
+			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+				eFlow[e] = int32(f)
+			}
+		}
 		// P_g and p_gc by definition.
 		q := slices.Clone(d.cV)
 		for e, c := range d.eCell {
-			q[c] += d.eA[e] * d.eA[e] / d.lam[d.eFlow[e]]
+			q[c] += d.eA[e] * d.eA[e] / d.lam[eFlow[e]]
 		}
 		pe := make([]float64, len(d.eCell))
 		P := slices.Clone(d.lam)
 		for e, c := range d.eCell {
-			if f := d.eFlow[e]; !inf(c) {
+			if f := eFlow[e]; !inf(c) {
 				a := d.eA[e]
 				pe[e] = a * a / max(d.cV[c], q[c]-a*a/d.lam[f])
 				P[f] += pe[e]
@@ -479,8 +486,8 @@ func TestDecodeIdentifyMatchesDefinition(t *testing.T) {
 			for li, c := range U {
 				S[li*L+li] = d.cV[c]
 				for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
-					e := d.cEnt[j]
-					g := d.eFlow[e]
+					e := d.cE[j].e
+					g := eFlow[e]
 					if int(g) == f {
 						continue
 					}
