@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"sync/atomic"
 	"time"
 )
@@ -415,6 +416,25 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	return d, out, nil
 }
 
+// parallelEntries runs body over the solver's flows [0, n), split into at
+// most workers contiguous runs of about equal cost (entries plus one a
+// flow): the flows are numbered by equation count, so runs of equal
+// flows would leave the last one most of the work (at k = 5, 80 % of the
+// entries in the second half).
+func (d *lsDecoder) parallelEntries(workers, n int, body func(lo, hi int)) {
+	workers = max(1, min(workers, n/d.grain))
+	fs := d.fStart
+	cost := func(f int) int { return int(fs[f]-fs[0]) + f }
+	total := cost(n)
+	at := func(w int) int {
+		if w == workers {
+			return n
+		}
+		return sort.Search(n, func(f int) bool { return cost(f) >= w*total/workers })
+	}
+	fanOut(workers, func(w int) { body(at(w), at(w+1)) })
+}
+
 // cellEntry is an entry in cell-major order, with what the per-cell loops
 // read.
 type cellEntry struct {
@@ -780,16 +800,29 @@ func (d *lsDecoder) prior(warm []FlowEstimate) {
 	if sn > 0 {
 		d.mu = sy / sn
 	}
+	// The warm means and variances of the flows with enough samples, read
+	// on every worker; each worker's run is appended in order, so the
+	// lists are those of one loop.
 	means, vars := d.buf[:0], make([]float64, 0, len(warm))
+	nw := max(1, min(d.workers, len(warm)/d.grain))
+	wm, wv := make([][]float64, nw), make([][]float64, nw)
 	for _, minS := range []float64{20, 1} {
-		means, vars = means[:0], vars[:0]
-		for _, e := range warm {
-			if e.Samples >= minS && !math.IsNaN(e.Delay) {
-				means = append(means, e.Delay)
-				if !math.IsNaN(e.Stddev) {
-					vars = append(vars, e.Stddev*e.Stddev)
+		parallelChunks(nw, len(warm), d.grain, func(w, lo, hi int) {
+			m, v := wm[w][:0], wv[w][:0]
+			for _, e := range warm[lo:hi] {
+				if e.Samples >= minS && !math.IsNaN(e.Delay) {
+					m = append(m, e.Delay)
+					if !math.IsNaN(e.Stddev) {
+						v = append(v, e.Stddev*e.Stddev)
+					}
 				}
 			}
+			wm[w], wv[w] = m, v
+		})
+		means, vars = means[:0], vars[:0]
+		for w := range nw {
+			means = append(means, wm[w]...)
+			vars = append(vars, wv[w]...)
 		}
 		if len(means) >= 10 {
 			break
@@ -979,22 +1012,27 @@ func (d *lsDecoder) solveDelay(warm []FlowEstimate, perFlow bool) {
 func (d *lsDecoder) prepDelay(warm []FlowEstimate, perFlow bool) {
 	d.noise(perFlow)
 	y, wgt := d.y, d.wgt
-	for c := range y {
-		y[c] = d.cY[c] - d.mu*d.cN[c] // unknown flows' mass is centred at μ too
-		wgt[c] = 1 / d.cV[c]
-	}
+	parallelChunks(d.workers, len(y), d.grain, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			y[c] = d.cY[c] - d.mu*d.cN[c] // unknown flows' mass is centred at μ too
+			wgt[c] = 1 / d.cV[c]
+		}
+	})
 	if !perFlow {
-		// Reads the warm start in the solver's order (at random): on
-		// every worker.
-		parallelChunks(d.workers, d.nA, d.grain, func(_, lo, hi int) {
+		// In the caller's order, each flow writing at its internal index:
+		// the solver's order would read the warm start at random.
+		// A wild warm start (a crowded cell) is clamped so that it does
+		// not slow the solve: the prior says flows sit within a few τ.
+		s := 5 * math.Sqrt(d.tau2)
+		parallelChunks(d.workers, len(warm), d.grain, func(_, lo, hi int) {
 			for i := lo; i < hi; i++ {
-				d.x[i] = 0
-				if v := warm[d.perm[i]].Delay; !math.IsNaN(v) {
-					// Keep a wild warm start (a crowded cell) from
-					// slowing the solve: the prior says flows sit
-					// within a few τ.
-					s := 5 * math.Sqrt(d.tau2)
-					d.x[i] = max(-s, min(s, v-d.mu))
+				f := int(d.inv[i])
+				if f >= d.nA {
+					continue
+				}
+				d.x[f] = 0
+				if v := warm[i].Delay; !math.IsNaN(v) {
+					d.x[f] = max(-s, min(s, v-d.mu))
 				}
 			}
 		})
@@ -1038,7 +1076,7 @@ func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol 
 	// Per flow, on every worker; the two norms are summed afterwards in
 	// flow order (q and p hold the terms until then), as one loop would.
 	q := d.q
-	parallelChunks(d.workers, nF, d.grain, func(_, lo, hi int) {
+	d.parallelEntries(d.workers, nF, func(lo, hi int) {
 		for f := lo; f < hi; f++ {
 			var s, dg, b float64
 			for e := fs[f]; e < fs[f+1]; e++ {

@@ -27,14 +27,20 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 	s2 := d.sig2
 	// The warm start's variances in solver order (pcg's q as scratch: it
 	// is only used once pcg runs): 8 bytes per flow instead of a
-	// FlowEstimate per look-up in the loop over entries.
+	// FlowEstimate per look-up in the loop over entries. Filled in the
+	// caller's order, each flow writing at its internal index, so that the
+	// warm start is read in order.
 	wv := d.q[:d.nA]
 	nA := d.nA
 	xs := make([]float64, nA) // the unknowns σ_f² − σ̄², from the warm start
-	parallelChunks(d.workers, nA, d.grain, func(_, lo, hi int) {
-		for f := lo; f < hi; f++ {
+	parallelChunks(d.workers, len(warm), d.grain, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			f := int(d.inv[i])
+			if f >= nA {
+				continue
+			}
 			wv[f] = s2
-			if sd := warm[d.perm[f]].Stddev; !math.IsNaN(sd) {
+			if sd := warm[i].Stddev; !math.IsNaN(sd) {
 				wv[f] = sd * sd
 				xs[f] = max(-s2, min(10*s2, sd*sd-s2))
 			}
@@ -141,7 +147,7 @@ func (d *lsDecoder) identify(workers int) {
 	})
 	pe := make([]float64, nE)
 	P := make([]float64, nA)
-	parallelChunks(workers, nA, d.grain, func(_, lo, hi int) {
+	d.parallelEntries(workers, nA, func(lo, hi int) {
 		for f := lo; f < hi; f++ {
 			P[f] = lam[f]
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
@@ -182,7 +188,7 @@ func (d *lsDecoder) identify(workers int) {
 	// the paper's load with k = 5 that is 97 % of the flows with several
 	// cells (94 % of the scan).
 	scan := make([]bool, nA)
-	parallelChunks(workers, nA, d.grain, func(_, lo, hi int) {
+	d.parallelEntries(workers, nA, func(lo, hi int) {
 		for f := lo; f < hi; f++ {
 			if d.aloneOK[f] {
 				continue // exact: its posterior is not used
@@ -255,7 +261,7 @@ func (d *lsDecoder) identify(workers int) {
 	}
 	hot := make([]hotEntry, hStart[nC])
 	cold := make([]coldEntry, hStart[nC])
-	parallelChunks(workers, nA, d.grain, func(_, lo, hi int) {
+	d.parallelEntries(workers, nA, func(lo, hi int) {
 		sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
 		for g := lo; g < hi; g++ {
 			needed := false
