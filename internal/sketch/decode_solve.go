@@ -627,13 +627,22 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 			}
 		}
 	}
+	// The iterations touch only the cells with a deficit (at 0.1 % loss
+	// ~2 % of the candidates' cells): numbered compactly, their running
+	// sums stay in L1 and the per-iteration clear is small.
 	actStart := make([]int32, len(cand)+1)
 	actC := make([]int32, 0, nAct)
 	actA := make([]float64, 0, nAct)
+	defID := make([]int32, len(cDef))
+	var def []float64 // deficit of each compact cell
 	for j := range cand {
 		for e := eStart[j]; e < eStart[j+1]; e++ {
 			if c := ec[e]; cDef[c] > 0 {
-				actC = append(actC, c)
+				if defID[c] == 0 {
+					def = append(def, cDef[c])
+					defID[c] = int32(len(def)) // id + 1
+				}
+				actC = append(actC, defID[c]-1)
 				actA = append(actA, ea[e])
 			}
 		}
@@ -677,7 +686,7 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 		movedFixed = max(movedFixed, math.Abs(nt-th[j])*stepScale[j])
 		th[j] = nt
 	}
-	mean := make([]float64, len(cDef))
+	mean := make([]float64, len(def))
 	iters := max(1, min(d.opt.MaxIter, lossIter))
 	for it := 0; it < iters; it++ {
 		clear(mean)
@@ -695,7 +704,7 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 			for e := actStart[j]; e < actStart[j+1]; e++ {
 				c := actC[e]
 				if m := mean[c]; m > 0 {
-					num += actA[e] * cDef[c] / m
+					num += actA[e] * def[c] / m
 				}
 			}
 			nt := update(int(j), num)
