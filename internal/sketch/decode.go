@@ -421,7 +421,7 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 // flow): the flows are numbered by equation count, so runs of equal
 // flows would leave the last one most of the work (at k = 5, 80 % of the
 // entries in the second half).
-func (d *lsDecoder) parallelEntries(workers, n int, body func(lo, hi int)) {
+func (d *lsDecoder) parallelEntries(workers, n int, body func(w, lo, hi int)) {
 	workers = max(1, min(workers, n/d.grain))
 	fs := d.fStart
 	cost := func(f int) int { return int(fs[f]-fs[0]) + f }
@@ -432,7 +432,7 @@ func (d *lsDecoder) parallelEntries(workers, n int, body func(lo, hi int)) {
 		}
 		return sort.Search(n, func(f int) bool { return cost(f) >= w*total/workers })
 	}
-	fanOut(workers, func(w int) { body(at(w), at(w+1)) })
+	fanOut(workers, func(w int) { body(w, at(w), at(w+1)) })
 }
 
 // cellEntry is an entry in cell-major order, with what the per-cell loops
@@ -1076,7 +1076,7 @@ func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol 
 	// Per flow, on every worker; the two norms are summed afterwards in
 	// flow order (q and p hold the terms until then), as one loop would.
 	q := d.q
-	d.parallelEntries(d.workers, nF, func(lo, hi int) {
+	d.parallelEntries(d.workers, nF, func(_, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			var s, dg, b float64
 			for e := fs[f]; e < fs[f+1]; e++ {

@@ -147,7 +147,7 @@ func (d *lsDecoder) identify(workers int) {
 	})
 	pe := make([]float64, nE)
 	P := make([]float64, nA)
-	d.parallelEntries(workers, nA, func(lo, hi int) {
+	d.parallelEntries(workers, nA, func(_, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			P[f] = lam[f]
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
@@ -163,60 +163,82 @@ func (d *lsDecoder) identify(workers int) {
 		}
 	})
 
-	// T_c = Σ_g a_gc²·s_g over the cell, s_g the variance g keeps without
-	// cell c: a flow with a single usable cell needs nothing else (no loop
-	// can pass through one cell), which spares most small flows the scan.
-	T := make([]float64, nC)
-	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
-		for c := lo; c < hi; c++ {
-			var v float64
-			if !math.IsInf(d.cV[c], 1) {
-				for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
-					v += ce.a * ce.a / max(P[ce.f]-pe[ce.e], lam[ce.f])
-				}
-			}
-			T[c] = v
-		}
-	})
-	// Most flows need no scan. Without cells: the prior. One usable cell:
-	// closed form. Several: the cells' other flows only ever add to
-	// M = V + Σ_g s_g·a_g·a_gᵀ (each term is positive semidefinite), so
-	// a_fᵀ M⁻¹ a_f ≤ Σ_c a_fc²/V_c; a flow that this bound leaves short
-	// of identification (identifiedFraction) is not identified whatever its
-	// neighbours, and its exact posterior is never used: it keeps the
-	// bound's 1/(λ + Σ a²/V), a lower bound on its posterior variance. At
-	// the paper's load with k = 5 that is 97 % of the flows with several
-	// cells (94 % of the scan).
+	// Most flows need no scan. Without cells: the prior. Otherwise the
+	// cells' other flows only ever add to M = V + Σ_g s_g·a_g·a_gᵀ (each
+	// term is positive semidefinite), so a_fᵀ M⁻¹ a_f ≤ Σ_c a_fc²/V_c; a
+	// flow that this bound leaves short of identification
+	// (identifiedFraction) is not identified whatever its neighbours, and
+	// its exact posterior is never used: it keeps the bound's
+	// 1/(λ + Σ a²/V), a lower bound on its posterior variance. At the
+	// paper's load with k = 5 that is 97 % of the flows with several cells
+	// (94 % of the scan). A flow with one usable cell that the bound does
+	// not settle has a closed form (below); the others are scanned.
 	scan := make([]bool, nA)
-	d.parallelEntries(workers, nA, func(lo, hi int) {
+	single := make([][]int32, max(1, min(workers, nA/d.grain))) // per worker: one usable cell, not settled
+	d.parallelEntries(workers, nA, func(w, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			if d.aloneOK[f] {
 				continue // exact: its posterior is not used
 			}
-			L, last := 0, int32(-1)
+			L := 0
 			ub := lam[f]
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
 				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
 					L++
-					last = e
 					ub += d.eA[e] * d.eA[e] / d.cV[c]
 				}
 			}
 			switch {
 			case L == 0:
 				d.post[f] = 1 / lam[f]
-			case L == 1:
-				e, c := last, d.eCell[last]
-				a := d.eA[e]
-				other := max(0, T[c]-a*a/max(P[f]-pe[e], lam[f]))
-				d.post[f] = 1 / (lam[f] + a*a/(d.cV[c]+other))
 			case 1/ub > (1+1e-9)*identifiedFraction*d.priorVar(f):
 				d.post[f] = 1 / ub
+			case L == 1:
+				single[w] = append(single[w], int32(f))
 			default:
 				scan[f] = true
 			}
 		}
 	})
+	// One usable cell c: with T_c = Σ_g a_gc²·s_g over the cell (s_g the
+	// variance g keeps without cell c), the closed form below; no loop can
+	// pass through one cell. T only for the cells such flows are in.
+	T := make([]float64, nC)
+	needT := make([]bool, nC)
+	usableCell := func(f int32) (int32, int32) { // the entry and cell of f's usable cell
+		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+				return e, c
+			}
+		}
+		panic("sketch: a flow with one usable cell has none")
+	}
+	for _, fl := range single {
+		for _, f := range fl {
+			_, c := usableCell(f)
+			needT[c] = true
+		}
+	}
+	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			if !needT[c] {
+				continue
+			}
+			var v float64
+			for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
+				v += ce.a * ce.a / max(P[ce.f]-pe[ce.e], lam[ce.f])
+			}
+			T[c] = v
+		}
+	})
+	for _, fl := range single {
+		for _, f := range fl {
+			e, c := usableCell(f)
+			a := d.eA[e]
+			other := max(0, T[c]-a*a/max(P[f]-pe[e], lam[f]))
+			d.post[f] = 1 / (lam[f] + a*a/(d.cV[c]+other))
+		}
+	}
 	// The cells the scanned flows need, in cell-major copies.
 	need := make([]bool, nC)
 	for f, ok := range scan {
@@ -261,7 +283,7 @@ func (d *lsDecoder) identify(workers int) {
 	}
 	hot := make([]hotEntry, hStart[nC])
 	cold := make([]coldEntry, hStart[nC])
-	d.parallelEntries(workers, nA, func(lo, hi int) {
+	d.parallelEntries(workers, nA, func(_, lo, hi int) {
 		sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
 		for g := lo; g < hi; g++ {
 			needed := false
