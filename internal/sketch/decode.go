@@ -87,13 +87,14 @@ const stepTolFraction = 1e-4
 // delayPreIter bounds the first delay solve: it only has to centre the
 // sign sums and give τ² its spread (the final solve continues from it).
 // varIter bounds the variance solve, whose own noise (a χ²₁ per cell)
-// swamps anything finer. 20 and 20 until 2026-11-22; 10 and 5 give the
-// same accuracy on the paper-shaped trace (docs/decode.md, "Time").
+// swamps anything finer. Both were 20 until 2026-11-22; 10 and 10 give the
+// same accuracy or better on the paper-shaped trace and the simulation
+// (docs/decode.md, "Time"), and the final solve needs no more iterations.
 // warmRun: the flows a warm-start goroutine claims at a time.
 const warmRun = 2048
 
 const (
-	delayPreIter = 20
+	delayPreIter = 10
 	varIter      = 10
 )
 
