@@ -486,6 +486,10 @@ func (d *lsDecoder) alone(f int) (float64, bool) {
 
 // flowCell is one nonzero count of a flow's composition: the global cell
 // and row it is in.
+// keptCell is a usable non-empty cell of a flow, kept by build's first
+// pass for its second.
+type keptCell struct{ gi, n uint32 }
+
 type flowCell struct {
 	gi uint64
 	r  int
@@ -551,9 +555,14 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	cnt := make([]int32, nF)
 	touched := make([][]bool, workers)
 	errs := make([]error, workers)
+	// Each flow's usable non-empty cells, in the order pass 2 takes them:
+	// one list per worker (pass 2 splits the flows the same way), so that
+	// pass 2 reads them in order instead of walking the compositions again.
+	kept := make([][]keptCell, workers)
 	parallelChunks(workers, nF, d.grain, func(wk, lo, hi int) {
 		mark := make([]bool, len(cmap))
 		touched[wk] = mark
+		mine := make([]keptCell, 0, (hi-lo)*4)
 		rowN := make([]float64, R)
 		cells := make([]flowCell, 0, maxL)
 		for i := lo; i < hi; i++ {
@@ -597,6 +606,7 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 				mark[fcl.gi] = true
 				L++
 				rowN[fcl.r] += float64(fcl.n)
+				mine = append(mine, keptCell{gi: uint32(fcl.gi), n: fcl.n})
 			}
 			var best float64
 			for _, n := range rowN {
@@ -609,6 +619,7 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 			clear(rowN)
 			cnt[i] = L
 		}
+		kept[wk] = mine
 	})
 	// The first bad flow in the caller's order, whatever the split.
 	for _, err := range errs {
@@ -677,24 +688,16 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	// In the caller's order, each flow writing at its internal offset:
 	// the writes land at random, which costs less than reading the flows
 	// and their compositions at random.
-	parallelChunks(workers, nF, d.grain, func(_, lo, hi int) {
-		cells := make([]flowCell, 0, maxL)
+	parallelChunks(workers, nF, d.grain, func(wk, lo, hi int) {
+		mine := kept[wk]
 		for i := lo; i < hi; i++ {
 			f := d.inv[i]
-			fc := flows[i]
 			w, pop := w0[i], recv0[i]
 			d.w[f], d.recv[f], d.smp[f] = w, pop, smp0[i]
-			if cnt[i] == 0 {
-				continue
-			}
 			e := d.fStart[f]
-			cells = d.nonzeroCells(fc, cells)
-			for _, fcl := range cells {
-				id := cmap[fcl.gi]
-				if id < 0 {
-					continue
-				}
-				fn := float64(fcl.n)
+			for _, kc := range mine[:cnt[i]] {
+				id := cmap[kc.gi]
+				fn := float64(kc.n)
 				// Finite-population correction: the cell holds n of the
 				// flow's pop received packets; their mean deviates from
 				// the flow's mean with variance σ²/n·(pop-n)/(pop-1), so a
@@ -709,6 +712,7 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 				eVar[e] = w * w * fn * fpc
 				e++
 			}
+			mine = mine[cnt[i]:]
 		}
 	})
 
