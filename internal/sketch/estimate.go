@@ -92,10 +92,9 @@ func (o EstimateOptions) alpha() (float64, error) {
 
 // candidate is one usable, non-empty cell of a flow.
 type candidate struct {
-	dS, dSPM, sn int64 // receiver minus sender sums; signed weight
-	n            int64 // Σ w (same at both ends)
-	scaled       float64
-	row          int
+	cell   int32 // index into the cell records; -1 once not selected
+	row    int32
+	scaled float64 // Σ w with the row's sampling undone
 }
 
 // cellPair is one cell as the per-flow estimate reads it from both ends:
@@ -234,11 +233,14 @@ func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 		c := col
 		for j := 0; j < k; j++ {
 			if ok[base+c] {
-				p := &pairs[base+c]
-				sc := float64(p.n) / e.rate[r]
-				e.cand = append(e.cand, candidate{dS: p.dS, dSPM: p.dSPM, sn: p.sn, n: p.n, scaled: sc, row: r})
+				n := pairs[base+c].n
+				sc := float64(n)
+				if rate := e.rate[r]; rate != 1 {
+					sc /= rate // x/1 is x: the division only where it does something
+				}
+				e.cand = append(e.cand, candidate{cell: int32(base + c), row: int32(r), scaled: sc})
 				if sc < nmin {
-					nmin, nminRaw, nminRate = sc, p.n, e.rate[r]
+					nmin, nminRaw, nminRate = sc, n, e.rate[r]
 				}
 			}
 			if c++; c == C {
@@ -298,13 +300,14 @@ func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 	for i := range e.cand {
 		c := &e.cand[i]
 		if c.scaled > limit {
-			c.n = 0 // mark as not selected
+			c.cell = -1 // not selected
 			continue
 		}
-		sumS += c.dS
-		sumN += c.n
-		e.rowS[c.row] += c.dS
-		e.rowN[c.row] += c.n
+		p := &pairs[c.cell]
+		sumS += p.dS
+		sumN += p.n
+		e.rowS[c.row] += p.dS
+		e.rowN[c.row] += p.n
 	}
 	mean := float64(sumS) / float64(sumN)
 	est.Delay = mean
@@ -330,10 +333,11 @@ func (e *estimator) flowWeighted(f uint64, w float64) FlowEstimate {
 	if samples >= 2 {
 		var num float64
 		for _, c := range e.cand {
-			if c.n == 0 {
+			if c.cell < 0 {
 				continue
 			}
-			x := float64(c.dSPM) - mean*float64(c.sn)
+			p := &pairs[c.cell]
+			x := float64(p.dSPM) - mean*float64(p.sn)
 			num += x * x
 		}
 		v := max(0, num/(w*float64(sumN)))
