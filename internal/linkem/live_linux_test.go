@@ -246,26 +246,36 @@ func TestLiveUniformReorders(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Forward.Classes = udpClass(Delay{Kind: "uniform", Min: time.Millisecond, Max: 3 * time.Millisecond}, Loss{})
 	const n = 2000
-	r := liveRun(t, cfg, n, 5000)
-	if len(r.delays) != n {
-		t.Fatalf("tap B saw %d of %d frames", len(r.delays), n)
-	}
-	q := quantiles(r.delays, 0, 0.5, 1, 0.99)
-	var sum float64
-	for _, d := range r.delays {
-		sum += d
-	}
-	mean := sum / float64(len(r.delays))
-	t.Logf("uniform 1-3ms: min %.1fµs mean %.1fµs max %.1fµs, %d reordered", q[0]/1e3, mean/1e3, q[2]/1e3, r.reordered)
-	// Never early; late only by scheduling: the maximum is the machine's
-	// (6 ms seen while another test loaded both cores), so the bound is on
-	// the 99th percentile.
-	if q[0] < 1e6-1e3 || q[3] > 3e6+2e6 {
-		t.Fatalf("delays min %.0f ns / p99 %.0f ns outside [1ms, 3ms] (+2ms slack above)", q[0], q[3])
-	}
-	// Mean of U[1,3]ms is 2ms; the emulator's own lateness adds a little.
-	if mean < 1.95e6 || mean > 2.2e6 {
-		t.Fatalf("mean delay %.1fµs, want ~2000µs", mean/1e3)
+	// Lateness is the machine's: on the shared 2-core machine a test of
+	// another package can load both cores for the whole run (p99 5.6 ms
+	// seen), so the late bounds get a second run, as in
+	// TestLiveConstantDelay; early is never excused.
+	var r liveResult
+	for attempt := 1; ; attempt++ {
+		r = liveRun(t, cfg, n, 5000)
+		if len(r.delays) != n {
+			t.Fatalf("tap B saw %d of %d frames", len(r.delays), n)
+		}
+		q := quantiles(r.delays, 0, 0.5, 1, 0.99)
+		var sum float64
+		for _, d := range r.delays {
+			sum += d
+		}
+		mean := sum / float64(len(r.delays))
+		t.Logf("attempt %d, uniform 1-3ms: min %.1fµs mean %.1fµs max %.1fµs, %d reordered", attempt, q[0]/1e3, mean/1e3, q[2]/1e3, r.reordered)
+		if q[0] < 1e6-1e3 || mean < 1.95e6 {
+			t.Fatalf("min delay %.0f ns (want >= 1 ms), mean %.1fµs (want ~2000µs): frames left early", q[0], mean/1e3)
+		}
+		// Late only by scheduling: the maximum is the machine's (6 ms seen
+		// while another test loaded both cores), so the bound is on the
+		// 99th percentile. The mean of U[1,3]ms is 2ms; the emulator's own
+		// lateness adds a little.
+		if q[3] <= 3e6+2e6 && mean <= 2.2e6 {
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("in two runs: p99 %.0f ns (want <= 5 ms) or mean %.1fµs (want ~2000µs)", q[3], mean/1e3)
+		}
 	}
 	// Frames 200µs apart with 2ms of spread: most overtake some earlier frame.
 	if r.reordered < n/4 {
