@@ -329,23 +329,18 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		// every step behind goroutines that never wait).
 		//
 		// The solve holds one worker; the others share the identification
-		// and the loss EM. With one left, the loss EM (serial) runs on it
-		// first and the identification then takes every worker: the solve
-		// (k = 5) ends before the two do, and the core it frees goes to
-		// the identification's per-cell and per-flow loops rather than
-		// idling while the loss EM finishes (final phase 57 → 47 ms on two
-		// cores, docs/decode.md "Time").
+		// and the loss EM. With one left, the loss EM runs on it first and
+		// then the identification: at k = 5 the two take about as long as
+		// the solve (15 + 30 against ~45 ms of CPU), and a third goroutine
+		// would only take turns on the same two cores.
 		d.prepDelay(out, true)
 		var idFailed, lossFailed any
 		var running atomic.Int32
 		running.Store(2)
 		idDone, lossDone := make(chan struct{}), make(chan struct{})
 		side := d.workers - 1
-		idWorkers := side - 1
+		idWorkers := max(1, side-1)
 		lossAlone := side >= 2
-		if !lossAlone {
-			idWorkers = d.workers
-		}
 		go func() {
 			defer close(idDone)
 			defer running.Add(-1)
