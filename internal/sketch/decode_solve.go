@@ -145,50 +145,42 @@ func (d *lsDecoder) identify(workers int) {
 			q[c] = v
 		}
 	})
+	// Per flow: P_f and each entry's p_fc, and whether the flow needs its
+	// posterior at all. Most flows need no scan. Without cells: the prior.
+	// Otherwise the cells' other flows only ever add to
+	// M = V + Σ_g s_g·a_g·a_gᵀ (each term is positive semidefinite), so
+	// a_fᵀ M⁻¹ a_f ≤ Σ_c a_fc²/V_c; a flow that this bound leaves short of
+	// identification (identifiedFraction) is not identified whatever its
+	// neighbours, and its exact posterior is never used: it keeps the
+	// bound's 1/(λ + Σ a²/V), a lower bound on its posterior variance. At
+	// the paper's load with k = 5 that is 97 % of the flows with several
+	// cells (94 % of the scan). A flow with one usable cell that the bound
+	// does not settle has a closed form (below); the others are scanned.
 	pe := make([]float64, nE)
 	P := make([]float64, nA)
-	d.parallelEntries(workers, nA, func(_, lo, hi int) {
-		for f := lo; f < hi; f++ {
-			P[f] = lam[f]
-			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
-				c := d.eCell[e]
-				if math.IsInf(d.cV[c], 1) {
-					continue
-				}
-				a := d.eA[e]
-				den := max(d.cV[c], q[c]-a*a/lam[f])
-				pe[e] = a * a / den
-				P[f] += pe[e]
-			}
-		}
-	})
-
-	// Most flows need no scan. Without cells: the prior. Otherwise the
-	// cells' other flows only ever add to M = V + Σ_g s_g·a_g·a_gᵀ (each
-	// term is positive semidefinite), so a_fᵀ M⁻¹ a_f ≤ Σ_c a_fc²/V_c; a
-	// flow that this bound leaves short of identification
-	// (identifiedFraction) is not identified whatever its neighbours, and
-	// its exact posterior is never used: it keeps the bound's
-	// 1/(λ + Σ a²/V), a lower bound on its posterior variance. At the
-	// paper's load with k = 5 that is 97 % of the flows with several cells
-	// (94 % of the scan). A flow with one usable cell that the bound does
-	// not settle has a closed form (below); the others are scanned.
 	scan := make([]bool, nA)
 	single := make([][]int32, max(1, min(workers, nA/d.grain))) // per worker: one usable cell, not settled
 	d.parallelEntries(workers, nA, func(w, lo, hi int) {
 		for f := lo; f < hi; f++ {
-			if d.aloneOK[f] {
-				continue // exact: its posterior is not used
-			}
+			P[f] = lam[f]
 			L := 0
 			ub := lam[f]
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
-				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-					L++
-					ub += d.eA[e] * d.eA[e] / d.cV[c]
+				c := d.eCell[e]
+				v := d.cV[c]
+				if math.IsInf(v, 1) {
+					continue
 				}
+				a := d.eA[e]
+				den := max(v, q[c]-a*a/lam[f])
+				pe[e] = a * a / den
+				P[f] += pe[e]
+				L++
+				ub += a * a / v
 			}
 			switch {
+			case d.aloneOK[f]:
+				// exact: its posterior is not used
 			case L == 0:
 				d.post[f] = 1 / lam[f]
 			case 1/ub > (1+1e-9)*identifiedFraction*d.priorVar(f):
