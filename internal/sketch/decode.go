@@ -92,14 +92,14 @@ const stepTolFraction = 3e-4
 // varIter bounds the variance solve, whose own noise (a χ²₁ per cell)
 // swamps anything finer. Both were 20 until 2026-11-22; 10 and 10 give the
 // same accuracy or better on the paper-shaped trace and the simulation
-// (docs/decode.md, "Time"), and the final solve needs no more iterations.
-// warmRun: the flows a warm-start goroutine claims at a time.
-const warmRun = 2048
-
+// (docs/decode.md, "Time").
 const (
 	delayPreIter = 10
 	varIter      = 10
 )
+
+// warmRun: the flows a warm-start goroutine claims at a time.
+const warmRun = 2048
 
 // Validate reports every problem at once.
 func (o DecodeOptions) Validate() error {
@@ -272,8 +272,8 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	// cloning in the worker would read pe while worker 0 already writes
 	// its scratch. The flows go out in runs claimed as goroutines free up,
 	// so that build's goroutine takes a share of what is left when it is
-	// done (build takes ~25 ms of CPU at the paper's load, the warm start
-	// ~31). Each flow's estimate is the same whoever computes it.
+	// done (at the paper's load each takes 25–30 ms of CPU). Each flow's
+	// estimate is the same whoever computes it.
 	nEst := warmWorkers
 	if together {
 		nEst++
@@ -334,7 +334,7 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		// The solve holds one worker; the others share the identification
 		// and the loss EM. With one left, the loss EM runs on it first and
 		// then the identification: at k = 5 the two take about as long as
-		// the solve (15 + 30 against ~45 ms of CPU), and a third goroutine
+		// the solve (14 + 26 against ~40 ms of CPU), and a third goroutine
 		// would only take turns on the same two cores.
 		d.prepDelay(out, true)
 		var idFailed, lossFailed any
@@ -482,12 +482,12 @@ func (d *lsDecoder) alone(f int) (float64, bool) {
 	return 0, false
 }
 
-// flowCell is one nonzero count of a flow's composition: the global cell
-// and row it is in.
 // keptCell is a usable non-empty cell of a flow, kept by build's first
 // pass for its second.
 type keptCell struct{ gi, n uint32 }
 
+// flowCell is one nonzero count of a flow's composition: the global cell
+// and row it is in.
 type flowCell struct {
 	gi uint64
 	r  int
