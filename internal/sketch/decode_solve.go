@@ -159,11 +159,12 @@ func (d *lsDecoder) identify(workers int) {
 	pe := make([]float64, nE)
 	P := make([]float64, nA)
 	scan := make([]bool, nA)
-	single := make([][]int32, max(1, min(workers, nA/d.grain))) // per worker: one usable cell, not settled
+	type oneCell struct{ f, e int32 }                             // a flow and the entry of its one usable cell
+	single := make([][]oneCell, max(1, min(workers, nA/d.grain))) // per worker: one usable cell, not settled
 	d.parallelEntries(workers, nA, func(w, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			P[f] = lam[f]
-			L := 0
+			L, last := 0, int32(-1)
 			ub := lam[f]
 			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
 				c := d.eCell[e]
@@ -176,6 +177,7 @@ func (d *lsDecoder) identify(workers int) {
 				pe[e] = a * a / den
 				P[f] += pe[e]
 				L++
+				last = e
 				ub += a * a / v
 			}
 			switch {
@@ -186,7 +188,7 @@ func (d *lsDecoder) identify(workers int) {
 			case 1/ub > (1+1e-9)*identifiedFraction*d.priorVar(f):
 				d.post[f] = 1 / ub
 			case L == 1:
-				single[w] = append(single[w], int32(f))
+				single[w] = append(single[w], oneCell{int32(f), last})
 			default:
 				scan[f] = true
 			}
@@ -197,18 +199,9 @@ func (d *lsDecoder) identify(workers int) {
 	// pass through one cell. T only for the cells such flows are in.
 	T := make([]float64, nC)
 	needT := make([]bool, nC)
-	usableCell := func(f int32) (int32, int32) { // the entry and cell of f's usable cell
-		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
-			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-				return e, c
-			}
-		}
-		panic("sketch: a flow with one usable cell has none")
-	}
 	for _, fl := range single {
-		for _, f := range fl {
-			_, c := usableCell(f)
-			needT[c] = true
+		for _, o := range fl {
+			needT[d.eCell[o.e]] = true
 		}
 	}
 	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
@@ -224,8 +217,8 @@ func (d *lsDecoder) identify(workers int) {
 		}
 	})
 	for _, fl := range single {
-		for _, f := range fl {
-			e, c := usableCell(f)
+		for _, o := range fl {
+			f, e, c := o.f, o.e, d.eCell[o.e]
 			a := d.eA[e]
 			other := max(0, T[c]-a*a/max(P[f]-pe[e], lam[f]))
 			d.post[f] = 1 / (lam[f] + a*a/(d.cV[c]+other))
