@@ -72,6 +72,10 @@ type SourceConfig struct {
 	BufferSize      int           `yaml:"buffer_size"`      // kind pcap: kernel buffer bytes
 	BPF             string        `yaml:"bpf"`              // needs a binary built with -tags pcap
 	TimestampSource string        `yaml:"timestamp_source"` // kind pcap: host, adapter, adapter_unsynced, ... ("" = libpcap default)
+	// AllowCoalescing lets a live source open an interface whose receive
+	// offloads (GRO, LRO, rx-gro-hw, rx-gro-list) merge packets; refused
+	// by default (docs/capture.md, "Coalescing").
+	AllowCoalescing bool `yaml:"allow_coalescing"`
 }
 
 // Config is the capture section of a daemon's configuration.

@@ -27,6 +27,12 @@ type pcapSource struct {
 // OpenPcap opens cfg.Interface through libpcap: nanosecond precision, the
 // configured timestamp source (refused if the interface lacks it), BPF.
 func OpenPcap(cfg SourceConfig, log *slog.Logger) (Source, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkCoalescing(cfg, log.Warn); err != nil {
+		return nil, err
+	}
 	in, err := pcap.NewInactiveHandle(cfg.Interface)
 	if err != nil {
 		return nil, fmt.Errorf("capture: libpcap on %q: %w", cfg.Interface, err)

@@ -21,16 +21,59 @@ type DropStats struct {
 	Received  uint64 // packets that reached this socket, dropped ones included (TPACKET tp_packets, like tcpdump's "received by filter"); 0 where unknown
 	Kernel    uint64 // dropped by the kernel: ring or buffer full
 	Interface uint64 // dropped by the interface/driver (rx_dropped + rx_missed_errors)
+	// Oversize counts frames longer than the interface MTU plus the link
+	// header: packets coalesced before the capture (GRO, LRO). They are
+	// measured like any frame, not dropped.
+	Oversize uint64
+	// LinkDowns counts the capture interface's outages (down, no carrier
+	// or missing, including at open); Link is its state now. Live
+	// interface sources only (one worker of a fanout group reports them).
+	LinkDowns uint64
+	Link      LinkState
 }
 
-// Sub returns d - prev: the drops of one interval from two cumulative reads.
+// LinkState is a capture interface's state as a source last saw it.
+type LinkState uint8
+
+// Link states; LinkUnknown for sources without an interface (files).
+const (
+	LinkUnknown LinkState = iota
+	LinkUp
+	LinkDown
+)
+
+// Sub returns d - prev: the drops of one interval from two cumulative
+// reads. Link is d's.
 func (d DropStats) Sub(prev DropStats) DropStats {
-	return DropStats{d.Received - prev.Received, d.Kernel - prev.Kernel, d.Interface - prev.Interface}
+	return DropStats{d.Received - prev.Received, d.Kernel - prev.Kernel, d.Interface - prev.Interface,
+		d.Oversize - prev.Oversize, d.LinkDowns - prev.LinkDowns, d.Link}
 }
 
-// Add returns the sum (to total the workers).
+// Add returns the sum (to total the workers); Link is the state of the
+// one that knows it (down wins).
 func (d DropStats) Add(o DropStats) DropStats {
-	return DropStats{d.Received + o.Received, d.Kernel + o.Kernel, d.Interface + o.Interface}
+	return DropStats{d.Received + o.Received, d.Kernel + o.Kernel, d.Interface + o.Interface,
+		d.Oversize + o.Oversize, d.LinkDowns + o.LinkDowns, max(d.Link, o.Link)}
+}
+
+// OutageTracker tells which intervals a capture outage touched, from the
+// DropStats read when each interval is emitted: an interval is touched
+// when the link was down when it opened or closed, or went down in
+// between. Emission follows an interval's end by the hold time, so an
+// outage that starts in that gap also flags the interval before it (a
+// false flag, never a missed one).
+type OutageTracker struct {
+	downs   uint64
+	wasDown bool
+}
+
+// Touched reports whether the interval emitted with cumulative stats d
+// was touched by an outage.
+func (o *OutageTracker) Touched(d DropStats) bool {
+	down := d.Link == LinkDown
+	t := o.wasDown || down || d.LinkDowns != o.downs
+	o.downs, o.wasDown = d.LinkDowns, down
+	return t
 }
 
 // Source delivers raw frames.

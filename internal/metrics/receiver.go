@@ -38,6 +38,8 @@ type Receiver struct {
 	d     *descs
 	now   func() time.Time // replaced in tests
 
+	health *CaptureHealth
+
 	intervals   *prometheus.CounterVec
 	spikes      *prometheus.CounterVec
 	linkSent    *prometheus.CounterVec
@@ -158,7 +160,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Receiver{
-		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(),
+		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(), health: newCaptureHealth(),
 		reg:     prometheus.NewRegistry(),
 		senders: map[string]*senderState{},
 		clocks:  map[clockKey]clockState{},
@@ -189,7 +191,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.estTime,
-		stateCollector{r},
+		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -411,6 +413,9 @@ func (r *Receiver) EstimationDuration(sender string, d time.Duration) {
 func (r *Receiver) FrameError(sender, reason string) {
 	r.frameErrs.WithLabelValues(sender, reason).Inc()
 }
+
+// CaptureHealth is the capture interface's oversize-frame and link series.
+func (r *Receiver) CaptureHealth() *CaptureHealth { return r.health }
 
 // CaptureCounters sets the receiver capture's cumulative totals: packets
 // seen, and packets dropped or left out by reason (a fixed set of reasons).

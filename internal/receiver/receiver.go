@@ -283,6 +283,7 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
 	builders := make([]*interval.RxBuilder, len(r.senders))
 	emitters := make([]func(*interval.Sealed), len(r.senders))
+	outages := make([]capture.OutageTracker, len(r.senders))
 	for i, s := range r.senders {
 		var err error
 		// The decoding estimator needs each flow's packets per cell.
@@ -291,6 +292,9 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			return err
 		}
 		emitters[i] = func(sl *interval.Sealed) {
+			if st, err := rd.Source().Stats(); err == nil && outages[i].Touched(st) {
+				sl.Partial = true // the capture interface was down during it
+			}
 			select {
 			case s.sealed <- sl:
 			case <-ctx.Done():
@@ -384,6 +388,9 @@ func (r *Receiver) publishCapture(worker int, rd *capture.Reader) {
 	drops := tot.parse.ByReason()
 	drops["kernel"], drops["interface"] = tot.drops.Kernel, tot.drops.Interface
 	r.metrics.CaptureCounters(tot.parse.Parsed, drops)
+	if tot.drops.Link != capture.LinkUnknown {
+		r.metrics.CaptureHealth().Set(tot.drops.Oversize, tot.drops.LinkDowns, tot.drops.Link == capture.LinkUp)
+	}
 }
 
 // matchLoop owns one sender entry's matcher.
