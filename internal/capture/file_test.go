@@ -200,19 +200,28 @@ func TestFileErrors(t *testing.T) {
 	if _, err := OpenFile(filepath.Join(dir, "missing.pcap")); err == nil {
 		t.Error("missing file opened")
 	}
-	// A file captured with a snap length too short for headers + N bytes is refused at start.
-	short := filepath.Join(dir, "short.pcap")
-	f, _ := os.Create(short)
-	w := pcapgo.NewWriterNanos(f)
-	w.WriteFileHeader(96, layers.LinkTypeEthernet)
-	f.Close()
-	src, err := OpenFile(short)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	if err := CheckSnaplen(src, IdentityConfig{PayloadBytes: 32}); err == nil {
-		t.Error("snap length 96 accepted for 32 payload bytes")
+	// A file whose snap length cannot hold the link header + ip_bytes is
+	// refused at start; tcpdump -s 96 on Ethernet holds the default.
+	for _, tc := range []struct {
+		snap int
+		lt   layers.LinkType
+		ok   bool
+	}{{96, layers.LinkTypeEthernet, true}, {95, layers.LinkTypeEthernet, false}, {64, layers.LinkTypeEthernet, false},
+		{82, layers.LinkTypeRaw, true}, {97, layers.LinkTypeLinuxSLL, false}, {98, layers.LinkTypeLinuxSLL, true}} {
+		short := filepath.Join(dir, fmt.Sprintf("short-%d-%d.pcap", tc.snap, tc.lt))
+		f, _ := os.Create(short)
+		w := pcapgo.NewWriterNanos(f)
+		w.WriteFileHeader(uint32(tc.snap), tc.lt)
+		f.Close()
+		src, err := OpenFile(short)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = CheckSnaplen(src, DefaultConfig().Identity)
+		src.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("snap length %d on %v: %v, want accepted %v", tc.snap, tc.lt, err, tc.ok)
+		}
 	}
 }
 

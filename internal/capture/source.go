@@ -95,18 +95,29 @@ type Source interface {
 // Snaplener is implemented by sources that know their snap length (files, libpcap).
 type Snaplener interface{ Snaplen() int }
 
-// CheckSnaplen refuses a source whose snap length cannot hold headers plus
-// identity.payload_bytes: every packet would be skipped as short_snap.
+// CheckSnaplen refuses a source whose snap length cannot hold its link
+// header + identity.ip_bytes: its packets would be cut short at this tap
+// only and look lost. The advice in the error is what makes it pass.
 func CheckSnaplen(src Source, id IdentityConfig) error {
 	s, ok := src.(Snaplener)
 	if !ok || s.Snaplen() <= 0 {
 		return nil
 	}
-	if s.Snaplen() < id.MinSnaplen() {
-		return fmt.Errorf("capture: snap length %d is too short for headers + capture.identity.payload_bytes (%d): need at least %d; capture with a larger snap length (tcpdump -s 0) or lower payload_bytes on both ends",
-			s.Snaplen(), id.PayloadBytes, id.MinSnaplen())
+	lt := src.LinkType()
+	link := LinkHeaderLen(lt)
+	if link < 0 {
+		return nil // the parser counts its frames as unsupported_link
 	}
-	return nil
+	sl, need := s.Snaplen(), id.MinSnaplen(lt)
+	if sl >= need {
+		return nil
+	}
+	msg := fmt.Sprintf("capture: snap length %d is too short: the %s link header (%d bytes) + capture.identity.ip_bytes (%d) need %d, or packets are cut short at this tap only and look lost; capture with a snap length of at least %d (tcpdump -s %d, or -s 0 for whole packets)",
+		sl, lt, link, id.IPBytes, need, need, need)
+	if sl-link >= MinIPBytes {
+		msg += fmt.Sprintf(", or set capture.identity.ip_bytes: %d on both ends", sl-link)
+	}
+	return errors.New(msg)
 }
 
 // OpenSources opens the configured source: one per worker for afpacket

@@ -29,7 +29,7 @@ import (
 
 // HashVersion names the derivation of cells from packet bytes (capture's
 // identity layout plus sketch's hash derivation). Bump it on any change.
-const HashVersion = "1"
+const HashVersion = "2"
 
 // Sketch is the `sketch:` section (contract keys of DESIGN.md §7 plus additions).
 type Sketch struct {
