@@ -127,10 +127,14 @@ func DefaultConfig() Config {
 const DefaultIPBytes = 82
 
 // Bounds of identity.ip_bytes: an IPv6 header and a UDP header fit in the
-// smallest.
+// smallest. Below MinAdvisedIPBytes an IPv6 UDP packet hashes fewer than
+// 16 payload bytes, and packets that differ only further on (no IPv6
+// identification field tells them apart) share an identity, which the
+// sketches see as loss; error messages never advise less.
 const (
-	MinIPBytes = 48
-	MaxIPBytes = 65535
+	MinIPBytes        = 48
+	MinAdvisedIPBytes = 64
+	MaxIPBytes        = 65535
 )
 
 // LinkHeaderLen is the length of the link header a capture of link type

@@ -114,7 +114,7 @@ func CheckSnaplen(src Source, id IdentityConfig) error {
 	}
 	msg := fmt.Sprintf("capture: snap length %d is too short: the %s link header (%d bytes) + capture.identity.ip_bytes (%d) need %d, or packets are cut short at this tap only and look lost; capture with a snap length of at least %d (tcpdump -s %d, or -s 0 for whole packets)",
 		sl, lt, link, id.IPBytes, need, need, need)
-	if sl-link >= MinIPBytes {
+	if sl-link >= MinAdvisedIPBytes {
 		msg += fmt.Sprintf(", or set capture.identity.ip_bytes: %d on both ends", sl-link)
 	}
 	return errors.New(msg)
