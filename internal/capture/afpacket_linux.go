@@ -55,7 +55,8 @@ type afSource struct {
 	group    uint16
 	log      *slog.Logger
 	link     linkWatch
-	maxFrame int // interface MTU + Ethernet header: longer frames are counted as oversize
+	linkDown bool // the link as the reader last saw it
+	maxFrame int  // interface MTU + Ethernet header: longer frames are counted as oversize
 	oversize atomic.Uint64
 
 	mu             sync.Mutex // Stats: the kernel resets its counters on every read
@@ -193,6 +194,7 @@ func (s *afSource) open(st linkState) error {
 	s.ifBase, _ = readIfDrops(cfg.Interface)
 	s.maxFrame = st.mtu + 14
 	s.link.bound = st.index
+	s.linkDown = !st.up
 	s.log.Info("afpacket source open", "interface", cfg.Interface, "block_size", bs, "num_blocks", nb,
 		"configured_block_size", s.cbs, "configured_num_blocks", s.cnb,
 		"fanout_group", s.group, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous, "mtu", st.mtu)
@@ -276,6 +278,14 @@ func (s *afSource) nextBlock() error {
 			// or away; reading SO_ERROR clears it.
 			unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 			return s.checkLink()
+		}
+	}
+	if s.linkDown {
+		// Packets again: the link is back (no event says so), unless
+		// they are the last of an interface since deleted, whose ring
+		// checkLink has just closed.
+		if s.checkLink(); s.fd < 0 {
+			return ErrTimeout
 		}
 	}
 	s.held = true

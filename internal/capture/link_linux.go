@@ -181,6 +181,7 @@ func (s *afSource) checkLink() error {
 	if st.exists && st.mtu > 0 {
 		s.maxFrame = st.mtu + 14
 	}
+	s.linkDown = !st.exists || !st.up
 	s.link.changed(st, s.reportIf, s.log)
 	return ErrTimeout
 }
@@ -205,6 +206,7 @@ func (s *afSource) reopen() error {
 			s.log.Warn("capture interface is back but the capture cannot open on it yet; retrying", "interface", s.ifname, "err", err)
 		}
 	}
+	s.linkDown = true
 	s.link.changed(st, s.reportIf, s.log)
 	time.Sleep(time.Duration(s.pollMS) * time.Millisecond)
 	return ErrTimeout

@@ -60,33 +60,8 @@ func newVeth(t *testing.T) *vethPair {
 	return v
 }
 
-// inNetns runs fn on a thread moved into namespace ns; sockets made there
-// stay in ns.
-func inNetns(ns string, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open("/var/run/netns/" + ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns %s: %w", ns, err)
-	}
-	ferr := fn()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("setns back: %w (thread left locked, it dies with the goroutine)", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+// inNetns runs fn on a thread moved into namespace ns.
+func inNetns(ns string, fn func() error) error { return testutil.InNetns(ns, fn) }
 
 // sendFrames writes raw frames on ifname inside ns.
 func sendFrames(t *testing.T, ns, ifname string, frames [][]byte) {
