@@ -518,3 +518,30 @@ func TestSnaplenInvariance(t *testing.T) {
 		}
 	}
 }
+
+// TestOutageTracker: an interval is touched when the link was down when
+// it or the one before it was emitted, or went down in between.
+func TestOutageTracker(t *testing.T) {
+	up := func(downs uint64) DropStats { return DropStats{LinkDowns: downs, Link: LinkUp} }
+	down := func(downs uint64) DropStats { return DropStats{LinkDowns: downs, Link: LinkDown} }
+	for _, tc := range []struct {
+		name string
+		seq  []DropStats
+		want []bool
+	}{
+		{"file source", []DropStats{{}, {}}, []bool{false, false}},
+		{"always up", []DropStats{up(0), up(0), up(0)}, []bool{false, false, false}},
+		{"down at start", []DropStats{down(1), down(1), up(1), up(1)}, []bool{true, true, true, false}},
+		{"flap inside one interval", []DropStats{up(0), up(1), up(1)}, []bool{false, true, false}},
+		{"down across intervals", []DropStats{up(0), down(1), down(1), up(1), up(1)}, []bool{false, true, true, true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o OutageTracker
+			for i, d := range tc.seq {
+				if got := o.Touched(d); got != tc.want[i] {
+					t.Errorf("interval %d (%+v): touched %v, want %v", i, d, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
