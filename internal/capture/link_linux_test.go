@@ -18,28 +18,43 @@ import (
 	"github.com/lds-net/lds/internal/testutil"
 )
 
-// liveReader reads a source on its own goroutine until stopped, keeping
-// the packet hashes it parsed; any error but ErrTimeout fails the test.
+// liveReader reads sources, each on its own goroutine, until stopped,
+// keeping the packet hashes they parsed; any error but ErrTimeout fails
+// the test.
 type liveReader struct {
 	mu     sync.Mutex
 	hashes map[uint64]int
 	big    atomic.Uint64 // frames longer than bigLen
 	bigLen int
 	stop   chan struct{}
-	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 func startReader(t *testing.T, src Source, bigLen int) *liveReader {
+	return startReaders(t, []Source{src}, bigLen)
+}
+
+func startReaders(t *testing.T, srcs []Source, bigLen int) *liveReader {
 	t.Helper()
+	lr := &liveReader{hashes: map[uint64]int{}, bigLen: bigLen, stop: make(chan struct{})}
+	for _, src := range srcs {
+		lr.wg.Add(1)
+		go lr.read(t, src)
+	}
+	t.Cleanup(func() { lr.halt() })
+	return lr
+}
+
+func (lr *liveReader) read(t *testing.T, src Source) {
+	defer lr.wg.Done()
 	cfg := DefaultConfig()
 	cfg.Identity.Seed = tseed
 	p, err := NewParser(cfg)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return
 	}
-	lr := &liveReader{hashes: map[uint64]int{}, bigLen: bigLen, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(lr.done)
+	{
 		var pkt Packet
 		for {
 			select {
@@ -64,9 +79,7 @@ func startReader(t *testing.T, src Source, bigLen int) *liveReader {
 				lr.mu.Unlock()
 			}
 		}
-	}()
-	t.Cleanup(func() { lr.halt() })
-	return lr
+	}
 }
 
 func (lr *liveReader) halt() {
@@ -75,7 +88,19 @@ func (lr *liveReader) halt() {
 	default:
 		close(lr.stop)
 	}
-	<-lr.done
+	lr.wg.Wait()
+}
+
+func (lr *liveReader) dups(hashes []uint64) int {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	n := 0
+	for _, h := range hashes {
+		if lr.hashes[h] > 1 {
+			n++
+		}
+	}
+	return n
 }
 
 func (lr *liveReader) count(hashes []uint64) int {
@@ -119,38 +144,57 @@ func framesWithHashes(t *testing.T, n int, seed uint64) ([][]byte, []uint64) {
 	return frames, hs
 }
 
-// TestLiveLinkDownUp: an AF_PACKET source on an interface that is down
-// at open, comes up, goes down and up again, and is deleted and created
-// again under the same name never fails; it counts each outage, reports
-// the state, and captures every frame sent while the link is up.
+// TestLiveLinkDownUp: an AF_PACKET source (one socket, and two in a
+// fanout group) on an interface that is down at open, comes up, goes down
+// and up again, loses its carrier, and is deleted and created again under
+// the same name never fails; it counts each outage, reports the state,
+// and captures every frame sent while the link is up, exactly once.
 func TestLiveLinkDownUp(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) { liveLinkDownUp(t, workers) })
+	}
+}
+
+func liveLinkDownUp(t *testing.T, workers int) {
 	v := newVeth(t)
 	run(t, "ip", "-n", v.nsB, "link", "set", v.ifB, "down")
 	src := DefaultConfig().Source
-	src.Kind, src.Interface = "afpacket", v.ifB
+	src.Kind, src.Interface, src.Workers = "afpacket", v.ifB, workers
 	src.BlockSize, src.NumBlocks, src.PollTimeout = 1<<16, 8, 20*time.Millisecond
-	var s Source
-	if err := inNetns(v.nsB, func() (err error) { s, err = OpenAFPacket(src, 0, nil); return err }); err != nil {
+	var ss []Source
+	if err := inNetns(v.nsB, func() (err error) { ss, err = OpenSources(src, nil); return err }); err != nil {
 		t.Fatalf("open on a down interface: %v (want it to wait for the link)", err)
 	}
-	defer s.Close()
+	defer func() {
+		for _, s := range ss {
+			s.Close()
+		}
+	}()
 	stats := func() DropStats {
-		d, err := s.Stats()
-		if err != nil {
-			t.Fatal(err)
+		var d DropStats
+		for _, s := range ss {
+			w, err := s.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d = d.Add(w)
 		}
 		return d
 	}
 	if d := stats(); d.Link != LinkDown || d.LinkDowns != 1 {
 		t.Fatalf("down at open: %+v, want Link down and one outage", d)
 	}
-	lr := startReader(t, s, 1<<20)
+	lr := startReaders(t, ss, 1<<20)
 	round := func(n int, seed uint64, wantDowns uint64) {
 		t.Helper()
 		waitFor(t, "the link up", func() bool { return stats().Link == LinkUp })
 		frames, hs := framesWithHashes(t, n, seed)
 		sendFrames(t, v.nsA, v.ifA, frames)
 		waitFor(t, fmt.Sprintf("%d frames captured", n), func() bool { return lr.count(hs) == n })
+		time.Sleep(50 * time.Millisecond) // catch duplicates, if any
+		if k := lr.dups(hs); k != 0 {
+			t.Errorf("%d frames captured more than once", k)
+		}
 		if d := stats(); d.LinkDowns != wantDowns {
 			t.Errorf("outages %d, want %d", d.LinkDowns, wantDowns)
 		}
