@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -192,7 +193,10 @@ func (s *afSource) open(st linkState) error {
 		}
 	}
 	s.ifBase, _ = readIfDrops(cfg.Interface)
-	s.maxFrame = st.mtu + 14
+	s.maxFrame = math.MaxInt // MTU unknown: nothing counted as oversize
+	if st.mtu > 0 {
+		s.maxFrame = st.mtu + 14
+	}
 	s.link.bound = st.index
 	s.linkDown = !st.up
 	s.log.Info("afpacket source open", "interface", cfg.Interface, "block_size", bs, "num_blocks", nb,
