@@ -130,11 +130,13 @@ const DefaultIPBytes = 82
 // smallest. Below MinAdvisedIPBytes an IPv6 UDP packet hashes fewer than
 // 16 payload bytes, and packets that differ only further on (no IPv6
 // identification field tells them apart) share an identity, which the
-// sketches see as loss; error messages never advise less.
+// sketches see as loss; error messages never advise less. The largest is
+// far beyond any header stack plus MaxPayloadBytes and keeps link header
+// + ip_bytes below 65535, the snap length of a -s 0 capture file.
 const (
 	MinIPBytes        = 48
 	MinAdvisedIPBytes = 64
-	MaxIPBytes        = 65535
+	MaxIPBytes        = 4096
 )
 
 // LinkHeaderLen is the length of the link header a capture of link type
