@@ -138,7 +138,7 @@ func NewParser(cfg Config) (*Parser, error) {
 }
 
 // deriveSeed turns the shared seed string into independent 64-bit seeds
-// for the flow and the packet hash (hash version 1): the first 8 bytes,
+// for the flow and the packet hash (unchanged since hash version 1): the first 8 bytes,
 // little endian, of SHA-256("lds/capture/v1/" + use + "\x00" + seed).
 func deriveSeed(use, seed string) uint64 {
 	s := sha256.Sum256([]byte("lds/capture/v1/" + use + "\x00" + seed))

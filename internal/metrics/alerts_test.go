@@ -42,11 +42,13 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r.FrameError("a", "x")
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	r.CaptureHealth().Set(1, 1, true)
 	s, err := NewSender(DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	s.CaptureHealth().Set(1, 1, true)
 	s.SetClock("synced", 1, 1)
 	known := map[string]bool{}
 	for _, n := range append(ldsNames(t, r.Registry()), ldsNames(t, s.Registry())...) {
