@@ -57,6 +57,14 @@ func newVeth(t *testing.T) *vethPair {
 	run(t, "ip", "link", "set", v.ifB, "netns", v.nsB)
 	run(t, "ip", "-n", v.nsA, "link", "set", v.ifA, "up")
 	run(t, "ip", "-n", v.nsB, "link", "set", v.ifB, "up")
+	// The kernel reports the carrier (IFF_RUNNING) a little after the
+	// link is set up; a source opened before would count an outage.
+	for _, e := range [][2]string{{v.nsA, v.ifA}, {v.nsB, v.ifB}} {
+		waitFor(t, e[1]+" running", func() bool {
+			out, _ := exec.Command("ip", "-n", e[0], "-o", "link", "show", "dev", e[1]).Output()
+			return strings.Contains(string(out), "LOWER_UP") && strings.Contains(string(out), "state UP")
+		})
+	}
 	return v
 }
 
