@@ -30,7 +30,7 @@ const (
 	ReasonNonIP                  // not IPv4/IPv6 (ARP, LLDP, ...)
 	ReasonTruncated              // capture ends inside the headers
 	ReasonMalformed              // header fields contradict each other or the frame
-	ReasonShortSnap              // headers fine, but fewer than min(N, payload) payload bytes captured
+	ReasonShortSnap              // headers fine, but fewer payload bytes captured than identity hashes
 	ReasonUnsupportedLink        // link type this parser does not decode
 	ReasonNotSelected            // parsed, but no select rule matched
 	ReasonLongHeaders            // IP + L4 headers longer than identity.ip_bytes
