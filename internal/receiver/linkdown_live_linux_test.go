@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -112,7 +113,11 @@ func TestLiveReceiverTapDown(t *testing.T) {
 	scfg.Common = rc.Common
 	scfg.Capture.Source.Interface = ifA
 	scfg.Sender.ID, scfg.Sender.Receiver, scfg.Sender.TLS.Plaintext = "edge-a", lis.Addr().String(), true
-	tx, err := sender.New(scfg, sender.Options{Sources: []capture.Source{srcA}, NoHTTP: true}, log)
+	metricsLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sender.New(scfg, sender.Options{Sources: []capture.Source{srcA}, HTTPListener: metricsLis}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,6 +259,18 @@ func TestLiveReceiverTapDown(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d log lines saying the receiver's capture interface is down, want 2 (one per outage)", n)
 	}
+	// The sender's tap lost its carrier with each outage of B's end: its
+	// own series say so once an interval has been shipped since.
+	wait("the sender's series", func() bool {
+		resp, err := http.Get("http://" + metricsLis.Addr().String() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "\nlds_capture_link_down_total 2\n") && strings.Contains(string(b), "\nlds_capture_link_up 1\n") &&
+			strings.Contains(string(b), "\nlds_capture_oversize_frames_total 0\n")
+	})
 	t.Logf("outages counted by the receiver: %v", gaugeValue(t, rx, "lds_capture_link_down_total"))
 }
 
