@@ -25,6 +25,7 @@ type liveReader struct {
 	mu     sync.Mutex
 	hashes map[uint64]int
 	big    atomic.Uint64 // frames longer than bigLen
+	frames atomic.Uint64 // frames read
 	bigLen int
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -70,6 +71,7 @@ func (lr *liveReader) read(t *testing.T, src Source) {
 				t.Errorf("ReadPacket: %v (the source must outlive the link's outages)", err)
 				return
 			}
+			lr.frames.Add(1)
 			if wl > lr.bigLen {
 				lr.big.Add(1)
 			}
@@ -334,5 +336,46 @@ func tcpBulk(t *testing.T, v *vethPair, n int) {
 	c.Close()
 	if k := <-got; k < n {
 		t.Fatalf("received %d of %d bytes", k, n)
+	}
+}
+
+// TestLiveOversizeFromSegmentation: with GRO off at the tap, a veth still
+// hands it its peer's TSO/GSO super-packets, which the oversize counter
+// counts; with the peer's segmentation offload off, no frame is oversize.
+func TestLiveOversizeFromSegmentation(t *testing.T) {
+	if _, err := exec.LookPath("ethtool"); err != nil {
+		testutil.SkipOrFail(t, "%s", "needs ethtool")
+	}
+	for _, peerOff := range []bool{false, true} {
+		v := newVeth(t)
+		if peerOff {
+			run(t, "ip", "netns", "exec", v.nsA, "ethtool", "-K", v.ifA, "tso", "off", "gso", "off")
+		}
+		src := DefaultConfig().Source
+		src.Kind, src.Interface = "afpacket", v.ifB
+		src.BlockSize, src.NumBlocks, src.PollTimeout = 1<<20, 8, 20*time.Millisecond
+		var s Source
+		if err := inNetns(v.nsB, func() (err error) { s, err = OpenAFPacket(src, 0, nil); return err }); err != nil {
+			t.Fatal(err)
+		}
+		lr := startReader(t, s, 1500+14)
+		tcpBulk(t, v, 8<<20)
+		waitFor(t, "every frame of the transfer read", func() bool {
+			d, _ := s.Stats()
+			return d.Received > 0 && lr.frames.Load() >= d.Received-d.Kernel
+		})
+		lr.halt()
+		d, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		t.Logf("peer tso/gso off %v: %d oversize of %d frames", peerOff, d.Oversize, d.Received)
+		if d.Oversize != lr.big.Load() {
+			t.Errorf("oversize counter %d, frames longer than 1514 bytes read %d", d.Oversize, lr.big.Load())
+		}
+		if peerOff != (d.Oversize == 0) {
+			t.Errorf("peer tso/gso off %v: %d oversize frames", peerOff, d.Oversize)
+		}
 	}
 }
