@@ -257,6 +257,14 @@ func TestLiveCoalescingRefused(t *testing.T) {
 		t.Fatalf("refusal %q: want the interface, the ethtool command and the override key", err)
 	}
 	t.Logf("refused: %v", err)
+	// Loopback's GRO flag is on, but loopback never coalesces: not refused.
+	lo := src
+	lo.Interface = "lo"
+	var los Source
+	if e := inNetns(v.nsB, func() error { los, err = OpenAFPacket(lo, 0, nil); return nil }); e != nil || err != nil {
+		t.Fatalf("loopback refused: %v %v", e, err)
+	}
+	los.Close()
 	// The advice, word for word.
 	run(t, append([]string{"ip", "netns", "exec", v.nsB}, strings.Fields(m[1])...)...)
 	var ss []Source

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/safchain/ethtool"
@@ -47,8 +48,13 @@ func coalescingOn(ifname string) ([]string, error) {
 // checkCoalescing refuses an interface with a coalescing offload on,
 // unless capture.source.allow_coalescing is set. A feature read that
 // fails (an interface without ethtool support) is not a refusal: the
-// oversize-frame counter still sees super-packets.
+// oversize-frame counter still sees super-packets. Loopback is never
+// refused: its GRO flag is on by default but the loopback device hands
+// packets to the stack through the backlog, where no GRO runs.
 func checkCoalescing(cfg SourceConfig, warn func(msg string, args ...any)) error {
+	if ifc, err := net.InterfaceByName(cfg.Interface); err == nil && ifc.Flags&net.FlagLoopback != 0 {
+		return nil
+	}
 	on, err := coalescingOn(cfg.Interface)
 	if err != nil {
 		warn("cannot read the capture interface's offload features; coalescing (GRO/LRO) not checked", "interface", cfg.Interface, "err", err)
