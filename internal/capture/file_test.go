@@ -223,6 +223,35 @@ func TestFileErrors(t *testing.T) {
 			t.Errorf("snap length %d on %v: %v, want accepted %v", tc.snap, tc.lt, err, tc.ok)
 		}
 	}
+	// Tagged frames: the check reads the link header off the first frames.
+	base := basePackets()["v4-tcp"]
+	for _, tc := range []struct {
+		vlans []uint16
+		snap  int
+		ok    bool
+	}{{nil, 96, true}, {[]uint16{100}, 96, false}, {[]uint16{100}, 100, true}, {[]uint16{5, 6}, 100, false}, {[]uint16{5, 6}, 104, true}} {
+		b := base
+		b.vlans = tc.vlans
+		frame := b.frame(t)
+		path := filepath.Join(dir, fmt.Sprintf("tagged-%d-%d.pcap", len(tc.vlans), tc.snap))
+		f, _ := os.Create(path)
+		w := pcapgo.NewWriterNanos(f)
+		w.WriteFileHeader(uint32(tc.snap), layers.LinkTypeEthernet)
+		w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: min(len(frame), tc.snap), Length: len(frame)}, frame[:min(len(frame), tc.snap)])
+		f.Close()
+		src, err := OpenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = CheckSnaplen(src, DefaultConfig().Identity)
+		src.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("%d tags, snap length %d: %v, want accepted %v", len(tc.vlans), tc.snap, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("tcpdump -s %d", 96+4*len(tc.vlans))) {
+			t.Errorf("%d tags: %v, want the advice tcpdump -s %d", len(tc.vlans), err, 96+4*len(tc.vlans))
+		}
+	}
 }
 
 // randomPcap writes n random packets (randomPackets) as an Ethernet pcap

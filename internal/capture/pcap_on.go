@@ -137,6 +137,14 @@ type bpfSource struct {
 	f *pcap.BPF
 }
 
+// Path is the path of the file under the filter, or "".
+func (s *bpfSource) Path() string {
+	if p, ok := s.Source.(pather); ok {
+		return p.Path()
+	}
+	return ""
+}
+
 func withBPF(src Source, expr string) (Source, error) {
 	f, err := pcap.NewBPF(src.LinkType(), 262144, expr)
 	if err != nil {

@@ -95,9 +95,18 @@ type Source interface {
 // Snaplener is implemented by sources that know their snap length (files, libpcap).
 type Snaplener interface{ Snaplen() int }
 
+// pather is implemented by file sources: the path they read.
+type pather interface{ Path() string }
+
+// snapSample is how many frames of a capture file CheckSnaplen looks at
+// for link headers longer than the link type's (VLAN tags, MPLS labels).
+const snapSample = 1000
+
 // CheckSnaplen refuses a source whose snap length cannot hold its link
 // header + identity.ip_bytes: its packets would be cut short at this tap
-// only and look lost. The advice in the error is what makes it pass.
+// only and look lost. For a file, the link header is the longest among
+// its first frames (802.1Q/QinQ tags and MPLS labels included). The
+// advice in the error is what makes it pass.
 func CheckSnaplen(src Source, id IdentityConfig) error {
 	s, ok := src.(Snaplener)
 	if !ok || s.Snaplen() <= 0 {
@@ -108,16 +117,92 @@ func CheckSnaplen(src Source, id IdentityConfig) error {
 	if link < 0 {
 		return nil // the parser counts its frames as unsupported_link
 	}
-	sl, need := s.Snaplen(), id.MinSnaplen(lt)
+	what := fmt.Sprintf("the %s link header (%d bytes)", lt, link)
+	if p, ok := src.(pather); ok && p.Path() != "" {
+		if seen := sampleLinkHeader(p.Path(), snapSample); seen > link {
+			link = seen
+			what = fmt.Sprintf("the %s link header with the VLAN tags or MPLS labels its first frames carry (%d bytes)", lt, link)
+		}
+	}
+	sl, need := s.Snaplen(), link+id.IPBytes
 	if sl >= need {
 		return nil
 	}
-	msg := fmt.Sprintf("capture: snap length %d is too short: the %s link header (%d bytes) + capture.identity.ip_bytes (%d) need %d, or packets are cut short at this tap only and look lost; capture with a snap length of at least %d (tcpdump -s %d, or -s 0 for whole packets)",
-		sl, lt, link, id.IPBytes, need, need, need)
+	msg := fmt.Sprintf("capture: snap length %d is too short: %s + capture.identity.ip_bytes (%d) need %d, or packets are cut short at this tap only and look lost; capture with a snap length of at least %d (tcpdump -s %d, or -s 0 for whole packets)",
+		sl, what, id.IPBytes, need, need, need)
 	if sl-link >= MinAdvisedIPBytes {
 		msg += fmt.Sprintf(", or set capture.identity.ip_bytes: %d on both ends", sl-link)
 	}
 	return errors.New(msg)
+}
+
+// sampleLinkHeader returns the longest link header among the first n
+// frames of the capture file at path, or -1.
+func sampleLinkHeader(path string, n int) int {
+	src, err := OpenFile(path)
+	if err != nil {
+		return -1
+	}
+	defer src.Close()
+	longest := -1
+	for range n {
+		data, _, _, err := src.ReadPacket(nil)
+		if err != nil {
+			break
+		}
+		longest = max(longest, frameLinkHeader(data, src.LinkType()))
+	}
+	return longest
+}
+
+// frameLinkHeader returns the bytes before the IP header of a frame of
+// link type lt, tags and labels included, or -1 where they are not
+// captured.
+func frameLinkHeader(data []byte, lt layers.LinkType) int {
+	var et uint16
+	off := 0
+	switch lt {
+	case layers.LinkTypeEthernet:
+		if len(data) < 14 {
+			return -1
+		}
+		et, off = be16(data[12:]), 14
+	case layers.LinkTypeLinuxSLL:
+		if len(data) < 16 {
+			return -1
+		}
+		et, off = be16(data[14:]), 16
+	case layers.LinkTypeLinuxSLL2:
+		if len(data) < 20 {
+			return -1
+		}
+		et, off = be16(data[0:]), 20
+	default:
+		return LinkHeaderLen(lt)
+	}
+	for {
+		switch et {
+		case etVLAN, etQinQ, etQinQ2:
+			if len(data) < off+4 {
+				return -1
+			}
+			et = be16(data[off+2:])
+			off += 4
+		case etMPLS, etMPLSmc:
+			for {
+				if len(data) < off+4 {
+					return -1
+				}
+				bos := data[off+2]&1 != 0
+				off += 4
+				if bos {
+					return off
+				}
+			}
+		default:
+			return off
+		}
+	}
 }
 
 // OpenSources opens the configured source: one per worker for afpacket
