@@ -42,8 +42,9 @@ var turnOff = regexp.MustCompile(`turn it off with: (ethtool -K \S+(?: \S+ off)+
 
 // TestStartupTapStates runs the lds-receiver binary, as an operator
 // would, on an AF_PACKET tap in a network namespace: with GRO on it
-// refuses to start and prints the ethtool command; after that command it
-// starts. With the tap down it starts anyway and keeps running through
+// refuses to start and prints the ethtool command; with
+// capture.source.allow_coalescing it starts anyway, with a warning; after
+// the printed command it starts. With the tap down it starts anyway and keeps running through
 // the link coming up, going down and coming up again, logging each
 // change once, and stops cleanly on SIGTERM.
 func TestStartupTapStates(t *testing.T) {
@@ -98,6 +99,32 @@ capture: {source: {kind: afpacket, interface: %s}}
 		t.Fatalf("refusal without the ethtool command:\n%s", out)
 	}
 	t.Logf("refused: %s", strings.TrimSpace(string(out)))
+
+	// The override key: GRO still on, allow_coalescing: the daemon runs.
+	allowCfg := filepath.Join(dir, "allow.yaml")
+	if err := os.WriteFile(allowCfg, []byte(strings.Replace(yaml, "interface: "+ifB, "interface: "+ifB+", allow_coalescing: true", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var allowLogs syncBuffer
+	allow := exec.CommandContext(ctx, "ip", "netns", "exec", nsB, bin, "--config", allowCfg)
+	allow.Stdout, allow.Stderr = &allowLogs, &allowLogs
+	if err := allow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(allowLogs.String(), "afpacket source open") {
+		if ctx.Err() != nil {
+			t.Fatalf("no start with allow_coalescing:\n%s", allowLogs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(allowLogs.String(), "allowed by capture.source.allow_coalescing") {
+		t.Errorf("no warning that coalescing is allowed:\n%s", allowLogs.String())
+	}
+	allow.Process.Signal(syscall.SIGTERM)
+	if err := allow.Wait(); err != nil {
+		t.Errorf("allow_coalescing run: %v\n%s", err, allowLogs.String())
+	}
+
 	// The advice, word for word; then the tap goes down before the start.
 	sh(t, append([]string{"ip", "netns", "exec", nsB}, strings.Fields(string(m[1]))...)...)
 	sh(t, "ip", "-n", nsB, "link", "set", ifB, "down")
