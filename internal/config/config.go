@@ -180,7 +180,7 @@ func DefaultReceiver() Receiver {
 	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Receiver: ReceiverSection{
 		Listen: ":7420", Lateness: 10 * time.Second, Keep: 60,
 		ResultsMaxBytes: 100 << 20, ResultsMaxAge: 24 * time.Hour, ResultsKeep: 7, ResultsFsync: true,
-		APIMaxRecords: 2 << 20, SealedQueue: 8,
+		APIMaxRecords: 2 << 20, SealedQueue: 2,
 		MaxFrameBytes: 1 << 20, MaxSketchBytes: 256 << 20, MaxPending: 64,
 	}}
 }
