@@ -79,7 +79,7 @@ bench-replay: build
 # bench-memory: peak RSS of ldsctl replay at over 1M flows an interval against
 # the bound of 'ldsctl memory' for the same configuration (~2 min, 1.8 GB of captures).
 bench-memory: build
-	@bash scripts/bench-memory.sh
+	@GO=$(GO) bash scripts/bench-memory.sh
 
 clean:
 	rm -rf $(BIN) out

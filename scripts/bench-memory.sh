@@ -5,8 +5,10 @@
 # (the defaults, and one with every queue at its smallest so that the bound
 # is as tight as the configuration allows), two estimators. Exits 1 if a
 # peak passes its bound or the trace's fullest interval has fewer than
-# 1,000,000 flow records. Knobs (environment): LDS_BENCH_DIR (default
-# out/bench-memory; the 1.8 GB capture pair is kept there and reused).
+# 1,000,000 flow records. Then a live receiver with no sender and full flow
+# tables piling up (TestReceiverMemoryWaitingForSender). Knobs
+# (environment): LDS_BENCH_DIR (default out/bench-memory; the 1.8 GB
+# capture pair is kept there and reused), GO (default go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${LDS_BENCH_DIR:-out/bench-memory}
@@ -36,4 +38,10 @@ for est in paper decode; do
       "$est" "$conf" "$flows" $(( peak >> 20 )) $(( bound >> 20 )) "$(awk -v p="$peak" -v b="$bound" 'BEGIN { print 100 * p / b }')" "$verdict"
   done
 done
+# The live receiver's worst case replay cannot reach: 1M flows in each of
+# ten intervals and no sender, full flow tables waiting until max_pending.
+if ! LDS_BENCH_MEMORY=1 ${GO:-go} test -count=1 -run '^TestReceiverMemoryWaitingForSender$' -v ./internal/receiver/ > "$dir/waiting.log" 2>&1; then
+  fail=1
+fi
+grep -E 'peak RSS|FAIL|panic' "$dir/waiting.log" || cat "$dir/waiting.log"
 exit $fail
