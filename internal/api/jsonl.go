@@ -261,6 +261,9 @@ func (j *JSONLWriter) ready(n int64) error {
 			return err
 		}
 	}
+	if j.size == 0 {
+		j.since = j.opt.Now() // an empty file's age starts with its first line
+	}
 	bySize := j.opt.MaxBytes > 0 && j.size > 0 && j.size+n > j.opt.MaxBytes
 	byAge := j.opt.MaxAge > 0 && j.size > 0 && j.opt.Now().Sub(j.since) >= j.opt.MaxAge
 	if !bySize && !byAge {

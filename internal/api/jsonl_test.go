@@ -149,6 +149,7 @@ func TestJSONLRotateByAge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	now = now.Add(2 * time.Hour) // an empty file's age starts with its first line
 	write(1)
 	now = now.Add(59 * time.Minute)
 	write(2) // younger than max_age: same file

@@ -188,15 +188,16 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if !r.opt.Replay {
 		// SIGHUP reopens the results file (logrotate's create mode, or
 		// systemctl reload); without a file it is ignored, never fatal.
-		hup := make(chan os.Signal, 1)
+		hup, stopHUP := make(chan os.Signal, 1), make(chan struct{})
 		signal.Notify(hup, syscall.SIGHUP)
+		defer close(stopHUP)
 		defer signal.Stop(hup)
 		go func() {
 			for {
 				select {
 				case <-hup:
 					r.ReopenResults()
-				case <-ctx.Done():
+				case <-stopHUP:
 					return
 				}
 			}
