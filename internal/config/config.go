@@ -365,7 +365,7 @@ func (c *Receiver) Validate() error {
 		errs = append(errs, errors.New("receiver.results_keep: must be in [0, 1000] (0 deletes the file at rotation)"))
 	}
 	if r.APIMaxRecords < 1 {
-		errs = append(errs, errors.New("receiver.api_max_records: must be >= 1 (flow records kept for /api/v1/, about 250 bytes each)"))
+		errs = append(errs, errors.New("receiver.api_max_records: must be >= 1 (flow records kept for /api/v1/, up to 336 bytes each)"))
 	}
 	if r.SealedQueue < 1 || r.SealedQueue > 1024 {
 		errs = append(errs, errors.New("receiver.sealed_queue: must be in [1, 1024] (each queued interval holds a sketch and a flow table)"))
