@@ -58,3 +58,40 @@ func TestMemoryBoundDefaults(t *testing.T) {
 		t.Errorf("table:\n%s", out.String())
 	}
 }
+
+// TestResultsAndMemoryKeysNamed: the results file's and the memory keys'
+// bad values are refused with the key named; their limits are accepted.
+func TestResultsAndMemoryKeysNamed(t *testing.T) {
+	for _, c := range []struct {
+		yaml, want string // want "" = valid
+	}{
+		{"receiver:\n  results_max_bytes: 1000\n", "receiver.results_max_bytes"},
+		{"receiver:\n  results_max_bytes: -1\n", "receiver.results_max_bytes"},
+		{"receiver:\n  results_max_bytes: 0\n", ""},
+		{"receiver:\n  results_max_bytes: 65536\n", ""},
+		{"receiver:\n  results_max_age: 30s\n", "receiver.results_max_age"},
+		{"receiver:\n  results_max_age: 0s\n", ""},
+		{"receiver:\n  results_keep: -1\n", "receiver.results_keep"},
+		{"receiver:\n  results_keep: 0\n", ""},
+		{"receiver:\n  api_max_records: 0\n", "receiver.api_max_records"},
+		{"receiver:\n  api_max_records: 1\n", ""},
+		{"receiver:\n  sealed_queue: 0\n", "receiver.sealed_queue"},
+		{"receiver:\n  sealed_queue: 1\n", ""},
+		{"receiver:\n  results_fsync: false\n", ""},
+	} {
+		r := DefaultReceiver()
+		r.Receiver.TLS.Plaintext = true
+		r.Capture.Source.Interface = "eth1"
+		r.Sketch.Seed = "5f0c6e1a9b2d4c3e8f7a6b5c4d3e2f10" // not the example seed, which a daemon may refuse
+		err := Decode(strings.NewReader(c.yaml), &r, "test")
+		if err == nil {
+			err = r.Validate()
+		}
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: refused: %v", c.yaml, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: error %v, want one naming %q", c.yaml, err, c.want)
+		}
+	}
+}
