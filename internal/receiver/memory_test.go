@@ -112,6 +112,7 @@ func TestReceiverMemoryWaitingForSender(t *testing.T) {
 	const intervals = 10
 	rc := config.DefaultReceiver()
 	rc.PTP.Enabled = false
+	rc.Sketch.Seed = "5f0c6e1a9b2d4c3e8f7a6b5c4d3e2f10" // not the example seed, which a daemon may refuse
 	rc.Receiver.TLS.Plaintext = true
 	rc.Receiver.Lateness = time.Hour // only max_pending gives intervals up
 	rc.Receiver.MaxPending = 4

@@ -63,6 +63,7 @@ func TestSIGHUPReopensResultsFile(t *testing.T) {
 	dir := t.TempDir()
 	rc := config.DefaultReceiver()
 	rc.PTP.Enabled = false
+	rc.Sketch.Seed = "5f0c6e1a9b2d4c3e8f7a6b5c4d3e2f10" // not the example seed, which a daemon may refuse
 	rc.Receiver.TLS.Plaintext = true
 	rc.Receiver.ResultsFile = filepath.Join(dir, "results.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
