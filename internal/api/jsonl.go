@@ -78,6 +78,7 @@ type JSONLWriter struct {
 	f      *os.File // nil: closed, or to be opened at the next Write
 	stdout bool
 	closed bool
+	chunk  int       // bytes of lines handed to the OS in one write (writeChunk)
 	size   int64     // bytes of whole lines in f
 	since  time.Time // when f was started (for MaxAge)
 	dev    uint64    // identity of f, to notice path naming another file
@@ -100,9 +101,9 @@ func OpenJSONL(path string, opt JSONLOptions) (*JSONLWriter, error) {
 		opt.OnError = func(string, int) {}
 	}
 	if path == "-" {
-		return &JSONLWriter{path: path, opt: opt, f: os.Stdout, stdout: true}, nil
+		return &JSONLWriter{path: path, opt: opt, f: os.Stdout, stdout: true, chunk: writeChunk}, nil
 	}
-	j := &JSONLWriter{path: path, opt: opt}
+	j := &JSONLWriter{path: path, opt: opt, chunk: writeChunk}
 	if err := j.open(); err != nil {
 		return nil, err
 	}
@@ -177,9 +178,16 @@ func cutTornLine(path string, f *os.File) (int64, error) {
 	return end, f.Truncate(end)
 }
 
-// Write appends the flow records of iv in one write. A record without a
-// sender gets the interval's. On an error the interval's records are not in
-// the file (not even in part) and OnError has counted them.
+// writeChunk bounds the lines an interval hands the OS in one write (and
+// the writer's buffer): an interval of up to ~14,000 flow records goes in
+// one write, a larger one in whole-line chunks of this size.
+const writeChunk = 4 << 20
+
+// Write appends the flow records of iv, in one write where they fit in
+// writeChunk, else in whole-line chunks. A record without a sender gets
+// the interval's. On an error the interval's records are not in the file
+// (not even in part: what was written of them is cut off again) and
+// OnError has counted them.
 func (j *JSONLWriter) Write(iv *results.Interval) error {
 	if iv == nil {
 		return nil
@@ -192,6 +200,7 @@ func (j *JSONLWriter) Write(iv *results.Interval) error {
 	if len(iv.Flows) == 0 {
 		return nil
 	}
+	w := intervalWrite{j: j, iv: iv}
 	buf := j.buf[:0]
 	for i := range iv.Flows {
 		rec := &iv.Flows[i]
@@ -202,36 +211,25 @@ func (j *JSONLWriter) Write(iv *results.Interval) error {
 		}
 		var err error
 		if buf, err = results.MarshalLine(buf, rec); err != nil {
-			j.opt.OnError(ReasonOther, len(iv.Flows))
-			return fmt.Errorf("results file %s: encoding interval %d flow %s->%s: %w (interval dropped)", j.path, iv.Interval, rec.Src, rec.Dst, err)
+			return w.fail(ReasonOther, fmt.Errorf("encoding flow %s->%s: %w", rec.Src, rec.Dst, err))
+		}
+		if len(buf) >= j.chunk {
+			if err := w.write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
 		}
 	}
-	j.buf = buf
-	if j.stdout {
-		if _, err := j.f.Write(buf); err != nil {
-			j.opt.OnError(ErrorReason(err), len(iv.Flows))
-			return fmt.Errorf("results file %s: %w (interval %d dropped)", j.path, err, iv.Interval)
+	j.buf = buf[:0]
+	if len(buf) > 0 {
+		if err := w.write(buf); err != nil {
+			return err
 		}
+	}
+	if j.stdout {
 		return nil
 	}
-	if err := j.ready(int64(len(buf))); err != nil {
-		j.opt.OnError(ReasonOpen, len(iv.Flows))
-		return fmt.Errorf("%w (interval %d dropped; retried at the next interval)", err, iv.Interval)
-	}
-	if n, err := j.f.Write(buf); err != nil {
-		reason := ErrorReason(err)
-		if n > 0 {
-			if terr := j.f.Truncate(j.size); terr != nil {
-				// The torn tail stays: drop the file handle so that the
-				// next interval reopens it, which cuts the tail first.
-				_ = j.f.Close()
-				j.f = nil
-			}
-		}
-		j.opt.OnError(reason, len(iv.Flows))
-		return fmt.Errorf("results file %s: %w (interval %d dropped: %d records; the next interval is tried afresh)", j.path, err, iv.Interval, len(iv.Flows))
-	}
-	j.size += int64(len(buf))
+	j.size += w.written
 	if j.opt.Fsync {
 		if err := j.f.Sync(); err != nil {
 			j.opt.OnError(ReasonFsync, 0)
@@ -239,6 +237,54 @@ func (j *JSONLWriter) Write(iv *results.Interval) error {
 		}
 	}
 	return nil
+}
+
+// intervalWrite is one interval being written: j.size stays at the
+// interval's start until every chunk is in.
+type intervalWrite struct {
+	j       *JSONLWriter
+	iv      *results.Interval
+	written int64 // bytes of this interval handed to the OS
+}
+
+// write hands one chunk of whole lines to the OS; before the first, it
+// makes sure path names the open file and rotates it if due.
+func (w *intervalWrite) write(chunk []byte) error {
+	j := w.j
+	if j.stdout {
+		if _, err := j.f.Write(chunk); err != nil {
+			return w.fail(ErrorReason(err), err)
+		}
+		return nil
+	}
+	if w.written == 0 {
+		if err := j.ready(int64(len(chunk))); err != nil {
+			return w.fail(ReasonOpen, err)
+		}
+	}
+	n, err := j.f.Write(chunk)
+	w.written += int64(n)
+	if err != nil {
+		return w.fail(ErrorReason(err), err)
+	}
+	return nil
+}
+
+// fail cuts off what was written of the interval, counts its records as
+// dropped and says so.
+func (w *intervalWrite) fail(reason string, err error) error {
+	j := w.j
+	if w.written > 0 && !j.stdout && j.f != nil {
+		if terr := j.f.Truncate(j.size); terr != nil {
+			// The torn tail stays: drop the file handle so that the next
+			// interval reopens the file, which cuts the tail first.
+			_ = j.f.Close()
+			j.f = nil
+		}
+	}
+	j.opt.OnError(reason, len(w.iv.Flows))
+	return fmt.Errorf("results file %s: %w (interval %d dropped: %d records; the next interval is tried afresh)",
+		j.path, err, w.iv.Interval, len(w.iv.Flows))
 }
 
 // ready makes j.f the file path names now, rotated if the next n bytes

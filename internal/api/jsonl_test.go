@@ -261,6 +261,14 @@ func mountTmpfs(t *testing.T, size int) string {
 // part of an interval, that every failed interval is counted, and that
 // every interval after the space returned is written whole.
 func TestJSONLNoSpace(t *testing.T) {
+	// One write an interval, and intervals written in several chunks
+	// (as those of more than ~14,000 flows are) whose later chunk fails.
+	for _, chunk := range []int{writeChunk, 512} {
+		t.Run("chunk="+strconv.Itoa(chunk), func(t *testing.T) { testNoSpace(t, chunk) })
+	}
+}
+
+func testNoSpace(t *testing.T, chunk int) {
 	dir := mountTmpfs(t, 64<<10)
 	path := filepath.Join(dir, "r.jsonl")
 	var errs errCounter
@@ -268,6 +276,7 @@ func TestJSONLNoSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.chunk = chunk
 	defer w.Close()
 	// Another file takes half the space, so that freeing it makes room.
 	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 32<<10), 0o644); err != nil {
