@@ -40,6 +40,9 @@ const (
 	boundaryKeyBytes = 16
 	// spikeFlowBytes is one baseline of the spike detector.
 	spikeFlowBytes = 512
+	// resultsBufferBytes is the results file writer's buffer: a chunk of
+	// whole lines (api.writeChunk) and the line that passed it.
+	resultsBufferBytes = 4<<20 + 64<<10
 	// RuntimeBaseBytes is the daemon's memory before any interval: the
 	// binary, the Go runtime, gRPC, the HTTP server and their buffers.
 	RuntimeBaseBytes = 64 << 20
@@ -151,6 +154,7 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		{"flow records estimated, not yet stored", senders * (conc + 1) * maxFlows, recordBytes},
 		{"flow records in the API store (max(api_max_records, max_flows))", stored, recordBytes},
 		{"spike baselines (spike.max_flows)", int64(c.Spike.MaxFlows), spikeFlowBytes},
+		{"results file write buffer (whole lines, 4 MiB)", 1, resultsBufferBytes},
 	})
 }
 
