@@ -21,7 +21,7 @@ func cmdMemory(args []string) error {
 	rpath := fs.String("receiver", "", "receiver configuration (empty = defaults)")
 	spath := fs.String("sender", "", "sender configuration (empty = defaults)")
 	pps := fs.Float64("pps", 1e6, "highest packet rate at the taps (only the packets held at interval boundaries follow it)")
-	replay := fs.Bool("replay", false, "the bound of `ldsctl replay`, which runs both pipelines in one process, with --receiver's file")
+	replay := fs.Bool("replay", false, "the bound of ldsctl replay, which runs both pipelines in one process, with --receiver's file")
 	procs := fs.Int("procs", runtime.GOMAXPROCS(0), "with --replay: intervals estimated at once (GOMAXPROCS)")
 	_ = fs.Parse(args)
 	rc := config.DefaultReceiver()
