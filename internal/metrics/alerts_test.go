@@ -43,6 +43,7 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})
 	r.CaptureHealth().Set(1, 1, true)
+	r.ResultsFileReasons([]string{"no_space"})
 	s, err := NewSender(DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
