@@ -277,7 +277,7 @@ func (r *rxRun) wait(t *testing.T, d time.Duration) {
 
 func (f *faultFixture) client(t *testing.T, addr string) *wire.Client {
 	t.Helper()
-	c, err := wire.NewClient(wire.ClientConfig{Addr: addr, SenderID: "tap-a", Version: "test", Fingerprint: f.cfg.Fingerprint(),
+	c, err := wire.NewClient(wire.ClientConfig{Addr: addr, SenderID: "tap-a", Version: "test", Fingerprint: f.cfg.Fingerprint(), Seed: f.cfg.Sketch.Seed,
 		ResendBuffer: 32, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 		Keepalive: 30 * time.Second, RPCTimeout: 3 * time.Second, ChunkBytes: 16 << 10}, testLogger(t, "sender"))
 	if err != nil {

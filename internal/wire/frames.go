@@ -101,6 +101,10 @@ type Limits struct {
 	MaxSketchBytes int // per interval, all chunks together
 	MaxCells       int // per decoded sketch
 	MaxClasses     int
+	// InWindow, when set, says whether an interval id is near enough to
+	// the receiver's clock; an interval it refuses is skipped: its chunks
+	// are neither checked nor held, and its End yields OutOfWindow.
+	InWindow func(id int64) bool
 }
 
 // Assembler checks the frames of one stream after Hello and rebuilds
@@ -112,6 +116,7 @@ type Assembler struct {
 	nextSeq uint64
 	cur     *ldsv1.Start
 	voided  bool
+	skip    bool // the open interval is outside the window
 	blobs   map[blobKey][]byte
 	total   int
 }
@@ -145,6 +150,10 @@ type Result struct {
 	// Voided first. A gap that ate the End of one interval and the Start of
 	// the next voids both: count len(VoidedIDs), not one per Result.
 	VoidedIDs []int64
+	// OutOfWindow: interval SkippedID was outside Limits.InWindow and
+	// was dropped unread (on its End).
+	OutOfWindow bool
+	SkippedID   int64
 }
 
 func voided(ids ...int64) *Result {
@@ -175,13 +184,15 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 		}
 		// A gap just before a Start cost only frames of earlier intervals.
 		a.cur, a.total, a.voided = b.Start, 0, false
+		a.skip = a.lim.InWindow != nil && !a.lim.InWindow(b.Start.Interval)
 		clear(a.blobs)
 		return res, nil
 	case *ldsv1.SenderFrame_Chunk:
-		if a.voided {
-			// The interval in progress (if any) is lost: its chunks are
-			// neither checked nor held, so a gap never turns into an error
-			// or into memory spent on data that will be thrown away.
+		if a.voided || (a.skip && a.cur != nil) {
+			// The interval in progress (if any) is lost or refused: its
+			// chunks are neither checked nor held, so a gap never turns
+			// into an error or into memory spent on data that will be
+			// thrown away.
 			return nil, nil
 		}
 		if a.cur == nil {
@@ -228,6 +239,10 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 		}
 		start := a.cur
 		a.cur = nil
+		if a.skip {
+			a.skip = false
+			return &Result{OutOfWindow: true, SkippedID: start.Interval}, nil
+		}
 		return a.build(start, e)
 	case *ldsv1.SenderFrame_Hello:
 		return nil, fmt.Errorf("frame seq %d: a second Hello on one stream", f.Seq)
