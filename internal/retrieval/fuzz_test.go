@@ -2,6 +2,7 @@ package retrieval
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 )
 
@@ -20,7 +21,17 @@ func FuzzUnmarshal(f *testing.F) {
 	}
 	f.Add([]byte{Version, 0xff, 0xff, 0xff, 0x7f}, 1<<30)
 	f.Fuzz(func(t *testing.T, b []byte, limit int) {
-		fn, err := Unmarshal(b, limit)
+		var fn *Func
+		var err error
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		fn, err = Unmarshal(b, limit)
+		runtime.ReadMemStats(&m1)
+		// The table is as long as the bytes received: the key count in
+		// the header never makes the decoder allocate more.
+		if got := m1.TotalAlloc - m0.TotalAlloc; got > 2*uint64(len(b))+4096 {
+			t.Fatalf("decoding %d bytes allocated %d bytes", len(b), got)
+		}
 		if err != nil {
 			return
 		}

@@ -257,12 +257,12 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 	if !ok {
 		return nil, fmt.Errorf("interval %d: no LDS chunk", id)
 	}
-	l, err := sketch.UnmarshalLDS(ldsB, a.lim.MaxCells)
+	// The decoders get the agreed dimensions and refuse any other header
+	// before allocating: a few header bytes cannot make the receiver
+	// allocate more than one sketch of the agreed size.
+	l, err := sketch.UnmarshalLDS(ldsB, a.p.Sketch)
 	if err != nil {
 		return nil, fmt.Errorf("interval %d: LDS: %w", id, err)
-	}
-	if !l.Params().Equal(a.p.Sketch) {
-		return nil, fmt.Errorf("interval %d: LDS dimensions differ from the agreed configuration", id)
 	}
 	sk := &interval.Sketches{LDS: l, LDA: make([]*sketch.LDA, a.p.Classes), ClassPackets: make([]uint64, a.p.Classes)}
 	for c := range sk.LDA {
@@ -270,18 +270,18 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 		if !ok {
 			return nil, fmt.Errorf("interval %d: no LDA chunk for class %d", id, c)
 		}
-		if sk.LDA[c], err = sketch.UnmarshalLDA(b, a.lim.MaxCells); err != nil {
+		// The estimator pairs the two ends' aggregators cell by cell.
+		if sk.LDA[c], err = sketch.UnmarshalLDA(b, a.p.LDA); err != nil {
 			return nil, fmt.Errorf("interval %d: LDA class %d: %w", id, c, err)
 		}
-		// The estimator pairs the two ends' aggregators cell by cell.
-		if got := sk.LDA[c].Params(); got != a.p.LDA {
-			return nil, fmt.Errorf("interval %d: LDA class %d has %d banks x %d cells, the agreed lda.banks/lda.cells are %d x %d",
-				id, c, got.Banks, got.Cells, a.p.LDA.Banks, a.p.LDA.Cells)
-		}
 	}
-	// The key count is bounded like the old list's and the table must be
-	// exactly as long as the count implies: checked before allocating.
-	bnd, err := retrieval.Unmarshal(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0}], a.lim.MaxCells)
+	// The key count is bounded by End.boundary_count (itself within the
+	// cell limit) and the table must be exactly as long as the count
+	// implies: checked before allocating.
+	if e.BoundaryCount > uint64(a.lim.MaxCells) {
+		return nil, fmt.Errorf("interval %d: End announces %d boundary keys, more than the limit of %d", id, e.BoundaryCount, a.lim.MaxCells)
+	}
+	bnd, err := retrieval.Unmarshal(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0}], int(e.BoundaryCount))
 	if err != nil {
 		return nil, fmt.Errorf("interval %d: boundary function: %w", id, err)
 	}

@@ -281,7 +281,7 @@ func TestAssemblerRefuses(t *testing.T) {
 			lp := testParams()
 			lp.Sketch.Columns = 32
 			return otherDims(lp)
-		}, "LDS dimensions differ", false, nil},
+		}, "the agreed sketch is 3 x 64", false, nil},
 		{"LDA of other dimensions", func() []*ldsv1.SenderFrame {
 			lp := testParams()
 			lp.LDA.Cells = 8
@@ -316,7 +316,7 @@ func TestAssemblerRefuses(t *testing.T) {
 		}, "boundary function: retrieval: encoding version 9", false, nil},
 		{"boundary function over the key limit", func() []*ldsv1.SenderFrame {
 			return encodeAll(t, 1<<20, makeInterval(t, p, 7, 10000, 9))
-		}, "keys exceed the limit 192", false,
+		}, "more than the limit of 192", false,
 			func(l *Limits) { l.MaxCells = p.Sketch.Rows * p.Sketch.Columns }},
 		{"boundary list of an older sender", func() []*ldsv1.SenderFrame {
 			fr := good()
