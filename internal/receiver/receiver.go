@@ -56,8 +56,8 @@ type Options struct {
 	// OnInterval is called with every finalized interval (after publishing).
 	OnInterval func(*results.Interval)
 	// Clock is the receiver's clock for receiver.max_interval_skew (nil:
-	// the wall clock; tests that stream old captures live set the
-	// capture's time). A replay has no window.
+	// the wall clock, and no window in a replay; tests that stream old
+	// captures set the captures' time).
 	Clock func() time.Time
 }
 
@@ -206,10 +206,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	var now func() time.Time
 	switch {
-	case r.opt.Replay:
-		// A replay's intervals are as old as its captures: no window.
 	case r.opt.Clock != nil:
 		now = r.opt.Clock
+	case r.opt.Replay:
+		// A replay's intervals are as old as its captures: no window.
 	default:
 		now = time.Now
 	}
