@@ -45,3 +45,18 @@ func FuzzUnmarshal(f *testing.F) {
 		fn.Get(0x1234) // must not panic
 	})
 }
+
+// TestMaxEncodedLen: the encoding of every size is within MaxEncodedLen.
+func TestMaxEncodedLen(t *testing.T) {
+	sizes := []int{0, 1, 2, 3, 7, 100, 1000, 5000, 1 << 16, 1<<20 + 3, 1<<22 + 1<<14, 1 << 26}
+	for n := range 300 {
+		sizes = append(sizes, n)
+	}
+	for _, n := range sizes {
+		l := layoutFor(n)
+		enc := 1 + uvarintLen(uint64(n)) + 8 + int((uint64(l.arrayLen)+7)/8)
+		if enc > MaxEncodedLen(n) {
+			t.Errorf("%d keys encode to %d bytes, bound %d", n, enc, MaxEncodedLen(n))
+		}
+	}
+}

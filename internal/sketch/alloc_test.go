@@ -3,6 +3,7 @@ package sketch
 import (
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 )
@@ -70,5 +71,45 @@ func TestHostileHeaderAllocatesNothing(t *testing.T) {
 	got = allocBytes(func() { _, err = UnmarshalLDA(hostileLDAHeader(), DefaultLDAParams()) })
 	if err == nil || got > 16<<10 {
 		t.Errorf("LDA header of %d x %d cells: err %v, %d bytes allocated", MaxLDABanks, MaxLDACells, err, got)
+	}
+}
+
+// TestMaxEncodedBounds: sketches whose every cell holds values that cost
+// the most bits encode within MaxEncodedLDS / MaxEncodedLDA.
+func TestMaxEncodedBounds(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, p := range []Params{{Rows: 2, Columns: 64, VLDA: 1, Bytes: true}, {Rows: 4, Columns: 512, VLDA: 3, Sampling: []float64{0.5, 1, 1, 1}}} {
+		l, err := NewLDS(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range l.cells {
+			l.cells[i] = Cell{S: int64(r.Uint64()), SPM: int64(r.Uint64()), SN: int64(r.Uint64()), N: int64(r.Uint64()), D: r.Uint64() >> 32}
+			if p.Bytes {
+				l.bytes[i] = r.Uint64()
+			}
+		}
+		b, err := l.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if max := MaxEncodedLDS(p); len(b) > max {
+			t.Errorf("%+v: %d bytes, bound %d", p, len(b), max)
+		}
+	}
+	ap := LDAParams{Banks: 4, Cells: 64}
+	a, err := NewLDA(ap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.cells {
+		a.cells[i] = LDACell{S: int64(r.Uint64()), N: int64(r.Uint64()), D: r.Uint64() >> 32}
+	}
+	b, err := a.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := MaxEncodedLDA(ap); len(b) > max {
+		t.Errorf("LDA %+v: %d bytes, bound %d", ap, len(b), max)
 	}
 }

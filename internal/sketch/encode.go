@@ -37,6 +37,20 @@ const (
 	ldaMinCell    = 4
 )
 
+// MaxEncodedLDS bounds the encoding of any sketch of parameters p: the
+// header, and per cell six Rice-coded values (at most 65 bits each under
+// the best parameter, which the encoder always picks) and a 4-byte digest.
+// The receiver refuses more bytes for an LDS before buffering them.
+func MaxEncodedLDS(p Params) int {
+	return 64 + 8*p.Rows + 6 + (p.Rows*p.Columns*(6*65+32)+7)/8
+}
+
+// MaxEncodedLDA bounds the encoding of any aggregator of parameters p
+// (three Rice-coded columns and a digest per cell).
+func MaxEncodedLDA(p LDAParams) int {
+	return 48 + 3 + (p.Banks*p.Cells*(3*65+32)+7)/8
+}
+
 // DigestBits is the width of a cell's digest (Cell.D, LDACell.D): the top
 // bits of the packet hash.
 const DigestBits = 32

@@ -216,6 +216,12 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 			return nil, fmt.Errorf("frame seq %d: interval %d sent %d sketch bytes, more than its Start announced (%d)", f.Seq, a.cur.Interval, a.total, a.cur.TotalBytes)
 		}
 		k := blobKey{c.Kind, c.Class}
+		// No blob grows beyond the encoding of the largest one the agreed
+		// dimensions allow.
+		if limit := a.blobLimit(c.Kind); len(a.blobs[k])+len(c.Data) > limit {
+			return nil, fmt.Errorf("frame seq %d: interval %d: %v blob of class %d exceeds %d bytes, the most the agreed dimensions encode to: %w",
+				f.Seq, a.cur.Interval, c.Kind, c.Class, limit, ErrTooLarge)
+		}
 		a.blobs[k] = append(a.blobs[k], c.Data...)
 		return nil, nil
 	case *ldsv1.SenderFrame_End:
@@ -248,6 +254,19 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 		return nil, fmt.Errorf("frame seq %d: a second Hello on one stream", f.Seq)
 	default:
 		return nil, fmt.Errorf("frame seq %d: empty frame", f.Seq)
+	}
+}
+
+// blobLimit is the largest encoding of one blob of kind that the agreed
+// dimensions (and the cell limit, for the boundary function) allow.
+func (a *Assembler) blobLimit(kind ldsv1.ChunkKind) int {
+	switch kind {
+	case ldsv1.ChunkKind_CHUNK_KIND_LDS:
+		return sketch.MaxEncodedLDS(a.p.Sketch)
+	case ldsv1.ChunkKind_CHUNK_KIND_LDA:
+		return sketch.MaxEncodedLDA(a.p.LDA)
+	default:
+		return retrieval.MaxEncodedLen(a.lim.MaxCells)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/sketch"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -243,6 +244,12 @@ func TestAssemblerRefuses(t *testing.T) {
 		limitFn func(*Limits)
 	}{
 		{"chunk without Start", func() []*ldsv1.SenderFrame { return renumber(good()[1:]) }, "no Start", false, nil},
+		{"LDS blob larger than the agreed dimensions encode to", func() []*ldsv1.SenderFrame {
+			fr := good()
+			chunk(fr, 1).Data = make([]byte, sketch.MaxEncodedLDS(p.Sketch)+1)
+			start(fr).TotalBytes = 1 << 20
+			return fr
+		}, "the most the agreed dimensions encode to", true, nil},
 		{"End without Start", func() []*ldsv1.SenderFrame { return renumber(good()[len(good())-1:]) }, "without Start", false, nil},
 		{"Start while open", func() []*ldsv1.SenderFrame {
 			fr := good()
