@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -194,7 +193,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
 		}
 	}
-	lis = netutil.LimitListener(lis, r.cfg.Receiver.MaxConnections)
+	lis = wire.LimitConnections(lis, r.cfg.Receiver.MaxConnections)
 	creds, err := r.serverCreds(lis.Addr().String())
 	if err != nil {
 		return err

@@ -225,3 +225,46 @@ func TestHelloDeadline(t *testing.T) {
 		t.Errorf("frame errors %v (senders %q), want one unlabelled hello_timeout", h.frameErrs, h.errSenders)
 	}
 }
+
+// TestConnectionCap: with a cap of one connection, a second sender's
+// stream is not served while the first connection is open, and is served
+// once it closes.
+func TestConnectionCap(t *testing.T) {
+	h := newRecHandler()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startServer(t, LimitConnections(lis, 1), serverConfig(), h, nil, 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := rawStream(t, ctx, addr, nil)
+	if f, err := first.Recv(); err != nil || f.GetChallenge() == nil {
+		t.Fatalf("first connection: %v", err)
+	}
+	// The second connection waits in the backlog: its Challenge cannot
+	// come while the first connection is open.
+	c2, err := NewClient(clientConfig(addr, "s2"), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := runClient(ctx, c2)
+	if err := c2.Submit(makeInterval(t, testParams(), 3, 50, 3), testMeta()); err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	time.Sleep(300 * time.Millisecond) // give a broken cap the chance to serve it
+	if n := h.connects(); n != 0 {
+		t.Fatalf("%d senders connected while the only connection slot was taken", n)
+	}
+	if err := first.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	first.conn.Close()
+	if err := waitErr(t, done, 30*time.Second); err != nil {
+		t.Fatalf("second sender after the first closed: %v", err)
+	}
+	if got := h.ids("s2"); !slices.Equal(got, []int64{3}) {
+		t.Errorf("second sender's intervals %v, want [3]", got)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -351,6 +352,11 @@ func ServerOptions(creds credentials.TransportCredentials, maxFrame int) []grpc.
 	}
 	return opts
 }
+
+// LimitConnections caps the connections served at once from lis
+// (receiver.max_connections): Accept waits while n are open, so further
+// senders wait in the kernel's listen backlog until one closes.
+func LimitConnections(lis net.Listener, n int) net.Listener { return netutil.LimitListener(lis, n) }
 
 // MaxStreamsPerConn bounds the streams of one connection: a sender uses
 // one at a time (a reconnect's new stream may briefly overlap the old).

@@ -183,6 +183,7 @@ func waitErr(t *testing.T, ch chan error, d time.Duration) error {
 // a Hello sent without a seed proof gets a nonce and the proof for seed.
 type testStream struct {
 	ldsv1.SketchExchange_StreamClient
+	conn      *grpc.ClientConn
 	seed      string
 	challenge []byte
 	chalErr   error
@@ -220,7 +221,7 @@ func rawStream(t *testing.T, ctx context.Context, addr string, creds credentials
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testStream{SketchExchange_StreamClient: st}
+	return &testStream{SketchExchange_StreamClient: st, conn: conn}
 }
 
 func hello(id string, fp map[string]string) *ldsv1.SenderFrame {
