@@ -268,3 +268,47 @@ func TestConnectionCap(t *testing.T) {
 		t.Errorf("second sender's intervals %v, want [3]", got)
 	}
 }
+
+// TestSeedProofBoundToTheStream: a Hello without a seed proof (an older
+// sender) is refused as incompatible; a proof made for another stream's
+// challenge (a replayed Hello) is refused as a differing seed.
+func TestSeedProofBoundToTheStream(t *testing.T) {
+	h := newRecHandler()
+	cfg := serverConfig()
+	cfg.Seed = "3f1c0a9be47d25c8a1f6d0e2b9c47a15"
+	addr, _ := startServer(t, nil, cfg, h, nil, 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	st := rawStream(t, ctx, addr, nil)
+	old := hello("s1", cfg.Fingerprint)
+	old.GetHello().SeedProof = []byte{} // sent as absent
+	if err := st.Send(old); err != nil {
+		t.Fatal(err)
+	}
+	_, err := recvUntilErr(st)
+	if s, _ := status.FromError(err); s.Code() != codes.FailedPrecondition || !strings.Contains(s.Message(), "no seed proof") ||
+		!strings.Contains(s.Message(), "run the same lds version") {
+		t.Errorf("Hello without a proof: %v, want FailedPrecondition naming the missing proof and the remedy", err)
+	}
+
+	// A proof valid for the seed, made for a challenge this stream did not send.
+	st = rawStream(t, ctx, addr, nil)
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	nonce := newNonce()
+	replayed := hello("s1", cfg.Fingerprint)
+	replayed.GetHello().Nonce = nonce
+	replayed.GetHello().SeedProof = SeedProof(cfg.Seed, newNonce(), nonce, "s1")
+	if err := st.SketchExchange_StreamClient.Send(replayed); err != nil {
+		t.Fatal(err)
+	}
+	_, err = recvUntilErr(st)
+	if s, _ := status.FromError(err); s.Code() != codes.FailedPrecondition || !strings.Contains(s.Message(), "in: sketch.seed (") {
+		t.Errorf("replayed proof: %v, want FailedPrecondition naming sketch.seed", err)
+	}
+	if n := h.connects(); n != 0 {
+		t.Errorf("%d refused senders reached the handler", n)
+	}
+}
