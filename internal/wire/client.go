@@ -200,8 +200,9 @@ func (c *Client) handshake(st ldsv1.SketchExchange_StreamClient) (*ldsv1.HelloAc
 	f, err := wait("Challenge")
 	if err != nil {
 		if status.Code(err) == codes.Unknown {
-			// An older receiver waits for Hello and never challenges.
-			err = status.Errorf(codes.FailedPrecondition, "%v: an older lds receiver sends none (it waits for Hello), this sender proves its seed on a Challenge: %v", err, ErrIncompatible)
+			// An older receiver waits for Hello and never challenges; a
+			// busy one may only be slow: retried, with the hint.
+			err = fmt.Errorf("%w: a busy receiver, or an older lds receiver, which sends none (it waits for Hello; %w)", err, ErrIncompatible)
 		}
 		return nil, err
 	}
