@@ -335,6 +335,15 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 		c.mu.Unlock()
 		if finished {
 			_ = st.CloseSend()
+			// Wait for the receiver to end the stream: it has then read
+			// our end of it. Cancelling at once (the deferred cancel) can
+			// reach it first, and a busy receiver then reads a broken
+			// stream instead of a finished one (and a replay waits for
+			// the sender's end forever).
+			select {
+			case <-recvErr:
+			case <-time.After(c.cfg.RPCTimeout):
+			}
 			return true, nil
 		}
 		if overdue != nil {

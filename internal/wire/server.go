@@ -146,6 +146,8 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 	case first = <-frames:
 	case err := <-recvErr:
 		return err
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
 	case <-t.C:
 		s.h.FrameError("", "hello_timeout")
 		return status.Errorf(codes.DeadlineExceeded, "no Hello within %v of opening the stream", s.cfg.HelloTimeout)
@@ -280,6 +282,9 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 			return err
 		case <-replaced:
 			return errReplaced
+		case <-st.Context().Done():
+			// The reader stops handing frames over once the stream is done.
+			return status.FromContextError(st.Context().Err()).Err()
 		}
 		res, err := a.Frame(f)
 		if err != nil {
