@@ -40,7 +40,7 @@ func cmdReplay(args []string) error {
 	}
 	if *estimator != "" {
 		cfg.Sketch.Estimator = *estimator
-		if err := cfg.Validate(); err != nil {
+		if err := cfg.ValidateReplay(); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -125,6 +126,10 @@ type ReceiverSection struct {
 	MaxFrameBytes   int           `yaml:"max_frame_bytes"`
 	MaxSketchBytes  int           `yaml:"max_sketch_bytes"`
 	MaxPending      int           `yaml:"max_pending"` // intervals waiting for a sender before the oldest is given up
+	// MaxIntervalSkew: a sender's interval starting further than this from
+	// the receiver's clock is refused and counted (live daemons only).
+	MaxIntervalSkew time.Duration `yaml:"max_interval_skew"`
+	MaxConnections  int           `yaml:"max_connections"` // concurrent sender connections (TCP) accepted
 }
 
 // Sender is the whole lds-sender file.
@@ -182,6 +187,7 @@ func DefaultReceiver() Receiver {
 		ResultsMaxBytes: 100 << 20, ResultsMaxAge: 24 * time.Hour, ResultsKeep: 7, ResultsFsync: true,
 		APIMaxRecords: 2 << 20, SealedQueue: 2,
 		MaxFrameBytes: 1 << 20, MaxSketchBytes: 256 << 20, MaxPending: 64,
+		MaxIntervalSkew: 5 * time.Minute, MaxConnections: 64,
 	}}
 }
 
@@ -308,8 +314,33 @@ func (c *Common) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Validate checks the sender file.
+// ExampleSeeds are the seeds published with lds (the example configs, the
+// demo and the evaluation scripts): public, so a daemon refuses them.
+var exampleSeeds = []string{"change-me", "demo-seed", "paper-eval"}
+
+// SecretSeed refuses a seed a daemon must not run with: empty, or one of
+// the seeds published with lds. With a public seed anyone can compute
+// every packet's cells and steer traffic into chosen ones.
+func (c *Common) SecretSeed() error {
+	if c.Sketch.Seed == "" {
+		return errors.New("sketch.seed: not set; generate a secret with `openssl rand -hex 16` and set the same value at both ends")
+	}
+	if slices.Contains(exampleSeeds, c.Sketch.Seed) {
+		return fmt.Errorf("sketch.seed: %q is an example published with lds, so anyone can steer packets into chosen cells; "+
+			"generate a secret with `openssl rand -hex 16` and set the same value at both ends", c.Sketch.Seed)
+	}
+	return nil
+}
+
+// Validate checks the sender file for the daemon: ValidateReplay's checks
+// and a secret seed.
 func (c *Sender) Validate() error {
+	return errors.Join(c.ValidateReplay(), c.SecretSeed())
+}
+
+// ValidateReplay checks the sender file as `ldsctl replay` uses it: a
+// replay reads captured files on one host, so it accepts the example seeds.
+func (c *Sender) ValidateReplay() error {
 	errs := []error{c.Common.Validate()}
 	s := c.Sender
 	if s.ID == "" {
@@ -339,8 +370,20 @@ func (c *Sender) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Validate checks the receiver file.
+// Validate checks the receiver file for the daemon: ValidateReplay's
+// checks, a secret seed and the interval window (which a replay does not
+// use).
 func (c *Receiver) Validate() error {
+	var skew error
+	if minSkew := c.Receiver.Lateness + 2*c.Interval; c.Receiver.MaxIntervalSkew < minSkew {
+		skew = fmt.Errorf("receiver.max_interval_skew: %v is below receiver.lateness + 2 x interval (%v): honest intervals would be refused", c.Receiver.MaxIntervalSkew, minSkew)
+	}
+	return errors.Join(c.ValidateReplay(), c.SecretSeed(), skew)
+}
+
+// ValidateReplay checks the receiver file as `ldsctl replay` uses it (the
+// example seeds accepted: see Sender.ValidateReplay).
+func (c *Receiver) ValidateReplay() error {
 	errs := []error{c.Common.Validate(), c.Spike.Validate()}
 	r := c.Receiver
 	if r.Listen == "" {
@@ -379,6 +422,9 @@ func (c *Receiver) Validate() error {
 	if r.MaxPending < 2 {
 		errs = append(errs, errors.New("receiver.max_pending: must be >= 2"))
 	}
+	if r.MaxConnections < 1 {
+		errs = append(errs, errors.New("receiver.max_connections: must be >= 1"))
+	}
 	seen := map[string]bool{}
 	for i, s := range r.Senders {
 		if s.ID == "" {
@@ -396,8 +442,10 @@ func (c *Receiver) Validate() error {
 }
 
 // Fingerprint returns every setting that changes a hash, a cell or the
-// assignment of packets to intervals, as canonical key → value. The seed
-// appears only as a keyed digest.
+// assignment of packets to intervals, as canonical key → value, except the
+// seed: the wire proves that both ends hold the same seed with an HMAC
+// over fresh nonces (wire.SeedProof), and nothing derived from the seed
+// alone is ever sent.
 func (c *Common) Fingerprint() map[string]string {
 	f := map[string]string{
 		"hash_version":    HashVersion,
@@ -409,7 +457,6 @@ func (c *Common) Fingerprint() map[string]string {
 		"sketch.vlda":     strconv.Itoa(c.Sketch.VLDA),
 		"sketch.sampling": floats(c.SketchParams().Sampling, c.Sketch.Rows),
 		"sketch.bytes":    strconv.FormatBool(c.Sketch.Bytes),
-		"sketch.seed":     seedDigest(c.Sketch.Seed),
 		"lda.banks":       strconv.Itoa(c.LDA.Banks),
 		"lda.cells":       strconv.Itoa(c.LDA.Cells),
 		"capture.weights": digestYAML(c.Capture.Weights),
@@ -437,11 +484,6 @@ func floats(v []float64, rows int) string {
 		s[i] = strconv.FormatFloat(x, 'g', -1, 64)
 	}
 	return strings.Join(s, ",")
-}
-
-func seedDigest(seed string) string {
-	h := sha256.Sum256([]byte("lds-seed-fingerprint-v1\x00" + seed))
-	return hex.EncodeToString(h[:8])
 }
 
 func digestYAML(v any) string {

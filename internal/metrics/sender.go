@@ -83,6 +83,10 @@ func (s *Sender) IntervalSent(bytes int) { s.sent.Inc(); s.addBytes(bytes) }
 // IntervalResent counts an interval sent again after a reconnect.
 func (s *Sender) IntervalResent(bytes int) { s.resent.Inc(); s.addBytes(bytes) }
 
+// SentBytes counts n bytes of frames written to the stream (the wire
+// client's ClientStats.BytesSent).
+func (s *Sender) SentBytes(n uint64) { s.bytes.Add(float64(n)) }
+
 // IntervalAcked counts an acknowledgement.
 func (s *Sender) IntervalAcked() { s.acked.Inc() }
 

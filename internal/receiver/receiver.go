@@ -57,6 +57,10 @@ type Options struct {
 	CaptureStart int64
 	// OnInterval is called with every finalized interval (after publishing).
 	OnInterval func(*results.Interval)
+	// Clock is the receiver's clock for receiver.max_interval_skew (nil:
+	// the wall clock, and no window in a replay; tests that stream old
+	// captures set the captures' time).
+	Clock func() time.Time
 }
 
 // Receiver is the downstream daemon's pipeline.
@@ -210,6 +214,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
 		}
 	}
+	lis = wire.LimitConnections(lis, r.cfg.Receiver.MaxConnections)
 	creds, err := r.serverCreds(lis.Addr().String())
 	if err != nil {
 		return err
@@ -219,8 +224,18 @@ func (r *Receiver) Run(ctx context.Context) error {
 	for _, e := range r.cfg.Receiver.Senders {
 		senders[e.ID] = true
 	}
+	var now func() time.Time
+	switch {
+	case r.opt.Clock != nil:
+		now = r.opt.Clock
+	case r.opt.Replay:
+		// A replay's intervals are as old as its captures: no window.
+	default:
+		now = time.Now
+	}
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
-		Fingerprint: r.cfg.Fingerprint(), Params: r.params, Senders: senders, Version: r.opt.Version,
+		Fingerprint: r.cfg.Fingerprint(), Seed: r.cfg.Sketch.Seed, Params: r.params, Senders: senders, Version: r.opt.Version,
+		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew,
 		Limits: wire.Limits{MaxSketchBytes: r.cfg.Receiver.MaxSketchBytes, MaxCells: r.params.Sketch.Rows*r.params.Sketch.Columns + 1<<22,
 			MaxClasses: r.params.Classes},
 	}, r, r.log))

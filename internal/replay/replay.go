@@ -64,7 +64,7 @@ func Load(path string) (config.Receiver, error) {
 	c.PTP.Enabled = false
 	// The captures come from the command line, not from capture.source.
 	c.Capture.Source.Kind, c.Capture.Source.File = "file", "(replay: --sender-pcap / --receiver-pcap)"
-	return c, c.Validate()
+	return c, c.ValidateReplay()
 }
 
 func loadInto(path string, c *config.Receiver) error {
@@ -135,7 +135,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	sc.Sender.Receiver = lis.Addr().String()
 	sc.Sender.TLS.Plaintext = true
 	sc.Sender.ResendBuffer = max(sc.Sender.ResendBuffer, rc.Receiver.MaxPending)
-	if err := sc.Validate(); err != nil {
+	if err := sc.ValidateReplay(); err != nil {
 		return sum, err
 	}
 	tx, err := sender.New(sc, sender.Options{Version: opt.Version, Sources: []capture.Source{sa}, NoHTTP: true,
