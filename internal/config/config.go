@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
@@ -132,6 +133,7 @@ type Receiver struct {
 	Common   `yaml:",inline"`
 	Receiver ReceiverSection `yaml:"receiver"`
 	Spike    spike.Config    `yaml:"spike"`
+	Export   export.Config   `yaml:"export"`
 }
 
 // DefaultCommon returns the defaults of DESIGN.md §7.
@@ -171,7 +173,7 @@ func DefaultSender() Sender {
 
 // DefaultReceiver returns a receiver configuration with every default set.
 func DefaultReceiver() Receiver {
-	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Receiver: ReceiverSection{
+	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Export: export.DefaultConfig(), Receiver: ReceiverSection{
 		Listen: ":7420", Lateness: 10 * time.Second, Keep: 60,
 		MaxFrameBytes: 1 << 20, MaxSketchBytes: 256 << 20, MaxPending: 64,
 	}}
@@ -333,7 +335,7 @@ func (c *Sender) Validate() error {
 
 // Validate checks the receiver file.
 func (c *Receiver) Validate() error {
-	errs := []error{c.Common.Validate(), c.Spike.Validate()}
+	errs := []error{c.Common.Validate(), c.Spike.Validate(), c.Export.Validate()}
 	r := c.Receiver
 	if r.Listen == "" {
 		errs = append(errs, errors.New("receiver.listen: must be host:port"))

@@ -48,6 +48,7 @@ type Receiver struct {
 	watchCut    *prometheus.CounterVec
 	delayHist   *prometheus.HistogramVec
 	estTime     *prometheus.HistogramVec
+	exp         *exportSeries
 
 	mu      sync.Mutex
 	senders map[string]*senderState
@@ -158,7 +159,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Receiver{
-		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(),
+		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(), exp: newExportSeries(),
 		reg:     prometheus.NewRegistry(),
 		senders: map[string]*senderState{},
 		clocks:  map[clockKey]clockState{},
@@ -187,12 +188,12 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 			Help:    "Time the receiver spent estimating each interval of the sender (its rate is the share of time estimation is busy).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"sender"}),
 	}
-	for _, c := range []prometheus.Collector{
+	for _, c := range append([]prometheus.Collector{
 		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.estTime,
 		stateCollector{r},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}, r.exp.collectors()...) {
 		if err := r.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("receiver metrics: registering a collector: %w", err)
 		}

@@ -109,7 +109,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	var mu sync.Mutex
 	last := time.Now()
 	rx, err := receiver.New(rc, receiver.Options{Version: opt.Version, Sources: []capture.Source{sb}, Listener: lis,
-		NoHTTP: true, Replay: true, CaptureStart: start,
+		NoHTTP: true, Replay: true, CaptureStart: start, ExportBlocking: true,
 		OnInterval: func(iv *results.Interval) {
 			mu.Lock()
 			defer mu.Unlock()
