@@ -1,0 +1,247 @@
+package export_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/export"
+	"github.com/lds-net/lds/internal/results"
+)
+
+// pmacct's nfacctd (Debian 12: 1.7.7) decodes IPFIX over UDP only (its
+// CONFIG-KEYS have no TCP listener); its aggregate_primitives file maps the
+// RFC 9951 elements, which 1.7.7 does not know by name, and lds's
+// enterprise elements to named fields. The JSON lines of this print
+// plugin carry no counters, so packetDeltaCount is read through a
+// primitive as well.
+const nfacctdPrimitives = `name=packet_delta_count	field_type=2	len=8	semantics=u_int
+name=delay_mean_us	field_type=530	len=4	semantics=u_int
+name=delay_sum_us	field_type=533	len=8	semantics=u_int
+name=lds_interval	field_type=%[1]d:1	len=8	semantics=u_int
+name=lds_delay_ns	field_type=%[1]d:2	len=8	semantics=hex
+name=lds_stddev_ns	field_type=%[1]d:3	len=8	semantics=hex
+name=lds_ci95_ns	field_type=%[1]d:4	len=8	semantics=hex
+name=lds_loss	field_type=%[1]d:5	len=8	semantics=hex
+name=lds_packets	field_type=%[1]d:6	len=8	semantics=hex
+name=lds_flags	field_type=%[1]d:12	len=2	semantics=u_int
+name=lds_status	field_type=%[1]d:13	len=vlen	semantics=str
+name=lds_estimator	field_type=%[1]d:14	len=vlen	semantics=str
+name=lds_sender	field_type=%[1]d:15	len=vlen	semantics=str
+`
+
+const nfacctdConfig = `daemonize: false
+nfacctd_ip: 127.0.0.1
+nfacctd_port: %[1]d
+nfacctd_pipe_size: 8388608
+aggregate_primitives: %[2]s/primitives.lst
+plugins: print[lds]
+aggregate[lds]: src_host, dst_host, src_port, dst_port, proto, timestamp_start, timestamp_end, packet_delta_count, delay_mean_us, delay_sum_us, lds_interval, lds_delay_ns, lds_stddev_ns, lds_ci95_ns, lds_loss, lds_packets, lds_flags, lds_status, lds_estimator, lds_sender
+print_output[lds]: json
+print_output_file[lds]: %[2]s/flows.json
+print_output_file_append[lds]: true
+print_refresh_time[lds]: 1
+timestamps_since_epoch: true
+`
+
+// nfacctdRecord is one line of nfacctd's JSON print output.
+type nfacctdRecord struct {
+	Src, Dst     string
+	SPort, DPort uint16
+	Proto        string
+	Packets      uint64
+	Start, End   string
+	MeanUS       *uint64
+	SumUS        *uint64
+	Interval     int64
+	DelayNS      float64
+	Loss         float64
+	PacketsEst   float64
+	Flags        uint64
+	Status       string
+	Estimator    string
+	Sender       string
+}
+
+func hexFloat(v any) float64 {
+	s, _ := v.(string)
+	u, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+	if err != nil {
+		return math.Inf(1)
+	}
+	return math.Float64frombits(u)
+}
+
+func num(v any) (uint64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return uint64(x), true
+	case string:
+		u, err := strconv.ParseUint(x, 10, 64)
+		return u, err == nil
+	}
+	return 0, false
+}
+
+func readNfacctd(t *testing.T, path string) []nfacctdRecord {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []nfacctdRecord
+	if os.Getenv("LDS_DEBUG_NFACCTD") != "" {
+		b, _ := os.ReadFile(path)
+		t.Log(string(b[:min(len(b), 1500)]))
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		r := nfacctdRecord{}
+		r.Src, _ = m["ip_src"].(string)
+		r.Dst, _ = m["ip_dst"].(string)
+		sp, _ := num(m["port_src"])
+		dp, _ := num(m["port_dst"])
+		r.SPort, r.DPort = uint16(sp), uint16(dp)
+		r.Proto, _ = m["ip_proto"].(string)
+		r.Packets, _ = num(m["packet_delta_count"])
+		r.Start = fmt.Sprint(m["timestamp_start"])
+		r.End = fmt.Sprint(m["timestamp_end"])
+		if v, ok := num(m["delay_mean_us"]); ok && m["delay_mean_us"] != nil {
+			r.MeanUS = &v
+		}
+		if v, ok := num(m["delay_sum_us"]); ok && m["delay_sum_us"] != nil {
+			r.SumUS = &v
+		}
+		iv, _ := num(m["lds_interval"])
+		r.Interval = int64(iv)
+		r.DelayNS = hexFloat(m["lds_delay_ns"])
+		r.Loss = hexFloat(m["lds_loss"])
+		r.PacketsEst = hexFloat(m["lds_packets"])
+		r.Flags, _ = num(m["lds_flags"])
+		r.Status, _ = m["lds_status"].(string)
+		r.Estimator, _ = m["lds_estimator"].(string)
+		r.Sender, _ = m["lds_sender"].(string)
+		out = append(out, r)
+	}
+	return out
+}
+
+// startNfacctd runs nfacctd on a loopback UDP port; it returns the
+// collector address and its JSON output file.
+func startNfacctd(t *testing.T, pen uint32) (addr, out string) {
+	t.Helper()
+	bin := lookBin(t, "nfacctd", "pmacct")
+	dir := t.TempDir()
+	port := freeUDPPort(t)
+	if err := os.WriteFile(filepath.Join(dir, "primitives.lst"), fmt.Appendf(nil, nfacctdPrimitives, pen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nfacctd.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nfacctdConfig, port, dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, exited, _ := startProc(t, bin, "-f", conf)
+	waitUDPBound(t, port, exited)
+	return fmt.Sprintf("127.0.0.1:%d", port), filepath.Join(dir, "flows.json")
+}
+
+// waitRecords polls read until it returns at least n records.
+func waitRecords[T any](t *testing.T, n int, read func() []T) []T {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var got []T
+	for time.Now().Before(deadline) {
+		if got = read(); len(got) >= n {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("collector has %d records, want %d", len(got), n)
+	return nil
+}
+
+// checkNfacctd holds nfacctd's records to the JSONL, record for record.
+func checkNfacctd(t *testing.T, recs []results.FlowRecord, got []nfacctdRecord) {
+	t.Helper()
+	byKey := map[recKey]nfacctdRecord{}
+	for _, g := range got {
+		k := recKey{g.Interval, g.Src, g.Dst, g.SPort, g.DPort, 0}
+		p, _ := strconv.Atoi(g.Proto)
+		if p == 0 {
+			p = map[string]int{"tcp": 6, "udp": 17, "icmp": 1, "ipv6-icmp": 58}[g.Proto]
+			if p == 0 {
+				t.Errorf("nfacctd protocol %q: not in the test's table", g.Proto)
+			}
+		}
+		k.proto = uint8(p)
+		if _, dup := byKey[k]; dup {
+			t.Errorf("nfacctd has two records for %+v", k)
+		}
+		byKey[k] = g
+	}
+	if len(got) != len(recs) {
+		t.Errorf("nfacctd has %d records, the JSONL %d", len(got), len(recs))
+	}
+	withDelay := 0
+	for i := range recs {
+		r := &recs[i]
+		g, ok := byKey[keyOf(r)]
+		if !ok {
+			t.Errorf("%s: not at the collector", describe(r))
+			continue
+		}
+		if g.Packets != packetsOf(r) || g.PacketsEst != r.Packets || g.Loss != r.Loss {
+			t.Errorf("%s: packets %d (%v), loss %v; JSONL packets %v loss %v", describe(r), g.Packets, g.PacketsEst, g.Loss, r.Packets, r.Loss)
+		}
+		if g.Sender != r.Sender || g.Status != r.Status || g.Estimator != r.Estimator {
+			t.Errorf("%s: sender/status/estimator %q/%q/%q, JSONL %q/%q/%q", describe(r), g.Sender, g.Status, g.Estimator, r.Sender, r.Status, r.Estimator)
+		}
+		us, has := delayUS(r)
+		switch {
+		case has:
+			withDelay++
+			if g.MeanUS == nil || *g.MeanUS != us || g.SumUS == nil || *g.SumUS != sumUS(r) || g.DelayNS != *r.DelayNS {
+				t.Errorf("%s: delay mean %v us sum %v us exact %v ns; JSONL delay_ns %v", describe(r), g.MeanUS, g.SumUS, g.DelayNS, *r.DelayNS)
+			}
+		default:
+			if (g.MeanUS != nil && *g.MeanUS != 0) || !math.IsNaN(g.DelayNS) {
+				t.Errorf("%s: delay %v / %v at the collector, none in the JSONL", describe(r), g.MeanUS, g.DelayNS)
+			}
+		}
+		wantStart := strconv.FormatInt(r.StartNS/1e9, 10)
+		if !strings.HasPrefix(g.Start, wantStart) {
+			t.Errorf("%s: timestamp_start %s, want %s(.000)", describe(r), g.Start, wantStart)
+		}
+	}
+	if withDelay == 0 || withDelay == len(recs) {
+		t.Errorf("records with a delay: %d of %d; the check needs both kinds", withDelay, len(recs))
+	}
+	t.Logf("%d records checked at the collector (%d with RFC 9951 delay elements)", len(recs), withDelay)
+}
+
+// TestNfacctdReplay backfills nfacctd from two captures through `ldsctl
+// replay`'s pipeline and checks every record against the JSONL.
+func TestNfacctdReplay(t *testing.T) {
+	addr, out := startNfacctd(t, export.DefaultEnterpriseNumber)
+	dir := t.TempDir()
+	a, b := captures(t, dir, 41)
+	recs := replayTo(t, dir, a, b, func(c *config.Receiver) {
+		c.Export.IPFIX.Collectors = []string{addr}
+	})
+	got := waitRecords(t, len(recs), func() []nfacctdRecord { return readNfacctd(t, out) })
+	checkNfacctd(t, recs, got)
+}
