@@ -109,29 +109,41 @@ func freeUDPPort(t *testing.T) int {
 	return c.LocalAddr().(*net.UDPAddr).Port
 }
 
-// waitUDPBound waits until some process has bound the UDP port (binding it
-// ourselves fails with EADDRINUSE).
-func waitUDPBound(t *testing.T, port int, exited <-chan struct{}) {
+// startOnUDPPort starts a collector on a free loopback UDP port and waits
+// until it has bound it (binding it ourselves fails with EADDRINUSE); a
+// port taken in between by another test's process is retried.
+func startOnUDPPort(t *testing.T, start func(port int) (<-chan struct{}, *lockedBuf)) (int, *lockedBuf) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
-		if err == nil {
-			c.Close()
-		} else if errors.Is(err, syscall.EADDRINUSE) {
-			return
+	for range 5 {
+		port := freeUDPPort(t)
+		exited, log := start(port)
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+			if err == nil {
+				c.Close()
+			} else if errors.Is(err, syscall.EADDRINUSE) {
+				select {
+				case <-exited:
+				default:
+					return port, log
+				}
+			}
+			select {
+			case <-exited:
+			case <-time.After(50 * time.Millisecond):
+				continue
+			}
+			break
 		}
-		select {
-		case <-exited:
-			t.Fatal("collector exited before binding its port")
-		case <-time.After(50 * time.Millisecond):
-		}
+		t.Logf("collector did not come up on UDP port %d; retrying on another:\n%s", port, log.String())
 	}
-	t.Fatalf("nothing bound UDP port %d within 30s", port)
+	t.Fatal("collector did not start on a UDP port in 5 attempts")
+	return 0, nil
 }
 
 // startProc runs a collector until the test ends; exited closes when it does.
-func startProc(t *testing.T, name string, args ...string) (*exec.Cmd, <-chan struct{}, *lockedBuf) {
+func startProc(t *testing.T, name string, args ...string) (<-chan struct{}, *lockedBuf) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	out := &lockedBuf{}
@@ -142,7 +154,7 @@ func startProc(t *testing.T, name string, args ...string) (*exec.Cmd, <-chan str
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM) // ours, by pid
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
@@ -153,7 +165,7 @@ func startProc(t *testing.T, name string, args ...string) (*exec.Cmd, <-chan str
 			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
-	return cmd, exited, out
+	return exited, out
 }
 
 // delayUS is the RFC 9951 mean a record's delay_ns gives.
