@@ -126,24 +126,27 @@ func (s *kafkaSink) name() string  { return s.name_ }
 func (s *kafkaSink) queue() *queue { return s.q }
 
 func (s *kafkaSink) run(ctx context.Context, flushBy func() time.Time) {
+	// The client's own context (producer id, buffered records, waits for
+	// buffer room) outlives ctx until the flush deadline: a stop flushes.
+	pctx, pcancel := context.WithCancel(context.Background())
+	defer pcancel()
+	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(time.Until(flushBy()), pcancel) })
+	defer stopTimer()
 	for {
 		b, ok := s.q.take(ctx)
 		if !ok {
 			break
 		}
-		s.produce(ctx, b)
+		s.produce(pctx, b)
 	}
-	// Stop: hand the rest to the client and flush, until the deadline.
-	dctx, cancel := context.WithDeadline(context.Background(), flushBy())
-	defer cancel()
-	for {
+	for { // stopping: the rest, within the flush deadline
 		b, ok := s.q.tryTake()
 		if !ok {
 			break
 		}
-		s.produce(dctx, b)
+		s.produce(pctx, b)
 	}
-	if err := s.cl.Flush(dctx); err != nil {
+	if err := s.cl.Flush(pctx); err != nil {
 		s.log.Warn("export: Kafka flush at stop did not finish; the records still buffered are dropped", "brokers", s.name_,
 			"buffered", s.cl.BufferedProduceRecords(), "err", err)
 	}
@@ -162,7 +165,7 @@ func (s *kafkaSink) produce(ctx context.Context, b batch) {
 			s.m.ExportDropped(KindKafka, s.name_, DropEncode, 1)
 			continue
 		}
-		rec := &kgo.Record{Key: FlowKey(r), Value: val, Context: context.Background()}
+		rec := &kgo.Record{Key: FlowKey(r), Value: val}
 		if ctx.Err() != nil {
 			s.m.ExportDropped(KindKafka, s.name_, DropStop, 1)
 			continue
