@@ -305,3 +305,31 @@ func (m *message) finish(seq uint32) []byte {
 	binary.BigEndian.PutUint32(m.buf[8:], seq)
 	return m.buf
 }
+
+// EncodeMessages encodes records as one exporting process would over a new
+// transport session: templates in the first message, messages of at most
+// max bytes, sequence numbers from 0 (tests and tools; the exporter itself
+// streams them).
+func EncodeMessages(recs []results.FlowRecord, domain, pen uint32, max int, intervalNS int64) [][]byte {
+	var out [][]byte
+	m := message{max: max}
+	var seq uint32
+	m.reset(domain, 0)
+	m.addTemplates(pen)
+	var rec []byte
+	for i := range recs {
+		var tpl uint16
+		var ok bool
+		if rec, tpl, ok = appendRecord(rec[:0], &recs[i], intervalNS); !ok {
+			continue
+		}
+		if !m.add(tpl, rec) {
+			n := m.records
+			out = append(out, append([]byte(nil), m.finish(seq)...))
+			seq += uint32(n)
+			m.reset(domain, 0)
+			m.add(tpl, rec)
+		}
+	}
+	return append(out, append([]byte(nil), m.finish(seq)...))
+}
