@@ -42,6 +42,11 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r.FrameError("a", "x")
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	r.ExportUp("ipfix", "192.0.2.10:4739", false)
+	r.ExportSent("ipfix", "192.0.2.10:4739", 1)
+	r.ExportDropped("ipfix", "192.0.2.10:4739", "queue_full", 1)
+	r.ExportError("ipfix", "192.0.2.10:4739")
+	r.ExportQueued("ipfix", "192.0.2.10:4739", 1)
 	s, err := NewSender(DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
