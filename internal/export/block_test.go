@@ -147,7 +147,7 @@ func TestExportKeepsResults(t *testing.T) {
 	a, b := captures(t, dir, 46)
 	run := func(configure func(*config.Receiver)) ([]any, prometheus.Gatherer) {
 		l := startLiveRun(t, t.TempDir(), a, b, configure)
-		l.waitIntervals(t, 2)
+		l.waitIntervals(t, 3)
 		recs := l.stop(t)
 		out := make([]any, len(recs))
 		for i := range recs {

@@ -276,7 +276,7 @@ func TestIPFIXOverTCP(t *testing.T) {
 		l := startLiveRun(t, t.TempDir(), a, b, func(r *config.Receiver) {
 			r.Export.IPFIX.Collectors, r.Export.IPFIX.Transport = []string{c.lis.Addr().String()}, "tcp"
 		})
-		l.waitIntervals(t, 2)
+		l.waitIntervals(t, 3)
 		recs := l.stop(t)
 		checkNfacctd(t, recs, waitRecords(t, len(recs), c.records))
 		c.checkMessages(t, "edge-a")
@@ -318,7 +318,7 @@ func TestNfacctdLive(t *testing.T) {
 	l := startLiveRun(t, dir, a, b, func(r *config.Receiver) {
 		r.Export.IPFIX.Collectors = []string{addr}
 	})
-	l.waitIntervals(t, 2)
+	l.waitIntervals(t, 3)
 	recs := l.stop(t)
 	checkNfacctd(t, recs, waitRecords(t, len(recs), func() []nfacctdRecord { return readNfacctd(t, out) }))
 }

@@ -87,7 +87,9 @@ func startLiveRun(t *testing.T, dir, a, b string, configure func(*config.Receive
 	return l
 }
 
-// waitIntervals waits until n intervals were matched and published.
+// waitIntervals waits until n intervals were matched and published: the
+// captures of captures() span 3, all of which must be final before a stop
+// for the results to be the same from run to run.
 func (l *liveRun) waitIntervals(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
