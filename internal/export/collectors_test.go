@@ -369,22 +369,39 @@ func readNfdump(t *testing.T, dir string) []nfdumpRecord {
 	return recs
 }
 
-// TestNfcapdReplay backfills nfdump's nfcapd (UDP only in 1.7.1) and reads
-// the records back with nfdump: 5-tuples, interval start and packets. nfdump
-// shows no RFC 9951 or enterprise element, which nfacctd covers above.
-func TestNfcapdReplay(t *testing.T) {
+// TestNfcapd feeds nfdump's nfcapd (UDP only in 1.7.1) from replay and from
+// a live receiver and reads the records back with nfdump: 5-tuples, interval
+// starts and packets. nfdump shows no RFC 9951 or enterprise element, which
+// the nfacctd tests cover.
+func TestNfcapd(t *testing.T) {
 	bin := lookBin(t, "nfcapd", "nfdump")
 	lookBin(t, "nfdump", "nfdump")
-	flows := t.TempDir()
-	port, _ := startOnUDPPort(t, func(port int) (<-chan struct{}, *lockedBuf) {
-		return startProc(t, bin, "-w", flows, "-b", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "2")
-	})
 	dir := t.TempDir()
 	a, b := captures(t, dir, 44)
-	recs := replayTo(t, dir, a, b, func(c *config.Receiver) {
-		c.Export.IPFIX.Collectors = []string{fmt.Sprintf("127.0.0.1:%d", port)}
-	})
-	got := waitRecords(t, len(recs), func() []nfdumpRecord { return readNfdump(t, flows) })
+	for _, live := range []bool{false, true} {
+		name := map[bool]string{false: "replay", true: "live"}[live]
+		t.Run(name, func(t *testing.T) {
+			flows := t.TempDir()
+			port, _ := startOnUDPPort(t, func(port int) (<-chan struct{}, *lockedBuf) {
+				return startProc(t, bin, "-w", flows, "-b", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "2")
+			})
+			set := func(c *config.Receiver) { c.Export.IPFIX.Collectors = []string{fmt.Sprintf("127.0.0.1:%d", port)} }
+			var recs []results.FlowRecord
+			if live {
+				l := startLiveRun(t, t.TempDir(), a, b, set)
+				l.waitIntervals(t, 3)
+				recs = l.stop(t)
+			} else {
+				recs = replayTo(t, t.TempDir(), a, b, set)
+			}
+			checkNfdump(t, recs, waitRecords(t, len(recs), func() []nfdumpRecord { return readNfdump(t, flows) }))
+		})
+	}
+}
+
+func checkNfdump(t *testing.T, recs []results.FlowRecord, got []nfdumpRecord) {
+	t.Helper()
+
 	type key struct {
 		start        int64
 		src, dst     string
