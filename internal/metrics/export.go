@@ -68,3 +68,23 @@ func (r *Receiver) ExportUp(kind, collector string, up bool) {
 func (r *Receiver) ExportQueued(kind, collector string, n int) {
 	r.exp.queued.WithLabelValues(kind, collector).Set(float64(n))
 }
+
+// ExportTotals sums the records sent and dropped over every exporter (for
+// `ldsctl replay`'s summary).
+func (r *Receiver) ExportTotals() (sent, dropped float64) {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "lds_export_records_total":
+				sent += m.GetCounter().GetValue()
+			case "lds_export_dropped_records_total":
+				dropped += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sent, dropped
+}
