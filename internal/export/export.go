@@ -145,27 +145,39 @@ func (s *Set) Run(ctx context.Context) {
 }
 
 // stateLog logs an exporter's transitions between up and down once each,
-// not once per record or message.
+// not once per record or message. A down exporter is up again after
+// recoverStreak successes in a row, so that a UDP collector whose port is
+// closed (every other write reports the ICMP error of the one before) stays
+// down instead of flapping.
 type stateLog struct {
 	kind, name string
 	log        *slog.Logger
 	m          Metrics
 	up         bool
 	known      bool
+	streak     int
 }
 
+const recoverStreak = 8
+
 func (l *stateLog) ok() {
-	if !l.up || !l.known {
-		if l.known {
-			l.log.Info("export recovered", "exporter", l.kind, "collector", l.name)
-		}
-		l.up, l.known = true, true
-		l.m.ExportUp(l.kind, l.name, true)
+	if l.up {
+		return
 	}
+	l.streak++
+	if l.known && l.streak < recoverStreak {
+		return
+	}
+	if l.known {
+		l.log.Info("export recovered", "exporter", l.kind, "collector", l.name)
+	}
+	l.up, l.known = true, true
+	l.m.ExportUp(l.kind, l.name, true)
 }
 
 func (l *stateLog) fail(err error) {
 	l.m.ExportError(l.kind, l.name)
+	l.streak = 0
 	if l.up || !l.known {
 		l.log.Warn("export failing: records are dropped and counted until it recovers", "exporter", l.kind, "collector", l.name, "err", err)
 		l.up, l.known = false, true
