@@ -136,6 +136,9 @@ func (d *Decoder) dataSet(m *Message, id uint16, b []byte) error {
 	if !ok {
 		return fmt.Errorf("ipfix: data set of unknown template %d in domain %d", id, m.Domain)
 	}
+	if len(fs) == 0 {
+		return nil // a template without fields (a withdrawal) describes no record
+	}
 	pens := d.pens[tplKey{m.Domain, id}]
 	minLen := 0
 	for _, f := range fs {
