@@ -110,6 +110,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(seed)
 	f.Add(seed[:20])
 	f.Add([]byte{0, 10, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	// A template of one zero-length field, then a data set of it.
+	f.Add([]byte{0, 10, 0, 36, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 12, 1, 0, 0, 1, 0, 8, 0, 0, 1, 0, 0, 8, 1, 2, 3, 4})
 	// A template of no fields, then a data set of it.
 	f.Add([]byte{0, 10, 0, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 8, 1, 0, 0, 0, 1, 0, 0, 8, 1, 2, 3, 4})
 	f.Fuzz(func(t *testing.T, b []byte) {

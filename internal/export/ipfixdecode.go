@@ -136,9 +136,6 @@ func (d *Decoder) dataSet(m *Message, id uint16, b []byte) error {
 	if !ok {
 		return fmt.Errorf("ipfix: data set of unknown template %d in domain %d", id, m.Domain)
 	}
-	if len(fs) == 0 {
-		return nil // a template without fields (a withdrawal) describes no record
-	}
 	pens := d.pens[tplKey{m.Domain, id}]
 	minLen := 0
 	for _, f := range fs {
@@ -148,7 +145,10 @@ func (d *Decoder) dataSet(m *Message, id uint16, b []byte) error {
 			minLen += int(f.length)
 		}
 	}
-	for len(b) > 0 && len(b) >= max(1, minLen) {
+	if minLen == 0 {
+		return nil // fields of length 0 only: no record can advance
+	}
+	for len(b) > 0 && len(b) >= minLen {
 		rec := make(map[FieldKey][]byte, len(fs))
 		for i, f := range fs {
 			l := int(f.length)
