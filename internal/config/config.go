@@ -30,7 +30,7 @@ import (
 
 // HashVersion names the derivation of cells from packet bytes (capture's
 // identity layout plus sketch's hash derivation). Bump it on any change.
-const HashVersion = "1"
+const HashVersion = "2"
 
 // Sketch is the `sketch:` section (contract keys of DESIGN.md §7 plus additions).
 type Sketch struct {
@@ -111,15 +111,21 @@ type SenderEntry struct {
 
 // ReceiverSection is the `receiver:` section.
 type ReceiverSection struct {
-	Listen         string        `yaml:"listen"`
-	TLS            TLSServer     `yaml:"tls"`
-	Senders        []SenderEntry `yaml:"senders"`
-	Lateness       time.Duration `yaml:"lateness"` // wait this long for the other side of an interval
-	Keep           int           `yaml:"keep"`     // intervals of results kept for the API
-	ResultsFile    string        `yaml:"results_file"`
-	MaxFrameBytes  int           `yaml:"max_frame_bytes"`
-	MaxSketchBytes int           `yaml:"max_sketch_bytes"`
-	MaxPending     int           `yaml:"max_pending"` // intervals waiting for a sender before the oldest is given up
+	Listen          string        `yaml:"listen"`
+	TLS             TLSServer     `yaml:"tls"`
+	Senders         []SenderEntry `yaml:"senders"`
+	Lateness        time.Duration `yaml:"lateness"` // wait this long for the other side of an interval
+	Keep            int           `yaml:"keep"`     // intervals of results kept for the API
+	ResultsFile     string        `yaml:"results_file"`
+	ResultsMaxBytes int64         `yaml:"results_max_bytes"` // rotate the results file before it passes this size; 0 = never
+	ResultsMaxAge   time.Duration `yaml:"results_max_age"`   // rotate it once it is this old; 0 = never
+	ResultsKeep     int           `yaml:"results_keep"`      // rotated files kept (results_file.1 .. .N)
+	ResultsFsync    bool          `yaml:"results_fsync"`     // fsync at the end of every interval
+	APIMaxRecords   int           `yaml:"api_max_records"`   // flow records the API store keeps in total, oldest intervals evicted first
+	SealedQueue     int           `yaml:"sealed_queue"`      // sealed intervals queued per sender between capture and matching
+	MaxFrameBytes   int           `yaml:"max_frame_bytes"`
+	MaxSketchBytes  int           `yaml:"max_sketch_bytes"`
+	MaxPending      int           `yaml:"max_pending"` // intervals waiting for a sender before the oldest is given up
 }
 
 // Sender is the whole lds-sender file.
@@ -175,6 +181,8 @@ func DefaultSender() Sender {
 func DefaultReceiver() Receiver {
 	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Export: export.DefaultConfig(), Receiver: ReceiverSection{
 		Listen: ":7420", Lateness: 10 * time.Second, Keep: 60,
+		ResultsMaxBytes: 100 << 20, ResultsMaxAge: 24 * time.Hour, ResultsKeep: 7, ResultsFsync: true,
+		APIMaxRecords: 2 << 20, SealedQueue: 2,
 		MaxFrameBytes: 1 << 20, MaxSketchBytes: 256 << 20, MaxPending: 64,
 	}}
 }
@@ -348,6 +356,21 @@ func (c *Receiver) Validate() error {
 	}
 	if r.Keep < 1 {
 		errs = append(errs, errors.New("receiver.keep: must be >= 1"))
+	}
+	if r.ResultsMaxBytes < 0 || (r.ResultsMaxBytes > 0 && r.ResultsMaxBytes < 64<<10) {
+		errs = append(errs, errors.New("receiver.results_max_bytes: must be 0 (never rotate by size) or >= 65536 (64 KiB)"))
+	}
+	if r.ResultsMaxAge < 0 || (r.ResultsMaxAge > 0 && r.ResultsMaxAge < time.Minute) {
+		errs = append(errs, errors.New("receiver.results_max_age: must be 0 (never rotate by age) or >= 1m"))
+	}
+	if r.ResultsKeep < 0 || r.ResultsKeep > 1000 {
+		errs = append(errs, errors.New("receiver.results_keep: must be in [0, 1000] (0 deletes the file at rotation)"))
+	}
+	if r.APIMaxRecords < 1 {
+		errs = append(errs, errors.New("receiver.api_max_records: must be >= 1 (flow records kept for /api/v1/, up to 336 bytes each)"))
+	}
+	if r.SealedQueue < 1 || r.SealedQueue > 1024 {
+		errs = append(errs, errors.New("receiver.sealed_queue: must be in [1, 1024] (each queued interval holds a sketch and a flow table)"))
 	}
 	if r.MaxFrameBytes < 64<<10 {
 		errs = append(errs, errors.New("receiver.max_frame_bytes: must be >= 64 KiB"))

@@ -103,6 +103,8 @@ func TestReceiverGolden(t *testing.T) {
 	r.SetClock("sender", "a", "holdover", 1200, 5000)
 	r.SetClock("receiver", "", "synced", -300, 4000)
 	r.CaptureCounters(123456, map[string]uint64{"kernel": 7, "truncated": 2})
+	r.ResultsFileReasons([]string{"no_space", "io"})
+	r.ResultsWriteError("no_space", 250)
 
 	fh, err := os.Open("testdata/receiver.prom")
 	if err != nil {

@@ -186,9 +186,13 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	// ship drains out until it is closed, so emitting never blocks for
 	// long. Capture health rides along with each interval, read here on
 	// the worker's own goroutine.
+	var outage capture.OutageTracker
 	emit := func(si *interval.SenderInterval) {
 		si.Counters = rd.Parser().Counters()
 		si.Drops, _ = rd.Source().Stats()
+		if outage.Touched(si.Drops) {
+			si.Partial = true // the capture interface was down during it
+		}
 		out <- si
 	}
 	var pkt capture.Packet
@@ -251,6 +255,9 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
 		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
+		if si.Drops.Link != capture.LinkUnknown {
+			s.metrics.CaptureHealth().Set(si.Drops.Oversize, si.Drops.LinkDowns, si.Drops.Link == capture.LinkUp)
+		}
 		err := s.client.Submit(si, meta) // encodes: the sketches are free after it
 		si.Release()
 		return err
