@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
@@ -143,6 +144,7 @@ type Receiver struct {
 	Common   `yaml:",inline"`
 	Receiver ReceiverSection `yaml:"receiver"`
 	Spike    spike.Config    `yaml:"spike"`
+	Export   export.Config   `yaml:"export"`
 }
 
 // DefaultCommon returns the defaults of DESIGN.md §7.
@@ -182,7 +184,7 @@ func DefaultSender() Sender {
 
 // DefaultReceiver returns a receiver configuration with every default set.
 func DefaultReceiver() Receiver {
-	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Receiver: ReceiverSection{
+	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Export: export.DefaultConfig(), Receiver: ReceiverSection{
 		Listen: ":7420", Lateness: 10 * time.Second, Keep: 60,
 		ResultsMaxBytes: 100 << 20, ResultsMaxAge: 24 * time.Hour, ResultsKeep: 7, ResultsFsync: true,
 		APIMaxRecords: 2 << 20, SealedQueue: 2,
@@ -384,7 +386,7 @@ func (c *Receiver) Validate() error {
 // ValidateReplay checks the receiver file as `ldsctl replay` uses it (the
 // example seeds accepted: see Sender.ValidateReplay).
 func (c *Receiver) ValidateReplay() error {
-	errs := []error{c.Common.Validate(), c.Spike.Validate()}
+	errs := []error{c.Common.Validate(), c.Spike.Validate(), c.Export.Validate()}
 	r := c.Receiver
 	if r.Listen == "" {
 		errs = append(errs, errors.New("receiver.listen: must be host:port"))

@@ -50,6 +50,7 @@ type Receiver struct {
 	watchCut    *prometheus.CounterVec
 	delayHist   *prometheus.HistogramVec
 	estTime     *prometheus.HistogramVec
+	exp         *exportSeries
 	resErrs     *prometheus.CounterVec
 	resDropped  prometheus.Counter
 
@@ -162,7 +163,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Receiver{
-		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(), health: newCaptureHealth(),
+		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(), health: newCaptureHealth(), exp: newExportSeries(),
 		reg:     prometheus.NewRegistry(),
 		senders: map[string]*senderState{},
 		clocks:  map[clockKey]clockState{},
@@ -195,12 +196,12 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		resDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "lds_results_dropped_records_total",
 			Help: "Flow records left out of the results file because their interval's write failed (never written in part)."}),
 	}
-	for _, c := range []prometheus.Collector{
+	for _, c := range append([]prometheus.Collector{
 		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.estTime, r.resErrs, r.resDropped,
 		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}, r.exp.collectors()...) {
 		if err := r.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("receiver metrics: registering a collector: %w", err)
 		}

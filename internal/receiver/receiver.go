@@ -27,6 +27,7 @@ import (
 	"github.com/lds-net/lds/internal/api"
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
@@ -61,6 +62,9 @@ type Options struct {
 	// the wall clock, and no window in a replay; tests that stream old
 	// captures set the captures' time).
 	Clock func() time.Time
+	// ExportBlocking: the exporters wait for room instead of dropping
+	// (replay: a backfill from files loses nothing). Never live.
+	ExportBlocking bool
 }
 
 // Receiver is the downstream daemon's pipeline.
@@ -76,6 +80,7 @@ type Receiver struct {
 	store   *api.Store
 	jsonl   *api.JSONLWriter
 	spikes  *spike.Detector
+	export  *export.Set // nil: no exporter configured
 	ptp     *ptp.Checker
 	senders []*senderState
 	byID    sync.Map // sender id -> *senderState
@@ -139,6 +144,9 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		return nil, err
 	}
 	if r.spikes, err = spike.New(cfg.Spike); err != nil {
+		return nil, err
+	}
+	if r.export, err = export.New(cfg.Export, export.Options{Blocking: opt.ExportBlocking, IntervalNS: p.T}, r.metrics, log); err != nil {
 		return nil, err
 	}
 	if !opt.Replay {
@@ -241,6 +249,13 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}, r, r.log))
 
 	defer close(r.done)
+	// The exporters run beside the pipeline, never inside its errgroup: an
+	// export failure cannot stop the receiver. They stop (and flush) after
+	// the last interval is published.
+	expCtx, expStop := context.WithCancel(context.Background())
+	expDone := make(chan struct{})
+	go func() { defer close(expDone); r.export.Run(expCtx) }()
+	defer func() { expStop(); <-expDone }()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		<-gctx.Done()
@@ -676,6 +691,7 @@ func (r *Receiver) publish(iv *results.Interval) {
 				r.log.Error("writing results file", "err", err)
 			}
 		}
+		r.export.Publish(iv) // never blocks the daemon: a full exporter drops and counts
 	}
 	if r.opt.OnInterval != nil {
 		r.opt.OnInterval(iv)
