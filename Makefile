@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # under the race detector (cgo: gcc).
 RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/
 # Debian packages the tests use for real components (installed when run as root).
-DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct
+DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container
 
 .PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live
 
@@ -62,6 +62,10 @@ install: build
 	install -m 0755 $(BIN)/lds-sender $(BIN)/lds-receiver $(BIN)/ldsctl $(DESTDIR)/usr/local/bin/
 	install -m 0644 -b configs/sender.yaml configs/receiver.yaml $(DESTDIR)/etc/lds/
 	install -m 0644 deploy/systemd/lds-sender.service deploy/systemd/lds-receiver.service $(DESTDIR)/etc/systemd/system/
+	# Debian's ptp4l@.service: hand ptp4l's root-only management socket to group lds (docs/ptp.md).
+	install -d $(DESTDIR)/usr/local/lib/lds $(DESTDIR)/etc/systemd/system/ptp4l@.service.d
+	install -m 0755 deploy/systemd/lds-ptp4l-socket $(DESTDIR)/usr/local/lib/lds/
+	install -m 0644 deploy/systemd/ptp4l@.service.d/lds.conf $(DESTDIR)/etc/systemd/system/ptp4l@.service.d/
 
 # eval-paper: the LDS paper's experiments at paper scale (minutes; not in CI).
 eval-paper: build

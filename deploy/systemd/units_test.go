@@ -1,5 +1,6 @@
-// Package systemd holds the unit files; this test checks them with
-// systemd-analyze against freshly built binaries.
+// Package systemd holds the unit files, the ptp4l@.service drop-in and the
+// two-host deployment test (deploy_test.go). units_test.go checks the files
+// with systemd-analyze against freshly built binaries.
 package systemd
 
 import (
@@ -11,6 +12,18 @@ import (
 
 	"github.com/lds-net/lds/internal/testutil"
 )
+
+// hardening is what both daemon units must set (docs/operations.md).
+var hardening = []string{
+	"User=lds", "Restart=on-failure",
+	"AmbientCapabilities=CAP_NET_RAW\n", "CapabilityBoundingSet=CAP_NET_RAW\n", "NoNewPrivileges=yes",
+	"ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
+	"ProtectClock=yes", "ProtectKernelTunables=yes", "ProtectKernelModules=yes", "ProtectKernelLogs=yes",
+	"ProtectControlGroups=yes", "ProtectProc=invisible", "RestrictNamespaces=yes", "RestrictSUIDSGID=yes",
+	"LockPersonality=yes", "MemoryDenyWriteExecute=yes", "RestrictRealtime=yes", "SystemCallArchitectures=native",
+	"SystemCallFilter=@system-service\n", "UMask=0077", "MemoryMax=",
+	"RestrictAddressFamilies=AF_PACKET AF_NETLINK AF_UNIX AF_INET AF_INET6\n",
+}
 
 func TestUnitsVerify(t *testing.T) {
 	sa, err := exec.LookPath("systemd-analyze")
@@ -28,11 +41,15 @@ func TestUnitsVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := string(unit)
-		for _, must := range []string{"AmbientCapabilities=CAP_NET_RAW\n", "NoNewPrivileges=yes", "ProtectSystem=strict",
-			"RestrictAddressFamilies=AF_PACKET AF_NETLINK AF_UNIX AF_INET AF_INET6", "Restart=on-failure", "User=lds"} {
+		for _, must := range append(hardening, "RuntimeDirectory="+name+"\n") {
 			if !strings.Contains(text, must) {
 				t.Errorf("%s.service lacks %q", name, must)
 			}
+		}
+		// The PTP reply socket lives in RuntimeDirectory=; nothing needs to
+		// write elsewhere under /run.
+		if strings.Contains(text, "ReadWritePaths=/var/run") || strings.Contains(text, "ReadWritePaths=/run") {
+			t.Errorf("%s.service makes /run writable: the reply socket belongs in RuntimeDirectory=", name)
 		}
 		text = strings.ReplaceAll(text, "/usr/local/bin/"+name, filepath.Join(dir, name))
 		p := filepath.Join(dir, name+".service")
@@ -43,5 +60,73 @@ func TestUnitsVerify(t *testing.T) {
 		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 			t.Errorf("systemd-analyze verify %s.service: %v\n%s", name, err, out)
 		}
+		// The PHC drop-in on top of the unit.
+		dropDir := filepath.Join(dir, name+".service.d")
+		if err := os.MkdirAll(dropDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, "lds-phc.conf", filepath.Join(dropDir, "phc.conf"))
+		verifyWithPath(t, sa, dir, p)
+	}
+}
+
+// TestPtp4lDropIn verifies the ptp4l@.service drop-in on top of Debian's
+// ptp4l@.service, with the helper script it runs.
+func TestPtp4lDropIn(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		testutil.SkipOrFail(t, "%s", "systemd-analyze not installed (Debian package systemd)")
+	}
+	const debian = "/lib/systemd/system/ptp4l@.service"
+	if _, err := os.Stat(debian); err != nil {
+		testutil.SkipOrFail(t, "%s not found (Debian package linuxptp)", debian)
+	}
+	if out, err := exec.Command("sh", "-n", "lds-ptp4l-socket").CombinedOutput(); err != nil {
+		t.Fatalf("sh -n lds-ptp4l-socket: %v\n%s", err, out)
+	}
+	script, err := filepath.Abs("lds-ptp4l-socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	copyFile(t, debian, filepath.Join(dir, "ptp4l@.service"))
+	drop, err := os.ReadFile("ptp4l@.service.d/lds.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const installed = "/usr/local/lib/lds/lds-ptp4l-socket"
+	if !strings.Contains(string(drop), "ExecStartPost=-"+installed+" ") {
+		t.Fatalf("the drop-in does not run %s (what make install installs)", installed)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "ptp4l@.service.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(drop), installed, script)
+	if err := os.WriteFile(filepath.Join(dir, "ptp4l@.service.d", "lds.conf"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	verifyWithPath(t, sa, dir, filepath.Join(dir, "ptp4l@.service"))
+}
+
+// verifyWithPath runs systemd-analyze verify with dir as the unit path, so
+// that drop-ins under dir are read too; any output is a finding.
+func verifyWithPath(t *testing.T, sa, dir, unit string) {
+	t.Helper()
+	cmd := exec.Command(sa, "verify", unit)
+	cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":")
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("systemd-analyze verify %s with drop-ins from %s: %v\n%s", filepath.Base(unit), dir, err, out)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
