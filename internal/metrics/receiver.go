@@ -54,10 +54,18 @@ type Receiver struct {
 	resErrs     *prometheus.CounterVec
 	resDropped  prometheus.Counter
 
-	mu      sync.Mutex
-	senders map[string]*senderState
-	clocks  map[clockKey]clockState
-	capture captureState
+	mu       sync.Mutex
+	senders  map[string]*senderState
+	clocks   map[clockKey]clockState
+	capture  captureState
+	ownClock func() OwnClock // nil: none; read at scrape time (SetOwnClock)
+}
+
+// OwnClock is the receiver's own clock as its PTP checker sees it now.
+type OwnClock struct {
+	State      string // synced, unsynced, unknown, disabled
+	OffsetNS   int64
+	HaveOffset bool // ptp4l has answered at least once: OffsetNS is a reading
 }
 
 // senderState is what the latest interval of one sender says; the state
@@ -403,6 +411,18 @@ func (r *Receiver) SetClock(end, sender, state string, offsetNS int64, errBoundN
 	r.clocks[clockKey{end, sender}] = clockState{state: state, offset: float64(offsetNS) / 1e9, errBound: errBoundNS / 1e9}
 }
 
+// SetOwnClock makes every scrape read the receiver's own clock from f and
+// export it as lds_ptp_state and lds_ptp_offset_seconds with end="receiver",
+// sender="": from start, before any sender connects or any interval is
+// published, so that an operator sees why delays are withheld. It takes
+// the place of SetClock("receiver", "", ...). f must be safe for
+// concurrent use and must not call back into r.
+func (r *Receiver) SetOwnClock(f func() OwnClock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ownClock = f
+}
+
 // SketchBytes counts n sketch bytes received from sender.
 func (r *Receiver) SketchBytes(sender string, n int) {
 	if n > 0 {
@@ -463,6 +483,13 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	r, d := c.r, c.r.d
 	r.mu.Lock()
+	own := r.ownClock
+	r.mu.Unlock()
+	var oc OwnClock
+	if own != nil {
+		oc = own() // outside r.mu: f reads the PTP checker
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, s := range r.senders {
 		if s.connected != nil {
@@ -498,7 +525,16 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, d.LastStart, float64(s.startNS)/1e9, name)
 		gauge(ch, d.LastDone, s.completedUnix, name)
 	}
+	if own != nil {
+		if oc.HaveOffset {
+			gauge(ch, d.PTPOffset, float64(oc.OffsetNS)/1e9, "receiver", "")
+		}
+		gauge(ch, d.PTPState, 1, "receiver", "", oc.State)
+	}
 	for k, cs := range r.clocks {
+		if own != nil && k == (clockKey{"receiver", ""}) {
+			continue
+		}
 		gauge(ch, d.PTPOffset, cs.offset, k.end, k.sender)
 		gauge(ch, d.PTPErr, cs.errBound, k.end, k.sender)
 		gauge(ch, d.PTPState, 1, k.end, k.sender, cs.state)

@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -101,7 +102,8 @@ func TestReceiverGolden(t *testing.T) {
 	r.EstimationDuration("a", 180*time.Millisecond)
 	r.FrameError("a", "bad_seq")
 	r.SetClock("sender", "a", "holdover", 1200, 5000)
-	r.SetClock("receiver", "", "synced", -300, 4000)
+	r.SetClock("receiver", "", "unsynced", 99, 99) // SetOwnClock takes its place
+	r.SetOwnClock(func() OwnClock { return OwnClock{State: "synced", OffsetNS: -300, HaveOffset: true} })
 	r.CaptureCounters(123456, map[string]uint64{"kernel": 7, "truncated": 2})
 	r.ResultsFileReasons([]string{"no_space", "io"})
 	r.ResultsWriteError("no_space", 250)
@@ -121,6 +123,38 @@ func TestReceiverGolden(t *testing.T) {
 	for _, n := range names {
 		if !bytes.Contains(want, []byte("# TYPE "+n+" ")) {
 			t.Errorf("%s is exported but not in testdata/receiver.prom", n)
+		}
+	}
+}
+
+// TestOwnClockFromStart: the receiver's own clock is exported before any
+// sender or interval, read live at each scrape; no offset before ptp4l
+// has answered.
+func TestOwnClockFromStart(t *testing.T) {
+	r := newReceiver(t, goldenConfig)
+	if got := series(t, r.Registry(), "lds_ptp_state"); len(got) != 0 {
+		t.Fatalf("lds_ptp_state without a clock source: %v", got)
+	}
+	now := OwnClock{State: "unknown"}
+	r.SetOwnClock(func() OwnClock { return now })
+	steps := []struct {
+		clock      OwnClock
+		wantState  map[string]float64
+		wantOffset map[string]float64
+	}{
+		{OwnClock{State: "unknown"}, map[string]float64{"end=receiver,sender=,state=unknown": 1}, map[string]float64{}},
+		{OwnClock{State: "synced", OffsetNS: -1500, HaveOffset: true}, map[string]float64{"end=receiver,sender=,state=synced": 1},
+			map[string]float64{"end=receiver,sender=": -1.5e-06}},
+		{OwnClock{State: "unsynced", OffsetNS: 2e6, HaveOffset: true}, map[string]float64{"end=receiver,sender=,state=unsynced": 1},
+			map[string]float64{"end=receiver,sender=": 0.002}},
+	}
+	for i, s := range steps {
+		now = s.clock
+		if got := series(t, r.Registry(), "lds_ptp_state"); !maps.Equal(got, s.wantState) {
+			t.Errorf("step %d: lds_ptp_state %v, want %v", i, got, s.wantState)
+		}
+		if got := series(t, r.Registry(), "lds_ptp_offset_seconds"); !maps.Equal(got, s.wantOffset) {
+			t.Errorf("step %d: lds_ptp_offset_seconds %v, want %v", i, got, s.wantOffset)
 		}
 	}
 }

@@ -153,6 +153,12 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		if r.ptp, err = ptp.New(cfg.PTP, log); err != nil {
 			return nil, err
 		}
+		// This host's clock is exported from start, not only with the
+		// first interval: it is often why none is published.
+		r.metrics.SetOwnClock(func() metrics.OwnClock {
+			st := r.ptp.Status()
+			return metrics.OwnClock{State: string(st.State), OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
+		})
 	}
 	entries := cfg.Receiver.Senders
 	if len(entries) == 0 {
