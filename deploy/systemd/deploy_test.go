@@ -89,12 +89,9 @@ func TestTwoHostDeployment(t *testing.T) {
 			t.Fatalf("make install DESTDIR=%s: %v\n%s", h.root, err, out)
 		}
 		// ptp4l@eth0 as a slave; software timestamps, L2; free_running 1:
-		// it measures and never touches the clock. Fast message rates only
-		// to keep the test short.
-		setConfKeys(t, h.path("/etc/linuxptp/ptp4l.conf"), [][2]string{
-			{"slaveOnly", "1"}, {"free_running", "1"}, {"time_stamping", "software"}, {"network_transport", "L2"},
-			{"logAnnounceInterval", "-3"}, {"logSyncInterval", "-4"}, {"logMinDelayReqInterval", "-4"}, {"announceReceiptTimeout", "3"},
-		})
+		// it measures and never touches the clock.
+		setConfKeys(t, h.path("/etc/linuxptp/ptp4l.conf"), append([][2]string{
+			{"slaveOnly", "1"}, {"free_running", "1"}, {"time_stamping", "software"}, {"network_transport", "L2"}}, ptpRates...))
 	}
 	a.write("/etc/hosts", "127.0.0.1\tlocalhost\n"+addrB+"\t"+receiverName+"\n", 0o644)
 
@@ -165,6 +162,10 @@ func TestTwoHostDeployment(t *testing.T) {
 		t.Errorf("lds_intervals_total counts no clock_unsynced interval:\n%s", grep(m, "lds_intervals_total"))
 	}
 
+	// The sandbox really applies inside the booted hosts.
+	assertSandboxed(t, a, "lds-sender")
+	assertSandboxed(t, b, "lds-receiver")
+
 	// Nothing was refused, nothing restarted.
 	for _, h := range []*host{a, b} {
 		if j, _ := h.run("journalctl", "--no-pager", "-o", "short-precise"); strings.Contains(strings.ToLower(j), "permission denied") {
@@ -178,6 +179,32 @@ func TestTwoHostDeployment(t *testing.T) {
 		t.Errorf("lds-receiver restarted while measuring (NRestarts %s, was %s):\n%s", n, recvRestarts, b.journal("lds-receiver"))
 	}
 	t.Logf("deployment test: %s in all", time.Since(began).Round(time.Second))
+}
+
+// assertSandboxed reads the running daemon's /proc status inside the host:
+// user lds, CAP_NET_RAW only, no new privileges, a seccomp filter.
+func assertSandboxed(t *testing.T, h *host, unit string) {
+	t.Helper()
+	pid := h.prop(unit, "MainPID")
+	status := h.must("cat", "/proc/"+pid+"/status")
+	want := map[string]string{"NoNewPrivs": "1", "Seccomp": "2", "CapEff": "0000000000002000", "CapBnd": "0000000000002000",
+		"CapPrm": "0000000000002000", "Umask": "0077"}
+	for _, line := range strings.Split(status, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if w, check := want[k]; ok && check {
+			if strings.TrimSpace(v) != w {
+				t.Errorf("%s: %s %s: %s, want %s", h.name, unit, k, strings.TrimSpace(v), w)
+			}
+			delete(want, k)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("%s: %s: /proc/%s/status lacks %v", h.name, unit, pid, want)
+	}
+	uid := strings.TrimSpace(h.must("id", "-u", "lds"))
+	if !regexp.MustCompile(`(?m)^Uid:\s+` + uid + `\s+` + uid + `\s+` + uid + `\s+` + uid + `$`).MatchString(status) {
+		t.Errorf("%s: %s does not run as lds (uid %s):\n%s", h.name, unit, uid, grep(status, "Uid"))
+	}
 }
 
 func needDeploy(t *testing.T) {
@@ -234,9 +261,25 @@ func newDeployNet(t *testing.T) *deployNet {
 // hosts (a host that is itself grandmaster counts as unsynced).
 func (n *deployNet) startGrandmaster(t *testing.T, work string) *ptp4l.Proc {
 	t.Helper()
+	conf := []string{"[global]", "free_running 1", "priority1 10", "uds_address " + filepath.Join(work, "gm.sock")}
+	for _, kv := range ptpRates {
+		conf = append(conf, kv[0]+" "+kv[1])
+	}
 	cfg := filepath.Join(work, "gm.cfg")
-	ptp4l.WriteConf(t, cfg, filepath.Join(work, "gm.sock"), "priority1 10")
+	if err := os.WriteFile(cfg, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return ptp4l.Start(t, n.gm, "gm0", cfg, filepath.Join(work, "gm.log"))
+}
+
+// ptpRates are the message rates of every ptp4l in the test: Syncs at
+// 16/s so that the slaves measure within a second; Announces at 2/s with a
+// receipt timeout of 6 (3 s), so that a loaded machine's scheduling stalls
+// do not make a slave drop its master (a 375 ms timeout did, under the
+// traffic generator), while a stopped grandmaster is noticed within 3 s.
+var ptpRates = [][2]string{
+	{"logAnnounceInterval", "-1"}, {"announceReceiptTimeout", "6"},
+	{"logSyncInterval", "-4"}, {"logMinDelayReqInterval", "-4"},
 }
 
 // pkiFiles are the README's certificate commands, run in dir.
