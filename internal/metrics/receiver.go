@@ -61,7 +61,7 @@ type Receiver struct {
 	ownClock func() OwnClock // nil: none; read at scrape time (SetOwnClock)
 }
 
-// OwnClock is the receiver's own clock as its PTP checker sees it now.
+// OwnClock is this host's clock as the daemon's PTP checker sees it now.
 type OwnClock struct {
 	State      string // synced, unsynced, unknown, disabled
 	OffsetNS   int64

@@ -88,6 +88,12 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 		if s.ptp, err = ptp.New(cfg.PTP, log); err != nil {
 			return nil, err
 		}
+		// This host's clock is exported from start, not only with the
+		// first interval shipped.
+		s.metrics.SetOwnClock(func() metrics.OwnClock {
+			st := s.ptp.Status()
+			return metrics.OwnClock{State: string(st.State), OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
+		})
 	}
 	return s, nil
 }
