@@ -10,7 +10,7 @@ RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./intern
 # Debian packages the tests use for real components (installed when run as root).
 DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl
 
-.PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live
+.PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live e2e-deploy
 
 all: build
 
@@ -74,6 +74,12 @@ eval-paper: build
 # e2e-live: a longer run on a real kernel link between network namespaces (root).
 e2e-live: build
 	@bash scripts/e2e-live.sh
+
+# e2e-deploy: the README's two-host deployment on two Debian 12 hosts booted
+# with systemd-nspawn (root; `make test` runs it too). LDS_DEPLOY_DIR=DIR
+# keeps the hosts' files (journals in DIR/lds-*/var/log/journal).
+e2e-deploy:
+	$(GO) test -count=1 -v -timeout 15m -run TestTwoHostDeployment ./deploy/systemd/
 
 # bench-live: lds-sender against tcpdump on a real veth at the highest rate (root).
 bench-live: build

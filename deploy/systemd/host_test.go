@@ -68,12 +68,15 @@ func rootfsCache(t *testing.T) string {
 		testutil.SkipOrFail(t, "debootstrap %s from %s failed (network? set LDS_DEBIAN_MIRROR): %v\n%s", debianSuite, mirror, err, tail(string(out), 2000))
 	}
 	t.Logf("debootstrap --variant=minbase --include=%s %s: %s", debianPackages, debianSuite, time.Since(start).Round(time.Second))
-	os.RemoveAll(dir)
 	if err := os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// dir only ever appears whole (a rename): if a concurrent run put it
+	// there first, use that one.
 	if err := os.Rename(tmp, dir); err != nil {
-		t.Fatal(err)
+		if _, serr := os.Stat(filepath.Join(dir, "complete")); serr != nil {
+			t.Fatalf("caching the rootfs: %v", err)
+		}
 	}
 	return root
 }
