@@ -96,8 +96,12 @@ func TestTwoHostDeployment(t *testing.T) {
 	a.write("/etc/hosts", "127.0.0.1\tlocalhost\n"+addrB+"\t"+receiverName+"\n", 0o644)
 
 	gm := net.startGrandmaster(t, work)
-	a.boot(net.a)
-	b.boot(net.b)
+	a.start(net.a)
+	b.start(net.b)
+	// Both power off at once at the end (each host's own cleanup waits).
+	t.Cleanup(func() { a.poweroff(); b.poweroff() })
+	a.waitUp()
+	b.waitUp()
 	a.assertNoSysTime()
 	b.assertNoSysTime()
 	t.Logf("hosts up after %s", time.Since(began).Round(time.Second))

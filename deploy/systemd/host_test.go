@@ -118,10 +118,11 @@ func (h *host) write(p, content string, mode os.FileMode) {
 	}
 }
 
-// boot starts systemd in the container and waits until the system is up.
+// start launches systemd-nspawn (systemd as the container's init); waitUp
+// waits until the boot has finished. Both hosts boot in parallel this way.
 // On this machine's cgroup layout nspawn needs the unified hierarchy, and
 // with no systemd on the host, --register=no --keep-unit.
-func (h *host) boot(machine string) {
+func (h *host) start(machine string) {
 	t := h.t
 	t.Helper()
 	lf, err := os.Create(h.log)
@@ -140,6 +141,11 @@ func (h *host) boot(machine string) {
 	h.exited = make(chan struct{})
 	go func() { h.cmd.Wait(); close(h.exited) }()
 	t.Cleanup(h.shutdown)
+}
+
+func (h *host) waitUp() {
+	t := h.t
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for h.pid == 0 {
 		if time.Now().After(deadline) {
@@ -157,6 +163,7 @@ func (h *host) boot(machine string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out string
+	var err error
 	for {
 		out, err = h.runCtx(ctx, "systemctl", "is-system-running", "--wait")
 		// "offline" and "Failed to connect to bus": systemd has not yet
@@ -203,14 +210,21 @@ func (h *host) shutdown() {
 		return
 	default:
 	}
-	// nspawn turns SIGTERM into the container's poweroff.
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	h.poweroff()
 	select {
 	case <-h.exited:
 	case <-time.After(30 * time.Second):
 		h.t.Logf("%s: no poweroff within 30 s, killing systemd-nspawn", h.name)
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		<-h.exited
+	}
+}
+
+// poweroff asks the container to power off (nspawn turns SIGTERM into
+// the container's poweroff) without waiting.
+func (h *host) poweroff() {
+	if h.cmd != nil && h.cmd.Process != nil {
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	}
 }
 
