@@ -4,11 +4,16 @@
 package systemd
 
 import (
+	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lds-net/lds/internal/testutil"
 )
@@ -128,5 +133,47 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPtp4lSocketScript runs the drop-in's helper against a real unix
+// datagram socket that appears only after the helper started (as ptp4l's
+// does after ExecStartPost= began): the socket ends up group-owned and
+// group read-write.
+func TestPtp4lSocketScript(t *testing.T) {
+	testutil.RequireRoot(t) // chgrp to another group
+	grp, err := user.LookupGroup("daemon")
+	if err != nil {
+		testutil.SkipOrFail(t, "no group daemon to hand the socket to: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "ldssock") // short: a sun_path
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "ptp4l")
+	cmd := exec.Command("sh", "lds-ptp4l-socket", sock, "daemon")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the helper is waiting by now, or will find the socket at once: both are fine
+	old := syscall.Umask(0o117)        // ptp4l's socket: srw-rw---- root root
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("lds-ptp4l-socket: %v\n%s", err, out.String())
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(sock, &st); err != nil {
+		t.Fatal(err)
+	}
+	if gid := strconv.Itoa(int(st.Gid)); gid != grp.Gid || st.Mode&0o060 != 0o060 {
+		t.Fatalf("socket gid %s mode %o, want gid %s (daemon) and g+rw", gid, st.Mode&0o777, grp.Gid)
 	}
 }
