@@ -60,7 +60,12 @@ generate:
 install: build
 	install -d $(DESTDIR)/usr/local/bin $(DESTDIR)/etc/lds $(DESTDIR)/etc/systemd/system
 	install -m 0755 $(BIN)/lds-sender $(BIN)/lds-receiver $(BIN)/ldsctl $(DESTDIR)/usr/local/bin/
-	install -m 0644 -b configs/sender.yaml configs/receiver.yaml $(DESTDIR)/etc/lds/
+	# An existing (edited) configuration is kept: the new example goes beside it as .new.
+	@for f in sender.yaml receiver.yaml; do \
+		if [ -e $(DESTDIR)/etc/lds/$$f ]; then \
+			install -m 0644 configs/$$f $(DESTDIR)/etc/lds/$$f.new && echo "kept $(DESTDIR)/etc/lds/$$f; the new example is $$f.new"; \
+		else install -m 0644 configs/$$f $(DESTDIR)/etc/lds/; fi; \
+	done
 	install -m 0644 deploy/systemd/lds-sender.service deploy/systemd/lds-receiver.service $(DESTDIR)/etc/systemd/system/
 	# Debian's ptp4l@.service: hand ptp4l's root-only management socket to group lds (docs/ptp.md).
 	install -d $(DESTDIR)/usr/local/lib/lds $(DESTDIR)/etc/systemd/system/ptp4l@.service.d

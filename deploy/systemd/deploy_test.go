@@ -114,6 +114,7 @@ func TestTwoHostDeployment(t *testing.T) {
 	installPKI(t, a, pki, "sender")
 	installPKI(t, b, pki, "receiver")
 	configure(t, a, b, seed)
+	reinstall(t, repo, a, "/etc/lds/sender.yaml", seed)
 	for _, h := range []*host{a, b} {
 		h.must("systemctl", "enable", "--now", "ptp4l@eth0")
 		// The drop-in handed ptp4l's socket to group lds.
@@ -341,8 +342,25 @@ func configure(t *testing.T, a, b *host, seed string) {
 		"receiver.senders":      []map[string]string{{"id": senderID}},
 		"receiver.results_file": "/var/lib/lds/results.jsonl",
 	})
+	for _, h := range []*host{a, b} {
+		h.sh("chgrp lds /etc/lds/*.yaml && chmod 0640 /etc/lds/*.yaml") // they hold the seed
+	}
 	a.must("lds-sender", "--config", "/etc/lds/sender.yaml", "--check-config")
 	b.must("lds-receiver", "--config", "/etc/lds/receiver.yaml", "--check-config")
+}
+
+// reinstall runs make install again over a configured host (an upgrade):
+// the edited configuration must survive it.
+func reinstall(t *testing.T, repo string, h *host, file, seed string) {
+	t.Helper()
+	if out, err := exec.Command("make", "-C", repo, "install", "DESTDIR="+h.root).CombinedOutput(); err != nil {
+		t.Fatalf("make install DESTDIR=%s again: %v\n%s", h.root, err, out)
+	}
+	b, err := os.ReadFile(h.path(file))
+	if err != nil || !strings.Contains(string(b), seed) {
+		t.Fatalf("make install over a configured host replaced %s (err %v)", file, err)
+	}
+	h.must("systemctl", "daemon-reload")
 }
 
 // tapDownAtBoot starts lds-receiver with its tap down, checks that the unit
