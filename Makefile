@@ -29,7 +29,10 @@ test: deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed on:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	CGO_ENABLED=0 $(GO) build ./...
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -v '/deploy/systemd$$')
+	# The two-host deployment (two systemd-booted containers) on its own, so
+	# that its load does not overlap the timing-sensitive live tests.
+	$(GO) test -count=1 -timeout 15m ./deploy/systemd/
 	$(GO) test -count=1 -timeout 10m -tags pcap ./internal/capture/...
 	# The packages with goroutines of their own, again under the race detector.
 	$(GO) test -race -count=1 -timeout 10m $(RACE_PKGS)

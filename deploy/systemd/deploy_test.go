@@ -206,6 +206,7 @@ func assertSandboxed(t *testing.T, h *host, unit string) {
 	if len(want) > 0 {
 		t.Errorf("%s: %s: /proc/%s/status lacks %v", h.name, unit, pid, want)
 	}
+	t.Logf("%s: %s %s", h.name, unit, strings.ReplaceAll(strings.TrimSpace(grep(status, "VmHWM")+grep(status, "VmRSS")), "\n", ", "))
 	uid := strings.TrimSpace(h.must("id", "-u", "lds"))
 	if !regexp.MustCompile(`(?m)^Uid:\s+` + uid + `\s+` + uid + `\s+` + uid + `\s+` + uid + `$`).MatchString(status) {
 		t.Errorf("%s: %s does not run as lds (uid %s):\n%s", h.name, unit, uid, grep(status, "Uid"))
