@@ -81,8 +81,17 @@ func TestTwoHostDeployment(t *testing.T) {
 	t.Logf("image and build ready after %s", time.Since(began).Round(time.Second))
 
 	net := newDeployNet(t)
-	a := newHost(t, cache, work, "lds-a", net.a)
-	b := newHost(t, cache, work, "lds-b", net.b)
+	// The hosts' roots next to the cache: same file system (reflinks where
+	// it has them), and not in a small tmpfs /tmp.
+	roots := work
+	if os.Getenv("LDS_DEPLOY_DIR") == "" {
+		if roots, err = os.MkdirTemp(filepath.Dir(filepath.Dir(cache)), "hosts-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(roots) })
+	}
+	a := newHost(t, cache, roots, "lds-a", net.a)
+	b := newHost(t, cache, roots, "lds-b", net.b)
 	for _, h := range []*host{a, b} {
 		// README "Install": make install DESTDIR= puts the same files a host gets.
 		if out, err := exec.Command("make", "-C", repo, "install", "DESTDIR="+h.root).CombinedOutput(); err != nil {
