@@ -482,3 +482,24 @@ func TestReplySocketInClientDir(t *testing.T) {
 		t.Fatalf("Close left %d entries in %s", len(left), base)
 	}
 }
+
+// TestPHCDeviceMissingNamesTheDropIn: a ptp.phc device that cannot be
+// opened (what the units' PrivateDevices=yes leaves) makes the state
+// unsynced, and the error says how to give the unit the device.
+func TestPHCDeviceMissingNamesTheDropIn(t *testing.T) {
+	path := fakeSocket(t)
+	sim := newSim(goodWorld())
+	startFake(t, path, func(id protocol.ManagementID, seq uint16) [][]byte { return sim.respond(t, id, seq) })
+	dev := filepath.Join(t.TempDir(), "ptp9")
+	c := testChecker(t, path, func(c *Config) { c.PHC = dev }, nil)
+	var s Status
+	for range 2 {
+		var err error
+		if s, err = c.Poll(context.Background()); err != nil {
+			t.Fatalf("Poll: %v", err)
+		}
+	}
+	if s.State != StateUnsynced || !strings.Contains(s.PHCErr, dev) || !strings.Contains(s.PHCErr, "deploy/systemd/lds-phc.conf") {
+		t.Fatalf("state %s, PHCErr %q: want unsynced, naming %s and the drop-in", s.State, s.PHCErr, dev)
+	}
+}
