@@ -9,12 +9,14 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/testutil"
 )
 
@@ -176,4 +178,46 @@ func TestPtp4lSocketScript(t *testing.T) {
 	if gid := strconv.Itoa(int(st.Gid)); gid != grp.Gid || st.Mode&0o060 != 0o060 {
 		t.Fatalf("socket gid %s mode %o, want gid %s (daemon) and g+rw", gid, st.Mode&0o777, grp.Gid)
 	}
+}
+
+// TestUnitsMemoryMax holds each unit's MemoryMax= to the worst case of the
+// default configuration at 1 Mpps (config.MemoryBound, `ldsctl memory`),
+// and GOMEMLIMIT below it.
+func TestUnitsMemoryMax(t *testing.T) {
+	in := config.MemoryInput{PPS: 1e6}
+	rc, sc := config.DefaultReceiver(), config.DefaultSender()
+	for _, tc := range []struct {
+		name string
+		peak int64
+	}{
+		{"lds-receiver", rc.MemoryBound(in).Peak},
+		{"lds-sender", sc.MemoryBound(in).Peak},
+	} {
+		unit, err := os.ReadFile(tc.name + ".service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		max := unitBytes(t, string(unit), `(?m)^MemoryMax=(\d+)([KMG]?)$`)
+		limit := unitBytes(t, string(unit), `(?m)^Environment=GOMEMLIMIT=(\d+)([KMG]?)iB$`)
+		if tc.peak > max {
+			t.Errorf("%s: MemoryMax= %d MiB is below the default configuration's bound %d MiB", tc.name, max>>20, tc.peak>>20)
+		}
+		if limit >= max || limit < max*8/10 {
+			t.Errorf("%s: GOMEMLIMIT %d MiB, want ~90 %% of MemoryMax= %d MiB", tc.name, limit>>20, max>>20)
+		}
+	}
+}
+
+// unitBytes reads a size (K, M, G: powers of 1024) matched by re.
+func unitBytes(t *testing.T, unit, re string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(re).FindStringSubmatch(unit)
+	if m == nil {
+		t.Fatalf("no %s in the unit", re)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n << map[string]int{"": 0, "K": 10, "M": 20, "G": 30}[m[2]]
 }
