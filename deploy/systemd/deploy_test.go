@@ -22,13 +22,6 @@ import (
 	"github.com/lds-net/lds/internal/testutil/ptp4l"
 )
 
-// tapDownAtBootHolds switches the "tap down at boot" check from a logged
-// known failure to a test failure: with the capture interface down when
-// lds-receiver starts, the unit must stay up (no restart loop) and measure
-// once the link comes up. Set it to true once interface-down-at-start is
-// no longer fatal (issue 16).
-const tapDownAtBootHolds = false
-
 // Addresses of the deployment: the hosts' management link (gRPC, PTP,
 // metrics) and the receiver's name, as in the README's certificate.
 const (
@@ -228,9 +221,9 @@ func needDeploy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIPPED in -short mode: the two-host deployment boots two Debian containers (about 2 minutes; `go test -run TestTwoHostDeployment ./deploy/systemd/`)")
 	}
-	for _, tool := range []string{"debootstrap", "systemd-nspawn", "nsenter", "ip", "tcpdump", "openssl", "curl", "make", "ptp4l", "setpriv"} {
+	for _, tool := range []string{"debootstrap", "systemd-nspawn", "nsenter", "ip", "ethtool", "tcpdump", "openssl", "curl", "make", "ptp4l", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			testutil.SkipOrFail(t, "%s not found (apt-get install -y debootstrap systemd-container util-linux iproute2 tcpdump openssl curl make linuxptp)", tool)
+			testutil.SkipOrFail(t, "%s not found (apt-get install -y debootstrap systemd-container util-linux iproute2 ethtool tcpdump openssl curl make linuxptp)", tool)
 		}
 	}
 }
@@ -268,6 +261,10 @@ func newDeployNet(t *testing.T) *deployNet {
 		for _, i := range ifs {
 			ptp4l.Run(t, "ip", "-n", ns, "link", "set", i, "up")
 		}
+	}
+	// README "Taps": receive coalescing off on each capture interface.
+	for _, ns := range []string{n.a, n.b} {
+		ptp4l.Run(t, "ip", "netns", "exec", ns, "ethtool", "-K", "tap0", "gro", "off", "lro", "off")
 	}
 	return n
 }
@@ -384,12 +381,8 @@ func tapDownAtBoot(t *testing.T, b *host) string {
 	time.Sleep(4 * time.Second)
 	n, active := b.prop("lds-receiver", "NRestarts"), b.prop("lds-receiver", "ActiveState")
 	if n != "0" || active != "active" {
-		msg := fmt.Sprintf("tap down at boot: lds-receiver NRestarts=%s ActiveState=%s (want 0, active):\n%s", n, active, tail(b.journal("lds-receiver"), 3000))
-		if tapDownAtBootHolds {
-			t.Error(msg)
-		} else {
-			t.Logf("KNOWN FAILURE, not enforced until tapDownAtBootHolds is set (issue 16): %s", msg)
-		}
+		t.Errorf("tap down at boot: lds-receiver NRestarts=%s ActiveState=%s, want 0 and active (the daemon waits for its tap):\n%s",
+			n, active, tail(b.journal("lds-receiver"), 3000))
 	}
 	ptp4l.Run(t, "ip", "-n", b.netns, "link", "set", "tap0", "up")
 	waitFor(t, 30*time.Second, "lds-receiver active with the tap up", func() (bool, string) {
