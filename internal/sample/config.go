@@ -1,0 +1,110 @@
+// Package sample measures per-flow delay distributions from consistently
+// sampled packets (trajectory sampling in the spirit of RFC 5475): both taps
+// select the same packets from the packet hash they already compute, the
+// sender ships the send times of its selection with the interval, and the
+// receiver joins them with its own receive times. Each joined sample is an
+// exact one-way delay; a sample the sender shipped and the receiver never
+// saw is a lost packet.
+//
+// Selection has two stages (docs/sampling.md):
+//   - candidates: a packet is a candidate at both ends when its mixed packet
+//     hash s is below a global limit (1 in sample.one_in packets). The
+//     selection depends on the hash only, never on time or on the interval,
+//     so the receiver keeps exactly the sender's candidates (less the lost
+//     packets).
+//   - per flow, the sender keeps the sample.per_flow candidates with the
+//     smallest s (bottom-k: a per-flow threshold that falls as the flow
+//     grows), heaviest flows first, sample.max_per_interval in all; plus a
+//     uniform link sample (1 in sample.link_one_in packets, all flows) for the
+//     per-class delay histogram.
+//
+// The receiver keeps every candidate it sees for a few intervals and looks
+// each shipped sample up by flow and hash. The package is a leaf: it knows
+// packets (internal/capture) and nothing of intervals or the wire.
+package sample
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+)
+
+// Config is the `sample:` section of both daemons' configuration.
+type Config struct {
+	// OneIn: one packet in OneIn is a candidate (a power of two, 1..65536).
+	// The receiver keeps its candidates for the join; the sender picks its
+	// samples among them. Both ends may differ: the join only uses what
+	// both kept.
+	OneIn int `yaml:"one_in"`
+	// PerFlow: samples shipped per flow and interval at most (bottom-k).
+	PerFlow int `yaml:"per_flow"`
+	// MaxPerInterval: flow samples shipped per interval at most, heaviest
+	// flows first. 0 disables per-flow samples.
+	MaxPerInterval int `yaml:"max_per_interval"`
+	// LinkOneIn: the uniform link sample, one packet in LinkOneIn (a power of
+	// two, a multiple of OneIn); 0 disables it.
+	LinkOneIn int `yaml:"link_one_in"`
+	// MaxCandidates bounds the candidates one end holds per interval and
+	// capture worker: beyond it, the candidate rate halves (counted) so
+	// that memory stays bounded whatever the traffic.
+	MaxCandidates int `yaml:"max_candidates"`
+}
+
+// DefaultConfig returns the defaults (docs/sampling.md explains them).
+func DefaultConfig() Config {
+	return Config{OneIn: 8, PerFlow: 128, MaxPerInterval: 12288, LinkOneIn: 1024, MaxCandidates: 1 << 21}
+}
+
+// Validate names the key that is wrong and what would be right.
+func (c Config) Validate() error {
+	var errs []error
+	pow2 := func(v int) bool { return v > 0 && v&(v-1) == 0 }
+	if !pow2(c.OneIn) || c.OneIn > 1<<16 {
+		errs = append(errs, fmt.Errorf("sample.one_in: %d must be a power of two in 1..65536 (default 8)", c.OneIn))
+	}
+	if c.PerFlow < 1 || c.PerFlow > 1<<16 {
+		errs = append(errs, fmt.Errorf("sample.per_flow: %d must be in 1..65536 (default 128)", c.PerFlow))
+	}
+	if c.MaxPerInterval < 0 || c.MaxPerInterval > 1<<22 {
+		errs = append(errs, fmt.Errorf("sample.max_per_interval: %d must be in 0..4194304 (default 12288; 0 ships no flow samples)", c.MaxPerInterval))
+	}
+	if c.LinkOneIn != 0 && (!pow2(c.LinkOneIn) || c.LinkOneIn > 1<<30 || c.LinkOneIn < c.OneIn) {
+		errs = append(errs, fmt.Errorf("sample.link_one_in: %d must be 0 (off) or a power of two in sample.one_in (%d)..2^30 (default 1024)", c.LinkOneIn, c.OneIn))
+	}
+	if c.MaxCandidates < 1024 || c.MaxCandidates > 1<<26 {
+		errs = append(errs, fmt.Errorf("sample.max_candidates: %d must be in 1024..67108864 (default 2097152)", c.MaxCandidates))
+	}
+	return errors.Join(errs...)
+}
+
+// level is log2(OneIn): a candidate has s < 2^(64-level).
+func (c Config) level() uint { return uint(bits.TrailingZeros(uint(c.OneIn))) }
+
+// linkLevel is log2(LinkOneIn) (0: off).
+func (c Config) linkLevel() uint {
+	if c.LinkOneIn == 0 {
+		return 0
+	}
+	return uint(bits.TrailingZeros(uint(c.LinkOneIn)))
+}
+
+// Mix derives the sampling value s from a packet hash. The sketches use the
+// packet hash's bits directly (rows, signs, LDA banks); s is a bijective
+// remix so that being sampled is independent of where a packet sits in them.
+func Mix(pktHash uint64) uint64 {
+	x := pktHash ^ 0x6a09e667f3bcc909
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// limitOf is the exclusive bound on s of level l (l >= 1); level 0 keeps all.
+func limitOf(l uint) uint64 {
+	if l == 0 {
+		return ^uint64(0)
+	}
+	return 1 << (64 - l)
+}
