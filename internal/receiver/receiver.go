@@ -29,6 +29,7 @@ import (
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 	"github.com/lds-net/lds/internal/spike"
 	"github.com/lds-net/lds/internal/wire"
@@ -88,6 +89,7 @@ type senderState struct {
 	entry  config.SenderEntry
 	sel    []match.Compiled
 	m      *interval.Matcher // matcher goroutine only
+	pieces *sample.Pieces    // the capture workers' sample candidates, until joined
 	sealed chan *interval.Sealed
 	in     chan senderMsg
 
@@ -125,7 +127,8 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	}
 	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
-			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers},
+			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers,
+			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}},
 		estConc: estConc,
 		store:   api.NewStore(cfg.Receiver.Keep), done: make(chan struct{})}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
@@ -150,6 +153,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		}
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
+			pieces: sample.NewPieces(4 * cfg.Receiver.MaxPending),
 			sealed: make(chan *interval.Sealed, 256), in: make(chan senderMsg, 16)})
 	}
 	return r, nil
@@ -283,7 +287,11 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
 	builders := make([]*interval.RxBuilder, len(r.senders))
 	emitters := make([]func(*interval.Sealed), len(r.senders))
+	// Sample candidates by receive time; a sealed interval's pieces are
+	// handed to the sender entry before the interval itself.
+	stores := make([]*sample.RxStore, len(r.senders))
 	for i, s := range r.senders {
+		stores[i] = sample.NewRxStore(r.cfg.Sample, r.params.T, r.params.MaxDelay)
 		var err error
 		// The decoding estimator needs each flow's packets per cell.
 		composition := r.est.Estimator == sketch.EstimatorDecode
@@ -291,6 +299,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			return err
 		}
 		emitters[i] = func(sl *interval.Sealed) {
+			stores[i].Cut(sl.ID, s.pieces.Put)
 			select {
 			case s.sealed <- sl:
 			case <-ctx.Done():
@@ -303,6 +312,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	stop := func() error {
 		for i, s := range r.senders {
 			builders[i].Flush(func(sl *interval.Sealed) {
+				stores[i].Cut(sl.ID, s.pieces.Put)
 				select {
 				case s.sealed <- sl:
 				case <-time.After(stopGrace):
@@ -320,6 +330,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			for i, s := range r.senders {
 				if len(s.sel) == 0 || match.First(s.sel, pkt.Key.SrcAddr(), pkt.Key.DstAddr(), pkt.Key.Proto, pkt.Key.SPort, pkt.Key.DPort) >= 0 {
 					builders[i].Add(&pkt, emitters[i])
+					stores[i].Add(&pkt) // after: a piece Add's sealing hands over is complete
 				}
 			}
 			n++
@@ -500,7 +511,7 @@ func (r *Receiver) final(s *senderState, pl *estPipeline, mt *interval.Matched) 
 	}
 	s.mu.Unlock()
 	name := s.name()
-	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt)})
+	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces})
 }
 
 // estimateJob runs in the pipeline's estimation goroutines.
@@ -511,6 +522,7 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	// step and lose more than they gain on a core another estimation holds.
 	est := r.est
 	est.Workers = max(1, est.Workers/max(1, j.running))
+	est.Pieces = j.pieces
 	start := time.Now()
 	iv, err := r.estimate(&est, j.sender, j.mt, j.clk)
 	took := time.Since(start)

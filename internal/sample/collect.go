@@ -51,8 +51,17 @@ func (c *Cands) halve() {
 	c.C = c.C[:k]
 }
 
-// merge adds o's candidates (another capture worker's share of the same
-// interval): the limit is the smaller one.
+// Merge adds o's candidates (another capture worker's share of the same
+// interval) into c and returns it (o when c is nil): the limit is the
+// smaller one.
+func (c *Cands) Merge(o *Cands) *Cands {
+	if c == nil {
+		return o
+	}
+	c.merge(o)
+	return c
+}
+
 func (c *Cands) merge(o *Cands) {
 	if o == nil {
 		return
@@ -84,13 +93,12 @@ type Sampler struct {
 	cur   *Cands
 	done  []*Cands // closed intervals not yet taken (a few at most)
 	free  []*Cands
-	back  chan *Cands // buffers given back (Recycle, any goroutine)
-	last  int         // candidates of the last interval: the next buffer's size
+	last  int // candidates of the last interval: the next buffer's size
 }
 
 // NewSampler collects candidates for intervals of t ns.
 func NewSampler(cfg Config, t int64) *Sampler {
-	return &Sampler{cfg: cfg, t: t, limit: limitOf(cfg.level()), back: make(chan *Cands, 4)}
+	return &Sampler{cfg: cfg, t: t, limit: limitOf(cfg.level())}
 }
 
 // Add considers one packet (by send time).
@@ -115,14 +123,10 @@ func (sm *Sampler) rotate(id int64) {
 		sm.done = append(sm.done, sm.cur)
 	}
 	var c *Cands
-	select {
-	case c = <-sm.back:
-	default:
-		if n := len(sm.free); n > 0 {
-			c, sm.free = sm.free[n-1], sm.free[:n-1]
-		} else {
-			c = &Cands{C: make([]Cand, 0, sm.last+sm.last/4+64)}
-		}
+	if n := len(sm.free); n > 0 {
+		c, sm.free = sm.free[n-1], sm.free[:n-1]
+	} else {
+		c = &Cands{C: make([]Cand, 0, sm.last+sm.last/4+64)}
 	}
 	c.ID, c.Limit, c.C, c.Halved = id, sm.limit, c.C[:0], 0
 	sm.cur = c
@@ -133,8 +137,8 @@ func (sm *Sampler) rotate(id int64) {
 	}
 }
 
-// Take hands over the candidates of interval id (nil: none seen). The
-// result belongs to the caller; Recycle gives its buffer back.
+// Take hands over the candidates of interval id (nil: none seen); they
+// belong to the caller (a new buffer, sized after the last, takes over).
 func (sm *Sampler) Take(id int64) *Cands {
 	if sm.cur != nil && sm.cur.ID == id {
 		c := sm.cur
@@ -148,18 +152,6 @@ func (sm *Sampler) Take(id int64) *Cands {
 		}
 	}
 	return nil
-}
-
-// Recycle gives a taken buffer back for reuse (any goroutine; dropped
-// when enough are waiting).
-func (sm *Sampler) Recycle(c *Cands) {
-	if c == nil {
-		return
-	}
-	select {
-	case sm.back <- c:
-	default:
-	}
 }
 
 func intervalID(ts, t int64) int64 {

@@ -22,6 +22,7 @@ import (
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/wire"
 )
 
@@ -186,7 +187,9 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	// ship drains out until it is closed, so emitting never blocks for
 	// long. Capture health rides along with each interval, read here on
 	// the worker's own goroutine.
+	smp := sample.NewSampler(s.cfg.Sample, s.params.T)
 	emit := func(si *interval.SenderInterval) {
+		si.SampleCands = smp.Take(si.ID)
 		si.Counters = rd.Parser().Counters()
 		si.Drops, _ = rd.Source().Stats()
 		out <- si
@@ -197,6 +200,7 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 		err := rd.Next(&pkt)
 		switch {
 		case err == nil:
+			smp.Add(&pkt) // before b.Add: an interval b emits has all its candidates
 			b.Add(&pkt, emit)
 			n++
 			if n&1023 == 0 {
@@ -251,6 +255,8 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
 		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
+		si.Samples = sample.Select(si.SampleCands, si.ID*s.params.T, s.cfg.Sample)
+		si.SampleCands = nil
 		err := s.client.Submit(si, meta) // encodes: the sketches are free after it
 		si.Release()
 		return err
