@@ -52,7 +52,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults (docs/sampling.md explains them).
 func DefaultConfig() Config {
-	return Config{OneIn: 8, PerFlow: 128, MaxPerInterval: 12288, LinkOneIn: 1024, MaxCandidates: 1 << 21}
+	return Config{OneIn: 4, PerFlow: 256, MaxPerInterval: 16384, LinkOneIn: 1024, MaxCandidates: 1 << 21}
 }
 
 // Validate names the key that is wrong and what would be right.
@@ -60,13 +60,13 @@ func (c Config) Validate() error {
 	var errs []error
 	pow2 := func(v int) bool { return v > 0 && v&(v-1) == 0 }
 	if !pow2(c.OneIn) || c.OneIn > 1<<16 {
-		errs = append(errs, fmt.Errorf("sample.one_in: %d must be a power of two in 1..65536 (default 8)", c.OneIn))
+		errs = append(errs, fmt.Errorf("sample.one_in: %d must be a power of two in 1..65536 (default 4)", c.OneIn))
 	}
 	if c.PerFlow < 1 || c.PerFlow > 1<<16 {
-		errs = append(errs, fmt.Errorf("sample.per_flow: %d must be in 1..65536 (default 128)", c.PerFlow))
+		errs = append(errs, fmt.Errorf("sample.per_flow: %d must be in 1..65536 (default 256)", c.PerFlow))
 	}
 	if c.MaxPerInterval < 0 || c.MaxPerInterval > 1<<22 {
-		errs = append(errs, fmt.Errorf("sample.max_per_interval: %d must be in 0..4194304 (default 12288; 0 ships no flow samples)", c.MaxPerInterval))
+		errs = append(errs, fmt.Errorf("sample.max_per_interval: %d must be in 0..4194304 (default 16384; 0 ships no flow samples)", c.MaxPerInterval))
 	}
 	if c.LinkOneIn != 0 && (!pow2(c.LinkOneIn) || c.LinkOneIn > 1<<30 || c.LinkOneIn < c.OneIn) {
 		errs = append(errs, fmt.Errorf("sample.link_one_in: %d must be 0 (off) or a power of two in sample.one_in (%d)..2^30 (default 1024)", c.LinkOneIn, c.OneIn))
