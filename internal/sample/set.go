@@ -45,7 +45,7 @@ func (s *Set) Samples() int {
 // it apart from the others of its list: a receiver candidate of the same
 // flow shares a sample's Q with odds ~2^-precision, and is then told apart
 // by its receive time or left out (docs/sampling.md).
-const precision = 10
+const precision = 12
 
 // Select picks the samples to ship from an interval's candidates (start:
 // the interval's start, Unix ns): per flow the cfg.PerFlow smallest S,
