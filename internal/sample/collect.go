@@ -82,23 +82,58 @@ func (c *Cands) merge(o *Cands) {
 	}
 }
 
+// Pool recycles candidate buffers between the capture workers that fill
+// them and the goroutine that selects from them, so that a steady capture
+// allocates none. Safe for concurrent use; nil is a valid empty pool.
+type Pool struct{ ch chan *Cands }
+
+// NewPool keeps up to n idle buffers.
+func NewPool(n int) *Pool { return &Pool{ch: make(chan *Cands, n)} }
+
+// Put gives a buffer back (dropped when the pool is full).
+func (p *Pool) Put(c *Cands) {
+	if p == nil || c == nil {
+		return
+	}
+	select {
+	case p.ch <- c:
+	default:
+	}
+}
+
+func (p *Pool) get() *Cands {
+	if p == nil {
+		return nil
+	}
+	select {
+	case c := <-p.ch:
+		return c
+	default:
+		return nil
+	}
+}
+
 // Sampler is the sender's per-capture-worker candidate collector: Add on
 // the packet path (one hash mix and compare; a candidate is appended to a
 // reused buffer), Take when the worker emits the interval. Not safe for
 // concurrent use.
 type Sampler struct {
 	cfg   Config
+	pool  *Pool
 	t     int64
 	limit uint64
 	cur   *Cands
+	from  int64 // cur's interval [from, to), ns
+	to    int64
 	done  []*Cands // closed intervals not yet taken (a few at most)
 	free  []*Cands
 	last  int // candidates of the last interval: the next buffer's size
 }
 
-// NewSampler collects candidates for intervals of t ns.
-func NewSampler(cfg Config, t int64) *Sampler {
-	return &Sampler{cfg: cfg, t: t, limit: limitOf(cfg.level())}
+// NewSampler collects candidates for intervals of t ns, taking its
+// buffers from pool (nil: allocates one an interval).
+func NewSampler(cfg Config, t int64, pool *Pool) *Sampler {
+	return &Sampler{cfg: cfg, pool: pool, t: t, limit: limitOf(cfg.level())}
 }
 
 // Add considers one packet (by send time).
@@ -107,12 +142,15 @@ func (sm *Sampler) Add(p *capture.Packet) {
 	if s >= sm.limit {
 		return
 	}
-	id := intervalID(p.TS, sm.t)
-	if sm.cur == nil || id != sm.cur.ID {
+	if sm.cur == nil || p.TS < sm.from || p.TS >= sm.to {
+		id := intervalID(p.TS, sm.t)
 		if sm.cur != nil && id < sm.cur.ID {
 			return // late: its interval has closed
 		}
-		sm.rotate(id)
+		if sm.cur == nil || id != sm.cur.ID {
+			sm.rotate(id)
+		}
+		sm.from, sm.to = id*sm.t, (id+1)*sm.t
 	}
 	sm.cur.add(p, s, sm.cfg.MaxCandidates)
 }
@@ -122,10 +160,10 @@ func (sm *Sampler) rotate(id int64) {
 		sm.last = len(sm.cur.C)
 		sm.done = append(sm.done, sm.cur)
 	}
-	var c *Cands
-	if n := len(sm.free); n > 0 {
+	c := sm.pool.get()
+	if n := len(sm.free); c == nil && n > 0 {
 		c, sm.free = sm.free[n-1], sm.free[:n-1]
-	} else {
+	} else if c == nil {
 		c = &Cands{C: make([]Cand, 0, sm.last+sm.last/4+64)}
 	}
 	c.ID, c.Limit, c.C, c.Halved = id, sm.limit, c.C[:0], 0
@@ -138,11 +176,11 @@ func (sm *Sampler) rotate(id int64) {
 }
 
 // Take hands over the candidates of interval id (nil: none seen); they
-// belong to the caller (a new buffer, sized after the last, takes over).
+// belong to the caller, who may give them back with Pool.Put once done.
 func (sm *Sampler) Take(id int64) *Cands {
 	if sm.cur != nil && sm.cur.ID == id {
 		c := sm.cur
-		sm.cur = nil
+		sm.cur, sm.from, sm.to = nil, 0, 0
 		return c
 	}
 	for i, c := range sm.done {

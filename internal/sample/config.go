@@ -90,15 +90,11 @@ func (c Config) linkLevel() uint {
 
 // Mix derives the sampling value s from a packet hash. The sketches use the
 // packet hash's bits directly (rows, signs, LDA banks); s is a bijective
-// remix so that being sampled is independent of where a packet sits in them.
+// remix (xor, odd multiply, xorshift) so that being sampled does not pick
+// packets by where they sit in them.
 func Mix(pktHash uint64) uint64 {
-	x := pktHash ^ 0x6a09e667f3bcc909
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
+	x := (pktHash ^ 0x6a09e667f3bcc909) * 0x9fb21c651e98df25
+	return x ^ x>>31
 }
 
 // limitOf is the exclusive bound on s of level l (l >= 1); level 0 keeps all.

@@ -57,7 +57,7 @@ func TestJoinExact(t *testing.T) {
 				ts   int64
 			}
 			bySend := map[key][]*pkt{}
-			sm := NewSampler(tc.cfg, T)
+			sm := NewSampler(tc.cfg, T, nil)
 			for i := range tr {
 				k := key{tr[i].p.FlowHash, tr[i].p.TS}
 				bySend[k] = append(bySend[k], &tr[i])

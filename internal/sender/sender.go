@@ -53,6 +53,7 @@ type Sender struct {
 	client  *wire.Client
 	metrics *metrics.Sender
 	ptp     *ptp.Checker
+	pool    *sample.Pool // candidate buffers, from the capture workers to ship and back
 }
 
 // New builds the pipeline from a validated configuration.
@@ -74,7 +75,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 			return nil, err
 		}
 	}
-	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc}
+	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8)}
 	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID,
 		Version: opt.Version, Fingerprint: cfg.Fingerprint(), ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
@@ -187,7 +188,7 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	// ship drains out until it is closed, so emitting never blocks for
 	// long. Capture health rides along with each interval, read here on
 	// the worker's own goroutine.
-	smp := sample.NewSampler(s.cfg.Sample, s.params.T)
+	smp := sample.NewSampler(s.cfg.Sample, s.params.T, s.pool)
 	emit := func(si *interval.SenderInterval) {
 		si.SampleCands = smp.Take(si.ID)
 		si.Counters = rd.Parser().Counters()
@@ -256,6 +257,7 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
 		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
 		si.Samples = sample.Select(si.SampleCands, si.ID*s.params.T, s.cfg.Sample)
+		s.pool.Put(si.SampleCands) // Select copied what it ships
 		si.SampleCands = nil
 		err := s.client.Submit(si, meta) // encodes: the sketches are free after it
 		si.Release()
