@@ -51,8 +51,20 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 		rxLimit = min(rxLimit, prev.Limit)
 	}
 	idx := make(map[uint64]int, len(set.Flows))
+	// A bitmap by flow hash in front of the map: most candidates belong
+	// to flows without samples and cost one bit test.
+	var bm [1 << 12]uint64
+	// Only candidates up to a list's largest sample can match it (the
+	// sender kept the smallest S of each flow).
+	hi := make([]uint64, len(set.Flows))
 	for i := range set.Flows {
-		idx[set.Flows[i].Flow] = i
+		l := &set.Flows[i]
+		f := l.Flow
+		idx[f] = i
+		if n := len(l.Samples); n > 0 {
+			hi[i] = l.Samples[n-1].Q<<l.Shift | (uint64(1)<<l.Shift - 1)
+		}
+		bm[f&(1<<18-1)>>6] |= 1 << (f & 63)
 	}
 	byFlow := make([][]Cand, len(set.Flows))
 	var link []Cand
@@ -61,8 +73,10 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 			continue
 		}
 		for _, x := range pc.C {
-			if i, ok := idx[x.Flow]; ok {
-				byFlow[i] = append(byFlow[i], x)
+			if bm[x.Flow&(1<<18-1)>>6]&(1<<(x.Flow&63)) != 0 {
+				if i, ok := idx[x.Flow]; ok && x.S <= hi[i] {
+					byFlow[i] = append(byFlow[i], x)
+				}
 			}
 			if x.S < set.LinkLimit {
 				link = append(link, x)
