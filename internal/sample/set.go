@@ -48,9 +48,10 @@ func (s *Set) Samples() int {
 const precision = 12
 
 // Select picks the samples to ship from an interval's candidates (start:
-// the interval's start, Unix ns): per flow the cfg.PerFlow smallest S,
-// heaviest flows (most candidates) first, cfg.MaxPerInterval in all, and
-// the link sample. It reorders c.C. Off the packet path.
+// the interval's start, Unix ns): the heaviest flows (most candidates)
+// that fit in cfg.MaxPerInterval at cfg.PerFlow samples each, each flow
+// its k smallest S where k is cfg.PerFlow raised as far as the budget
+// allows, and the link sample. It reorders c.C. Off the packet path.
 func Select(c *Cands, start int64, cfg Config) *Set {
 	if c == nil {
 		return &Set{}
@@ -86,13 +87,41 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	slices.SortFunc(runs, func(a, b run) int {
 		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(c.C[a.from].Flow, c.C[b.from].Flow))
 	})
-	left := cfg.MaxPerInterval
+	// The heaviest flows that fit at PerFlow samples each; then the
+	// budget they leave raises their common cap (water-filling), so that
+	// with few heavy flows each of them gets more samples.
+	left, n := cfg.MaxPerInterval, 0
 	for _, r := range runs {
 		k := min(r.n, cfg.PerFlow)
 		if k > left {
 			break
 		}
 		left -= k
+		n++
+	}
+	runs = runs[:n]
+	capK := cfg.PerFlow
+	if n > 0 && left > 0 {
+		used := func(k int) int {
+			t := 0
+			for _, r := range runs {
+				t += min(r.n, k)
+			}
+			return t
+		}
+		lo, hi := cfg.PerFlow, runs[0].n // used(lo) <= budget
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			if used(mid) <= cfg.MaxPerInterval {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		capK = lo
+	}
+	for _, r := range runs {
+		k := min(r.n, capK)
 		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c.C[r.from:r.from+k], start))
 	}
 	return set
