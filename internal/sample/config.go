@@ -36,7 +36,12 @@ type Config struct {
 	// samples among them. Both ends may differ: the join only uses what
 	// both kept.
 	OneIn int `yaml:"one_in"`
-	// PerFlow: samples shipped per flow and interval at most (bottom-k).
+	// PerFlow: samples per flow and interval (bottom-k) that decide how
+	// many of the heaviest flows get samples: MaxPerInterval / PerFlow of
+	// them (at least; more when flows have fewer candidates). What they
+	// leave of the budget raises their common cap (water-filling). Keep
+	// PerFlow × metrics.top_n <= MaxPerInterval so that every tracked flow
+	// can carry quantiles.
 	PerFlow int `yaml:"per_flow"`
 	// MaxPerInterval: flow samples shipped per interval at most, heaviest
 	// flows first. 0 disables per-flow samples.
@@ -52,7 +57,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults (docs/sampling.md explains them).
 func DefaultConfig() Config {
-	return Config{OneIn: 4, PerFlow: 256, MaxPerInterval: 16384, LinkOneIn: 1024, MaxCandidates: 1 << 21}
+	return Config{OneIn: 4, PerFlow: 160, MaxPerInterval: 16384, LinkOneIn: 1024, MaxCandidates: 1 << 21}
 }
 
 // Validate names the key that is wrong and what would be right.
@@ -63,7 +68,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("sample.one_in: %d must be a power of two in 1..65536 (default 4)", c.OneIn))
 	}
 	if c.PerFlow < 1 || c.PerFlow > 1<<16 {
-		errs = append(errs, fmt.Errorf("sample.per_flow: %d must be in 1..65536 (default 256)", c.PerFlow))
+		errs = append(errs, fmt.Errorf("sample.per_flow: %d must be in 1..65536 (default 160)", c.PerFlow))
 	}
 	if c.MaxPerInterval < 0 || c.MaxPerInterval > 1<<22 {
 		errs = append(errs, fmt.Errorf("sample.max_per_interval: %d must be in 0..4194304 (default 16384; 0 ships no flow samples)", c.MaxPerInterval))

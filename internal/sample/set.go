@@ -145,11 +145,14 @@ func makeList(flow uint64, cs []Cand, start int64) List {
 }
 
 // Encoding version of MarshalBinary.
-const encVersion = 1
+const encVersion = 2
 
-// MarshalBinary encodes the set: version, the limits as levels, then the
-// link list and each flow list as (8-byte flow hash, uvarint count, shift
-// byte, then per sample uvarint ΔQ and uvarint send time). docs/sampling.md.
+// MarshalBinary encodes the set: version, the two limits (uvarint), then
+// the link list and each flow list. A list is its 8-byte flow hash, its
+// count and shift (uvarint, byte), the Rice parameter of its ΔQ and the bit
+// width of its send times (bytes), then a bit stream of per sample ΔQ
+// (Rice-coded) and send time (fixed width), padded to a byte.
+// docs/sampling.md.
 func (s *Set) MarshalBinary() ([]byte, error) {
 	b := []byte{encVersion}
 	b = binary.AppendUvarint(b, s.Limit)
@@ -165,21 +168,30 @@ func (s *Set) MarshalBinary() ([]byte, error) {
 func appendList(b []byte, l *List) []byte {
 	b = binary.LittleEndian.AppendUint64(b, l.Flow)
 	b = binary.AppendUvarint(b, uint64(len(l.Samples)))
-	b = append(b, l.Shift)
+	var sum, maxTX uint64
 	var prev uint64
 	for _, x := range l.Samples {
-		b = binary.AppendUvarint(b, x.Q-prev)
-		b = binary.AppendUvarint(b, uint64(x.TX))
+		sum += x.Q - prev
+		prev = x.Q
+		maxTX = max(maxTX, uint64(x.TX))
+	}
+	k, wt := riceParam(sum, len(l.Samples)), uint(bits.Len64(maxTX))
+	b = append(b, l.Shift, byte(k), byte(wt))
+	w := bitWriter{b: b}
+	prev = 0
+	for _, x := range l.Samples {
+		w.rice(x.Q-prev, k)
+		w.write(uint64(x.TX), wt)
 		prev = x.Q
 	}
-	return b
+	return w.flush()
 }
 
 // ErrMalformed marks a blob that is not a sample set of this version.
 var ErrMalformed = errors.New("sample set malformed")
 
-// Unmarshal decodes a set, checking every count against the bytes left
-// (each sample takes at least two) before allocating, and that send times
+// Unmarshal decodes a set, checking every count against the bits left
+// (each sample takes at least one) before allocating, and that send times
 // lie within [0, maxTX) (the interval length) and Q ascends.
 func Unmarshal(b []byte, maxTX int64) (*Set, error) {
 	d := decoder{b: b}
@@ -189,7 +201,7 @@ func Unmarshal(b []byte, maxTX int64) (*Set, error) {
 	s := &Set{Limit: d.uvarint(), LinkLimit: d.uvarint()}
 	s.Link = d.list(maxTX)
 	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b))/10 {
+	if d.err == nil && n > uint64(len(d.b))/12 {
 		d.fail("%d flows in %d bytes", n, len(d.b))
 	}
 	if d.err == nil && n > 0 {
@@ -249,22 +261,26 @@ func (d *decoder) list(maxTX int64) List {
 	d.b = d.b[8:]
 	n := d.uvarint()
 	l.Shift = d.byte()
+	k, wt := uint(d.byte()), uint(d.byte())
 	if d.err != nil {
 		return l
 	}
-	if l.Shift > 63 {
-		d.fail("shift %d", l.Shift)
+	if l.Shift > 63 || k > 63 || wt > 63 {
+		d.fail("shift %d, Rice parameter %d, time width %d", l.Shift, k, wt)
 		return l
 	}
-	if n > uint64(len(d.b))/2 {
+	if n > uint64(len(d.b))*8 {
 		d.fail("%d samples in %d bytes", n, len(d.b))
 		return l
 	}
 	l.Samples = make([]Sample, n)
+	r := bitReader{b: d.b}
 	var q uint64
 	for i := range l.Samples {
-		dq, tx := d.uvarint(), d.uvarint()
-		if d.err != nil {
+		dq := r.rice(k)
+		tx := r.read(wt)
+		if r.bad {
+			d.fail("truncated samples")
 			return l
 		}
 		if q+dq < q || l.Shift > 0 && (q+dq)>>(64-l.Shift) != 0 {
@@ -278,5 +294,6 @@ func (d *decoder) list(maxTX int64) List {
 		}
 		l.Samples[i] = Sample{Q: q, TX: int64(tx)}
 	}
+	d.b = d.b[(r.pos+7)/8:]
 	return l
 }
