@@ -29,7 +29,7 @@ func BenchmarkSamplerAdd(b *testing.B) {
 
 // BenchmarkJoin: the receiver's join at the paper's load, 150k flows in
 // one interval (~1.2M candidates, 1 in 4 of ~4.8M packets), the default
-// budget (64 flows of 256 samples) and the link sample.
+// budget (16,384 flow samples) and the link sample.
 func BenchmarkJoin(b *testing.B) {
 	const T = int64(1e9)
 	cfg := DefaultConfig()
