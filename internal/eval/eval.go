@@ -94,6 +94,10 @@ type BinStats struct {
 	MeanAbsLossErr float64 // mean |est loss - true loss|, packets
 	FalseLoss      int     // true loss 0, estimate >= threshold
 	MissedLoss     int     // true loss > 0, estimate < threshold
+	// At the threshold of one packet: loss-free flows reported with loss
+	// >= 1 (LossFree of them), and flows that lost >= 3 % of their packets
+	// (Lost3) reported with loss >= 1 (Flagged3).
+	LossFree, Wolf, Lost3, Flagged3 int
 	// Delay distribution from the receiver's packet samples, over the
 	// covered flows with a true stddev σ > 0 (SpreadFlows of them):
 	// Quantiles of them carry p50/p90/p99; the errors are median
@@ -357,6 +361,17 @@ func binStats(b Bin, truth []gen.TruthRecord, fe []flowEval, opt Options, cls []
 				}
 			} else if e.loss >= opt.LossThreshold {
 				bs.FalseLoss++
+			}
+			if t.Lost == 0 {
+				bs.LossFree++
+				if e.loss >= 1 {
+					bs.Wolf++
+				}
+			} else if float64(t.Lost) >= 0.03*float64(t.Sent) {
+				bs.Lost3++
+				if e.loss >= 1 {
+					bs.Flagged3++
+				}
 			}
 		}
 		if t.DelayNS == nil || *t.DelayNS <= 0 {
