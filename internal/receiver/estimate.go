@@ -117,12 +117,8 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Src: k.SrcAddr().String(), Dst: k.DstAddr().String(),
 			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
-		// Decode's point estimate is the published loss: the count-min
-		// bound cries wolf on loss-free flows that share cells with lossy
-		// ones (docs/RESULTS.md §3). The bound stays beside it.
-		r.LossBound = results.Float(est.LossBound)
-		if e.Estimator == sketch.EstimatorDecode && !math.IsNaN(est.Loss) {
-			r.Loss, r.LossPoint = est.Loss, results.Float(est.Loss)
+		if e.Estimator == sketch.EstimatorDecode {
+			r.LossPoint = results.Float(est.Loss)
 		}
 		if !math.IsNaN(est.Bytes) {
 			r.Bytes = results.Float(est.Bytes)
@@ -191,9 +187,6 @@ func applySamples(r *results.FlowRecord, d *sample.FlowDist) {
 		r.Loss = max(r.Loss, float64(d.Lost))
 		if r.LossPoint != nil && *r.LossPoint < float64(d.Lost) {
 			r.LossPoint = results.Float(float64(d.Lost))
-		}
-		if r.LossBound != nil && *r.LossBound < float64(d.Lost) {
-			r.LossBound = results.Float(float64(d.Lost))
 		}
 	}
 	if r.Unsynced {

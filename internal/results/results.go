@@ -24,7 +24,7 @@ type FlowRecord struct {
 	Proto    uint8    `json:"proto"`     // IP protocol number
 	DelayNS  *float64 `json:"delay_ns"`  // mean one-way delay
 	StddevNS *float64 `json:"stddev_ns"` // delay standard deviation
-	Loss     float64  `json:"loss"`      // estimated lost packets (decode: its point estimate; paper: the count-min bound)
+	Loss     float64  `json:"loss"`      // estimated lost packets
 	Packets  float64  `json:"packets"`   // estimated packets sent
 	Samples  float64  `json:"samples"`   // effective sample size of the delay estimate
 	CI95NS   *float64 `json:"ci95_ns"`   // 95 % confidence half-width of DelayNS
@@ -39,7 +39,7 @@ type FlowRecord struct {
 	Spike     bool     `json:"spike,omitempty"`                // latency spike against the flow's baseline
 	Status    string   `json:"status,omitempty"`               // "", or why no delay is given
 	// LossPoint is the decoding estimator's point estimate of lost packets
-	// (what Loss publishes under decode; kept under its own name).
+	// (Loss stays the conservative count-min bound).
 	LossPoint *float64 `json:"loss_point,omitempty"`
 
 	// Delay quantiles from exactly joined packet samples (DESIGN.md §6,
@@ -55,10 +55,6 @@ type FlowRecord struct {
 	// SampledLost counts samples the sender shipped and the receiver never
 	// saw: packets certainly lost (Loss and LossPoint are never below it).
 	SampledLost int `json:"sampled_lost,omitempty"`
-	// LossBound is the count-min bound on lost packets (never below the
-	// truth while a row is unsampled): Loss before decode's point estimate
-	// took its place.
-	LossBound *float64 `json:"loss_bound,omitempty"`
 }
 
 // LinkRecord is the link-level (LDA) result of one traffic class in one interval.
@@ -209,10 +205,6 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	if r.SampledLost != 0 {
 		b = append(b, `,"sampled_lost":`...)
 		b = strconv.AppendInt(b, int64(r.SampledLost), 10)
-	}
-	if r.LossBound != nil {
-		b = append(b, `,"loss_bound":`...)
-		b = appendFloatPtr(b, r.LossBound)
 	}
 	return append(b, "}\n"...), nil
 }
