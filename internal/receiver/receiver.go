@@ -153,10 +153,21 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		}
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
-			pieces: sample.NewPieces(4 * cfg.Receiver.MaxPending),
+			pieces: sample.NewPieces(pieceKeep(cfg, opt.Replay)),
 			sealed: make(chan *interval.Sealed, 256), in: make(chan senderMsg, 16)})
 	}
 	return r, nil
+}
+
+// pieceKeep bounds the sample pieces a sender entry holds: a live
+// interval is final (and its pieces joined) within receiver.lateness, so
+// a few more than lateness / interval suffice; a replay's capture may run
+// up to its sealed-interval queue ahead of estimation.
+func pieceKeep(cfg config.Receiver, replay bool) int {
+	if replay {
+		return 4 * cfg.Receiver.MaxPending
+	}
+	return int(cfg.Receiver.Lateness/cfg.Interval) + 8
 }
 
 // Store is the results store behind the API.
