@@ -127,6 +127,16 @@ type RunReport struct {
 	// Classes[c][b]: the flows of class Report.Classes[c] in bin
 	// Report.Bins[b]; nil without Options.Classes.
 	Classes [][]BinStats
+	// ScenarioClasses: the flows of each scenario class of the truth
+	// (TruthRecord.Class, sorted by name) in the >=1000 and 100-999 bins,
+	// for the delay-distribution table; nil when the truth has one class.
+	ScenarioClasses []ScenarioClass
+}
+
+// ScenarioClass is one scenario (delay) class of the truth.
+type ScenarioClass struct {
+	Name string
+	Bins []BinStats
 }
 
 // CostRow is one line of the cost table: bytes a method moves between the
@@ -327,6 +337,7 @@ func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []
 	for _, b := range opt.Bins {
 		rr.Bins = append(rr.Bins, binStats(b, truth, fe, opt, nil, 0))
 	}
+	rr.ScenarioClasses = scenarioClasses(truth, fe, opt)
 	if cls != nil {
 		rr.Classes = make([][]BinStats, nClasses)
 		for c := range nClasses {
@@ -336,6 +347,39 @@ func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []
 		}
 	}
 	return rr
+}
+
+// scenarioClasses breaks the large-flow bins down by the truth's class.
+func scenarioClasses(truth []gen.TruthRecord, fe []flowEval, opt Options) []ScenarioClass {
+	idx := map[string]int{}
+	for i := range truth {
+		if _, ok := idx[truth[i].Class]; !ok {
+			idx[truth[i].Class] = len(idx)
+		}
+	}
+	if len(idx) < 2 {
+		return nil
+	}
+	names := make([]string, 0, len(idx))
+	for n := range idx {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	cls := make([]int, len(truth))
+	for i := range truth {
+		cls[i] = idx[truth[i].Class]
+	}
+	var out []ScenarioClass
+	for _, n := range names {
+		sc := ScenarioClass{Name: n}
+		for _, b := range opt.Bins {
+			if b.Name == ">=1000" || b.Name == "100-999" {
+				sc.Bins = append(sc.Bins, binStats(b, truth, fe, opt, cls, idx[n]))
+			}
+		}
+		out = append(out, sc)
+	}
+	return out
 }
 
 // binStats aggregates the flows of bin b (and, with cls, of class c only).

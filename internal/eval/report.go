@@ -95,6 +95,28 @@ func (r Report) writeDistribution(b *strings.Builder) {
 				pct(s.MedianRelStdSamples), s.StdSamplesFlows, pct(s.MedianRelStdSketch), s.StdSketchFlows)
 		}
 	}
+	var any bool
+	for _, run := range r.Runs {
+		any = any || len(run.ScenarioClasses) > 0
+	}
+	if !any {
+		return
+	}
+	fmt.Fprintf(b, "\nBy the truth's scenario class (the `class` of each truth record):\n\n")
+	fmt.Fprintf(b, "| class | bin | run | flows | with quantiles | p50 err/σ | p90 err/σ | p99 err/σ | stddev rel. err, samples (flows) |\n")
+	fmt.Fprintf(b, "|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, run := range r.Runs {
+		if run.Label == BaselineLabel {
+			continue // carries no quantiles
+		}
+		for _, sc := range run.ScenarioClasses {
+			for _, s := range sc.Bins {
+				fmt.Fprintf(b, "| %s | %s | %s | %d | %s (%d) | %s | %s | %s | %s (%d) |\n", sc.Name, s.Bin, run.Label, s.SpreadFlows,
+					pct(ratio(s.Quantiles, s.SpreadFlows)), s.Quantiles, num(s.MedianP50Sigma), num(s.MedianP90Sigma), num(s.MedianP99Sigma),
+					pct(s.MedianRelStdSamples), s.StdSamplesFlows)
+			}
+		}
+	}
 }
 
 func (r Report) writeBaselines(b *strings.Builder) {
