@@ -77,7 +77,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 	}
 	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8)}
 	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID,
-		Version: opt.Version, Fingerprint: cfg.Fingerprint(), ResendBuffer: cfg.Sender.ResendBuffer,
+		Version: opt.Version, Fingerprint: cfg.Fingerprint(), Seed: cfg.Sketch.Seed, ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
 		RPCTimeout: cfg.Sender.RPCTimeout, ChunkBytes: cfg.Sender.ChunkBytes, FailFast: opt.FailFast}, log)
 	if err != nil {
@@ -189,10 +189,14 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	// long. Capture health rides along with each interval, read here on
 	// the worker's own goroutine.
 	smp := sample.NewSampler(s.cfg.Sample, s.params.T, s.pool)
+	var outage capture.OutageTracker
 	emit := func(si *interval.SenderInterval) {
 		si.SampleCands = smp.Take(si.ID)
 		si.Counters = rd.Parser().Counters()
 		si.Drops, _ = rd.Source().Stats()
+		if outage.Touched(si.Drops) {
+			si.Partial = true // the capture interface was down during it
+		}
 		out <- si
 	}
 	var pkt capture.Packet
@@ -259,6 +263,9 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		si.Samples = sample.Select(si.SampleCands, si.ID*s.params.T, s.cfg.Sample)
 		s.pool.Put(si.SampleCands) // Select copied what it ships
 		si.SampleCands = nil
+		if si.Drops.Link != capture.LinkUnknown {
+			s.metrics.CaptureHealth().Set(si.Drops.Oversize, si.Drops.LinkDowns, si.Drops.Link == capture.LinkUp)
+		}
 		err := s.client.Submit(si, meta) // encodes: the sketches are free after it
 		si.Release()
 		return err
@@ -283,32 +290,43 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 	return nil
 }
 
-// watchClient mirrors the client's counters into the metrics.
+// watchClient mirrors the client's counters into the metrics, every second
+// and once more when it stops (a replay's last interval counts too).
 func (s *Sender) watchClient(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var last wire.ClientStats
 	for {
+		stop := false
 		select {
 		case <-ctx.Done():
-			return nil
+			stop = true
 		case <-t.C:
 		}
-		st := s.client.Stats()
-		for range st.Sent - last.Sent {
-			s.metrics.IntervalSent(0)
+		last = s.mirror(last)
+		if stop {
+			return nil
 		}
-		for range st.Acked - last.Acked {
-			s.metrics.IntervalAcked()
-		}
-		for range st.Dropped - last.Dropped {
-			s.metrics.IntervalDropped()
-		}
-		for range st.Resent - last.Resent {
-			s.metrics.IntervalResent(0)
-		}
-		s.metrics.BufferDepth(st.Buffered)
-		s.metrics.Connected(st.Connected)
-		last = st
 	}
+}
+
+// mirror adds what the client counted since last to the metrics.
+func (s *Sender) mirror(last wire.ClientStats) wire.ClientStats {
+	st := s.client.Stats()
+	for range st.Sent - last.Sent {
+		s.metrics.IntervalSent(0)
+	}
+	for range st.Acked - last.Acked {
+		s.metrics.IntervalAcked()
+	}
+	for range st.Dropped - last.Dropped {
+		s.metrics.IntervalDropped()
+	}
+	for range st.Resent - last.Resent {
+		s.metrics.IntervalResent(0)
+	}
+	s.metrics.SentBytes(st.BytesSent - last.BytesSent)
+	s.metrics.BufferDepth(st.Buffered)
+	s.metrics.Connected(st.Connected)
+	return st
 }
