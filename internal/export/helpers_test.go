@@ -57,7 +57,7 @@ func replayTo(t *testing.T, dir, a, b string, configure func(*config.Receiver)) 
 		t.Fatal(err)
 	}
 	configure(&cfg)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateReplay(); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "results.jsonl")

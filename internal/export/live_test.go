@@ -38,6 +38,7 @@ func startLiveRun(t *testing.T, dir, a, b string, configure func(*config.Receive
 	t.Helper()
 	rc := config.DefaultReceiver()
 	rc.PTP.Enabled = false
+	rc.Sketch.Seed = "export-live-test-seed"
 	rc.Receiver.TLS.Plaintext = true
 	rc.Capture.Source.Kind, rc.Capture.Source.File = "file", b
 	rc.Receiver.ResultsFile = filepath.Join(dir, "live.jsonl")
@@ -61,6 +62,7 @@ func startLiveRun(t *testing.T, dir, a, b string, configure func(*config.Receive
 	start := gen.DefaultScenario().StartNS
 	l := &liveRun{done: make(chan error, 2), out: rc.Receiver.ResultsFile}
 	l.rx, err = receiver.New(rc, receiver.Options{Sources: []capture.Source{sb}, Listener: lis, NoHTTP: true, CaptureStart: start,
+		Clock: func() time.Time { return time.Unix(0, start) }, // the captures' time: receiver.max_interval_skew
 		OnInterval: func(iv *results.Interval) {
 			if iv.Outcome == results.OutcomeMatched {
 				l.mu.Lock()
