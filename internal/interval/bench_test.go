@@ -72,20 +72,16 @@ func BenchmarkFinishBoundary(b *testing.B) {
 				b.Fatal(err)
 			}
 			r := rand.New(rand.NewPCG(1, 2))
-			before, after := make([]uint64, keys/2), make([]uint64, keys-keys/2)
-			for i := range before {
-				before[i] = r.Uint64()
+			all := make([]BoundaryKey, keys)
+			for i := range all {
+				all[i] = BoundaryKey{Hash: r.Uint64(), Off: uint32(i % 2)}
 			}
-			for i := range after {
-				after[i] = r.Uint64()
-			}
-			bs, as := make([]uint64, len(before)), make([]uint64, len(after))
+			ks := make([]BoundaryKey, keys)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				copy(bs, before) // the capture order: unsorted
-				copy(as, after)
-				si := &SenderInterval{ID: 1, Boundary: bs, After: as, pool: pl}
+				copy(ks, all) // the capture order: unsorted
+				si := &SenderInterval{ID: 1, Keys: ks, pool: pl}
 				if err := si.Finish(); err != nil {
 					b.Fatal(err)
 				}

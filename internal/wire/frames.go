@@ -88,13 +88,16 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 	return append(append([]*ldsv1.SenderFrame{start}, frames...), end), nil
 }
 
-// BoundaryFormat names this build's boundary encoding: a 1-bit static
-// function (internal/retrieval, 3-wise binary fuse) from the 64-bit packet
-// hash to "sent before the boundary", in CHUNK_KIND_BOUNDARY_FUNC chunks.
-// The receiver names it in HelloAck and the sender refuses a receiver that
-// names another or none; older senders' CHUNK_KIND_BOUNDARY (a 40-bit hash
-// list) is refused with ErrIncompatible. Neither end misreads the other.
-const BoundaryFormat = "fuse3-1bit/v1"
+// BoundaryFormat names this build's boundary encoding: a static function
+// (internal/retrieval encoding version 2, 3-wise binary fuse) from the
+// 64-bit packet hash to the number of intervals between its send interval
+// and the boundary, in values of a few bits, over the key window of the
+// receiver's hold window (Window frames), in CHUNK_KIND_BOUNDARY_FUNC
+// chunks. The receiver names it in HelloAck and the sender refuses a
+// receiver that names another or none (fuse3-1bit/v1: the 1-bit function
+// over a fixed max_delay); older senders' CHUNK_KIND_BOUNDARY (a 40-bit
+// hash list) is refused with ErrIncompatible. Neither end misreads the other.
+const BoundaryFormat = "fuse3-offset/v2"
 
 // Limits bound what one stream may make the receiver allocate.
 type Limits struct {
