@@ -52,6 +52,10 @@ type Matched struct {
 	release   func()
 }
 
+// Check is the interval's assignment check, taken before its sketches are
+// released (CheckAssignment).
+type Check = Assignment
+
 // Release returns the receiver's sketches for reuse once estimated.
 func (mt *Matched) Release() {
 	if mt.release != nil {
@@ -385,7 +389,9 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	// An interval neither end saw a packet in is not an event: at the
 	// edges of a capture the receiver seals such intervals for its held
 	// packets, which by now have gone to their neighbours.
-	quiet := mt.Snd == nil && (mt.Rx == nil || mt.Rx.Packets == 0)
+	// A sender that flushes at the end of its input also emits the empty
+	// intervals whose boundaries can still hold its last packets.
+	quiet := (mt.Snd == nil || mt.Snd.Sk == nil || mt.Snd.Sk.Packets == 0) && (mt.Rx == nil || mt.Rx.Packets == 0)
 	delete(m.rx, id)
 	delete(m.rxSince, id)
 	delete(m.snd, id)

@@ -48,6 +48,8 @@ type Receiver struct {
 	watchCut    *prometheus.CounterVec
 	delayHist   *prometheus.HistogramVec
 	estTime     *prometheus.HistogramVec
+	misassigned *prometheus.CounterVec
+	window      *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	senders map[string]*senderState
@@ -186,9 +188,14 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		estTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_estimation_duration_seconds",
 			Help:    "Time the receiver spent estimating each interval of the sender (its rate is the share of time estimation is busy).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"sender"}),
+		misassigned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_boundary_misassigned_intervals_total",
+			Help: "Intervals published with status delay_beyond_window: packets slower than the hold window may sit in the wrong interval, loss withheld."}, []string{"sender"}),
+		window: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lds_boundary_window_seconds",
+			Help: "The receiver's current hold window at interval boundaries for the sender (grows with the delays seen, at most max_delay)."}, []string{"sender"}),
 	}
 	for _, c := range []prometheus.Collector{
 		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.estTime,
+		r.misassigned, r.window,
 		stateCollector{r},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -281,7 +288,7 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 		if !unsynced && !f.Unsynced {
 			fs.delay, fs.stddev, fs.ci95 = seconds(f.DelayNS), seconds(f.StddevNS), seconds(f.CI95NS)
 		}
-		if f.Packets > 0 && finite(f.Loss) {
+		if f.Packets > 0 && finite(f.Loss) && f.Status != results.StatusBeyondWindow {
 			fs.lossRatio = math.Min(1, math.Max(0, f.Loss/f.Packets))
 		}
 		flows = append(flows, fs)
@@ -290,6 +297,9 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 	for i := range iv.Links {
 		l := &iv.Links[i]
 		ls := linkSeries{class: l.Class, delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), ratio: l.LossRatio}
+		if l.BeyondWindow {
+			ls.ratio = math.NaN() // withheld: packets may sit in a neighbouring interval
+		}
 		if !unsynced && !l.Unsynced {
 			ls.delay, ls.stddev, ls.ci95 = seconds(l.DelayNS), seconds(l.StddevNS), seconds(l.CI95NS)
 		}
@@ -405,6 +415,17 @@ func (r *Receiver) SketchBytes(sender string, n int) {
 // took.
 func (r *Receiver) EstimationDuration(sender string, d time.Duration) {
 	r.estTime.WithLabelValues(sender).Observe(d.Seconds())
+}
+
+// BoundaryMisassigned counts one interval of sender published with status
+// delay_beyond_window.
+func (r *Receiver) BoundaryMisassigned(sender string) {
+	r.misassigned.WithLabelValues(sender).Inc()
+}
+
+// BoundaryWindow records the receiver's current hold window for sender.
+func (r *Receiver) BoundaryWindow(sender string, w time.Duration) {
+	r.window.WithLabelValues(sender).Set(w.Seconds())
 }
 
 // FrameError counts a refused frame; reason must come from a fixed set.

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,6 +38,18 @@ type Handler interface {
 	Disconnected(sender string, err error)
 	// FrameError counts a malformed or refused stream by reason.
 	FrameError(sender, reason string)
+}
+
+// WindowSource is the receiver's hold windows for one sender
+// (interval.WindowPlan): the server forwards every announced window to
+// the sender over the stream.
+type WindowSource interface {
+	Announced(since uint64) ([]interval.Window, uint64, bool, <-chan struct{})
+}
+
+// windowed is implemented by handlers that choose hold windows.
+type windowed interface {
+	Windows(sender string) WindowSource
 }
 
 // ServerConfig says what the receiver accepts.
@@ -122,6 +136,17 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 
 func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer) error {
 	a := NewAssembler(s.cfg.Params, s.cfg.Limits)
+	var sendMu sync.Mutex // Acks and Windows share the stream
+	send := func(f *ldsv1.ReceiverFrame) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return st.Send(f)
+	}
+	if w, ok := s.h.(windowed); ok {
+		if src := w.Windows(id); src != nil {
+			go forwardWindows(st.Context(), src, send)
+		}
+	}
 	for {
 		f, err := st.Recv()
 		if err != nil {
@@ -152,8 +177,28 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer) error {
 		if res.VoidedOK {
 			continue // not acknowledged: the sender resends it after a reconnect
 		}
-		if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Ack{Ack: &ldsv1.Ack{Interval: res.Interval.ID}}}); err != nil {
+		if err := send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Ack{Ack: &ldsv1.Ack{Interval: res.Interval.ID}}}); err != nil {
 			return err
+		}
+	}
+}
+
+// forwardWindows sends the recent windows, then every new one, until the
+// stream ends.
+func forwardWindows(ctx context.Context, src WindowSource, send func(*ldsv1.ReceiverFrame) error) {
+	var seq uint64
+	for {
+		ws, next, _, wake := src.Announced(seq)
+		seq = next
+		for _, w := range ws {
+			if err := send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Window{Window: &ldsv1.Window{Boundary: w.Boundary, WindowNs: w.W}}}); err != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
 		}
 	}
 }
