@@ -76,7 +76,7 @@ func runAdaptive(t *testing.T, p Params, base int64, pk []simPkt, prime float64,
 
 	plan := NewWindowPlan(p, 1)
 	if prime > 0 {
-		plan.Observe(prime, false)
+		plan.Observe(0, prime, false)
 	}
 	table := NewWindowTable()
 	sb, err := NewSenderBuilderWindows(p, base, table, 0)
@@ -98,7 +98,7 @@ func runAdaptive(t *testing.T, p Params, base int64, pk []simPkt, prime float64,
 		a := mt.CheckAssignment()
 		run.checks[mt.ID] = a
 		if observe {
-			plan.Observe(a.Delay, a.Beyond(mt.Unresolved))
+			plan.Observe(mt.ID, a.Delay, a.Beyond(mt.Unresolved))
 		}
 	}
 	var seq uint64

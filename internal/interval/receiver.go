@@ -221,6 +221,7 @@ type RxBuilder struct {
 	handed       int64             // boundaries up to this one are handed over
 	handedW      int64             // the window of boundary handed
 	started      bool
+	flushing     bool // end of input: nothing more to wait for
 	sealedAny    bool
 	late         uint64
 	lastFlows    int // flows of the interval sealed last: the next table's size
@@ -262,7 +263,7 @@ func (b *RxBuilder) classOf(bnd int64) int64 {
 	if b.plan == nil {
 		return b.p.maxClass()
 	}
-	return b.plan.classFor(bnd)
+	return b.plan.classFor(bnd, !b.flushing)
 }
 
 // hold returns boundary bnd's hold, beginning it (its class and first
@@ -272,7 +273,7 @@ func (b *RxBuilder) hold(bnd int64) *rxHold {
 	if h == nil {
 		h = &rxHold{k: b.classOf(bnd), w: b.p.MaxDelay}
 		if b.plan != nil {
-			h.w = b.plan.startFor(bnd)
+			h.w = b.plan.startFor(bnd, !b.flushing)
 		}
 		b.holds[bnd] = h
 	}
@@ -371,6 +372,7 @@ func (b *RxBuilder) Flush(emit func(*Sealed)) {
 	if !b.started {
 		return
 	}
+	b.flushing = true
 	last := b.next
 	for id := range b.open {
 		last = max(last, id)

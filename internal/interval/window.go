@@ -181,6 +181,14 @@ type WindowPlan struct {
 	seq    uint64   // windows announced so far
 	wake   chan struct{}
 	closed bool
+
+	// Pacing (replay): a boundary's class waits for the evidence of the
+	// interval a few before it, so that a capture read from a file does
+	// not fix every window before any interval is estimated.
+	pace     time.Duration // 0: never wait
+	observed int64         // the latest interval observed
+	obsWake  chan struct{}
+	firstB   int64 // the first boundary classed
 }
 
 type finalW struct {
@@ -191,7 +199,8 @@ type finalW struct {
 // NewWindowPlan makes a plan for the given number of capture workers.
 func NewWindowPlan(p Params, workers int) *WindowPlan {
 	pl := &WindowPlan{p: p, workers: max(1, workers), class: map[int64]int64{}, start: map[int64]int64{},
-		final: map[int64]*finalW{}, lastB: math.MinInt64, wake: make(chan struct{})}
+		final: map[int64]*finalW{}, lastB: math.MinInt64, wake: make(chan struct{}),
+		observed: math.MinInt64, obsWake: make(chan struct{})}
 	pl.target.Store(p.minWindow())
 	return pl
 }
@@ -199,13 +208,19 @@ func NewWindowPlan(p Params, workers int) *WindowPlan {
 // Target is the window the plan would give a boundary now.
 func (pl *WindowPlan) Target() int64 { return pl.target.Load() }
 
-// Observe takes the delay evidence of an interval (the largest delay the
+// Pace makes the class of each boundary wait (up to timeout) for the
+// evidence of the intervals before it: for a replay, whose capture reads
+// a file far ahead of estimation. Live capture never waits.
+func (pl *WindowPlan) Pace(timeout time.Duration) { pl.pace = timeout }
+
+// Observe takes the delay evidence of interval id (the largest delay the
 // receiver can vouch for, ns; NaN or <= 0 when none) and whether that
 // interval showed packets placed in the wrong interval. The window grows
 // at once to twice the evidence (and at least doubles on misplacement, up
 // to max_delay); it shrinks by an eighth an interval toward twice the
 // evidence, never below the minimum window.
-func (pl *WindowPlan) Observe(delay float64, misplaced bool) {
+func (pl *WindowPlan) Observe(id int64, delay float64, misplaced bool) {
+	defer pl.observedUpTo(id)
 	cur := pl.target.Load()
 	want := pl.p.minWindow()
 	if delay > 0 && !math.IsNaN(delay) {
@@ -223,12 +238,49 @@ func (pl *WindowPlan) Observe(delay float64, misplaced bool) {
 	}
 }
 
-// classFor fixes (on first call) the class of boundary b: the target's
-// class, at most one more than the previous boundary's.
-func (pl *WindowPlan) classFor(b int64) int64 {
+func (pl *WindowPlan) observedUpTo(id int64) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	if id > pl.observed {
+		pl.observed = id
+		close(pl.obsWake)
+		pl.obsWake = make(chan struct{})
+	}
+}
+
+// classFor fixes (on first call) the class of boundary b: the target's
+// class, at most one more than the previous boundary's. Paced (and wait),
+// it first waits for the evidence of the interval 2 + K before b (K the
+// latest class): the latest one whose estimate cannot depend on b.
+func (pl *WindowPlan) classFor(b int64, wait bool) int64 {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.lastB == math.MinInt64 {
+		pl.firstB = b
+	}
+	// The intervals before the first boundary classed were never captured.
+	if _, ok := pl.class[b]; !ok && wait && pl.pace > 0 && b-2-pl.lastK >= pl.firstB {
+		pl.waitObserved(b - 2 - pl.lastK)
+	}
 	return pl.classLocked(b)
+}
+
+// waitObserved waits (mu held, released meanwhile) until interval id has
+// been observed, the plan is closed, or the pace timeout passes.
+func (pl *WindowPlan) waitObserved(id int64) {
+	deadline := time.NewTimer(pl.pace)
+	defer deadline.Stop()
+	for pl.observed < id && !pl.closed {
+		ch := pl.obsWake
+		pl.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			pl.mu.Lock()
+			return
+		}
+		pl.mu.Lock()
+	}
 }
 
 func (pl *WindowPlan) classLocked(b int64) int64 {
@@ -251,11 +303,19 @@ func (pl *WindowPlan) classLocked(b int64) int64 {
 }
 
 // startFor fixes (on first call) the window the hold of b begins with.
-func (pl *WindowPlan) startFor(b int64) int64 {
+// Paced (and wait), it first waits for the evidence of the interval K+1
+// before b (K its class): the latest one whose estimate cannot depend on b.
+func (pl *WindowPlan) startFor(b int64, wait bool) int64 {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if w, ok := pl.start[b]; ok {
 		return w
+	}
+	if k := pl.classLocked(b); wait && pl.pace > 0 && b-1-k >= pl.firstB {
+		pl.waitObserved(b - 1 - k)
+		if w, ok := pl.start[b]; ok {
+			return w
+		}
 	}
 	w := min(pl.target.Load(), pl.p.classTop(pl.classLocked(b)))
 	pl.start[b] = w

@@ -179,6 +179,11 @@ func (r *Receiver) Run(ctx context.Context) error {
 	r.capStats = make([]workerStats, len(readers))
 	for _, s := range r.senders {
 		s.plan = interval.NewWindowPlan(r.params, len(readers))
+		if r.opt.Replay {
+			// Files are read far ahead of estimation: let each boundary's
+			// window wait for the evidence of the intervals before it.
+			s.plan.Pace(replayPace)
+		}
 	}
 	start := r.opt.CaptureStart
 	if start == 0 {
@@ -372,6 +377,10 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	}
 }
 
+// replayPace bounds how long a replay's capture waits for the evidence of
+// earlier intervals before fixing a boundary's window without it.
+const replayPace = 10 * time.Second
+
 // idleSlack: see internal/sender.
 const idleSlack = 250 * time.Millisecond
 
@@ -563,6 +572,9 @@ func (r *Receiver) publishJob(s *senderState, j *estJob) {
 		return
 	}
 	mt := j.mt
+	// The window follows the delays this interval vouches for.
+	s.plan.Observe(mt.ID, j.chk.Delay, j.beyond)
+	r.metrics.BoundaryWindow(j.sender, time.Duration(s.plan.Target()))
 	if j.err != nil {
 		r.log.Error("estimation failed: interval not published", "sender", j.sender, "interval", mt.ID, "err", j.err)
 		r.metrics.IntervalOutcome(j.sender, results.OutcomeFailed)
@@ -572,9 +584,6 @@ func (r *Receiver) publishJob(s *senderState, j *estJob) {
 		r.log.Warn("boundary packets placed without the sender's function or arriving late", "sender", j.sender, "interval", mt.ID,
 			"unresolved", mt.Unresolved, "late", mt.Late)
 	}
-	// The window follows the delays this interval vouches for.
-	s.plan.Observe(j.chk.Delay, j.beyond)
-	r.metrics.BoundaryWindow(j.sender, time.Duration(s.plan.Target()))
 	if h := s.held; h != nil {
 		s.held = nil
 		if j.beyond && h.mt.ID == mt.ID-1 {
