@@ -15,6 +15,10 @@ type Assignment struct {
 	// SurplusCells counts LDS and LDA cells where the receiver counted
 	// more than the sender.
 	SurplusCells int
+	// DeficitCells counts LDS cells where the receiver counted fewer
+	// packets than the sender: loss, or packets placed in another interval.
+	// Without any, no packet of this interval sits in another one.
+	DeficitCells int
 	// Delay is the largest delay the interval's usable LDA cells vouch
 	// for: over the classes, the mean plus three standard deviations, ns
 	// (NaN: no usable cell). The window grows from it (WindowPlan.Observe).
@@ -51,8 +55,11 @@ func (mt *Matched) CheckAssignment() Assignment {
 	s, r := mt.Snd.Sk.LDS, mt.Rx.LDS
 	if s.Len() == r.Len() {
 		for i := range s.Len() {
-			if r.Cell(i).N > s.Cell(i).N {
+			switch rn, sn := r.Cell(i).N, s.Cell(i).N; {
+			case rn > sn:
 				a.SurplusCells++
+			case rn < sn:
+				a.DeficitCells++
 			}
 		}
 	}

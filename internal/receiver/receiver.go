@@ -558,7 +558,8 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 }
 
 // publishJob runs in the pipeline's publisher, in the order intervals
-// became final. It holds each matched interval back until the next one is
+// became final. It holds a matched interval with cells short of packets
+// (loss, or packets placed elsewhere) back until the next one is
 // estimated: packets of this interval slower than the hold window show as
 // a surplus in the next one, and then this one's loss is withheld too.
 func (r *Receiver) publishJob(s *senderState, j *estJob) {
@@ -591,7 +592,9 @@ func (r *Receiver) publishJob(s *senderState, j *estJob) {
 		}
 		r.publishChecked(s, h)
 	}
-	if mt.Outcome == results.OutcomeMatched || mt.Outcome == results.OutcomePartial {
+	// Without a cell short of packets, nothing of this interval can sit in
+	// the next one: no need to wait for its check.
+	if (mt.Outcome == results.OutcomeMatched || mt.Outcome == results.OutcomePartial) && j.chk.DeficitCells > 0 {
 		s.held = j
 		return
 	}
