@@ -370,7 +370,13 @@ func (b *SenderBuilder) FlushPartial(now int64, emit func(*SenderInterval)) {
 
 func (b *SenderBuilder) emitAll(emit func(*SenderInterval)) {
 	for len(b.pend) > 0 {
-		w, ok := b.win.Get(b.pend[0].ID + 1)
+		bnd := b.pend[0].ID + 1
+		w, ok := b.win.Get(bnd)
+		if !ok && b.wait > 0 {
+			// A replay's receiver announces every boundary it held, at
+			// the latest when its own input ends.
+			w, ok = b.win.wait(bnd, b.wait)
+		}
 		if !ok {
 			w = b.p.MaxDelay
 		}
