@@ -1,12 +1,16 @@
 package interval
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/sketch"
@@ -99,6 +103,71 @@ func BenchmarkFinishBoundary(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
+		})
+	}
+}
+
+// BenchmarkHeldPcap measures the receiver's boundary memory on a real
+// receiver capture (env LDS_HELD_PCAP; the default config's identity):
+// the largest set of packets held at one boundary and its bytes, with a
+// fixed 50 ms window (max_delay 50ms) and with the adaptive windows under
+// max_delay 1s before any delay evidence (what a link of delays below
+// 25 ms keeps). Not run by `make bench` without the env.
+func BenchmarkHeldPcap(b *testing.B) {
+	path := os.Getenv("LDS_HELD_PCAP")
+	if path == "" {
+		b.Skip("set LDS_HELD_PCAP to a receiver capture (ldsctl gen) to measure the held packets")
+	}
+	for _, tc := range []struct {
+		name     string
+		maxDelay time.Duration
+		adaptive bool
+	}{{"fixed-50ms", 50 * time.Millisecond, false}, {"adaptive-max_delay-1s", time.Second, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cc := capture.DefaultConfig()
+			p := Params{T: int64(time.Second), MaxDelay: int64(tc.maxDelay), Guard: int64(time.Millisecond),
+				Sketch: sketch.DefaultParams(), LDA: sketch.DefaultLDAParams(), Classes: 1, FlowCap: 1 << 20}
+			for range b.N {
+				parser, err := capture.NewParser(cc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				src, err := capture.OpenFile(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rd := capture.NewReader(src, parser)
+				var rb *RxBuilder
+				maxHeld := 0
+				emit := func(s *Sealed) {
+					maxHeld = max(maxHeld, len(s.HeldNext.Pkts))
+					s.Release()
+				}
+				var pkt capture.Packet
+				for {
+					err := rd.Next(&pkt)
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					if rb == nil {
+						var plan *WindowPlan
+						if tc.adaptive {
+							plan = NewWindowPlan(p, 1)
+						}
+						if rb, err = NewRxBuilderPlan(p, ID(pkt.TS, p.T)*p.T, true, plan); err != nil {
+							b.Fatal(err)
+						}
+					}
+					rb.Add(&pkt, emit)
+				}
+				rb.Flush(emit)
+				src.Close()
+				b.ReportMetric(float64(maxHeld), "held-pkts")
+				b.ReportMetric(float64(maxHeld)*float64(unsafe.Sizeof(capture.Packet{})), "held-B")
+			}
 		})
 	}
 }
