@@ -389,9 +389,9 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	// An interval neither end saw a packet in is not an event: at the
 	// edges of a capture the receiver seals such intervals for its held
 	// packets, which by now have gone to their neighbours.
-	// A sender that flushes at the end of its input also emits the empty
-	// intervals whose boundaries can still hold its last packets.
-	quiet := (mt.Snd == nil || mt.Snd.Sk == nil || mt.Snd.Sk.Packets == 0) && (mt.Rx == nil || mt.Rx.Packets == 0)
+	// So are the empty intervals a sender emits after the end of its input
+	// for the boundaries that can still hold its last packets.
+	quiet := (mt.Snd == nil || mt.Snd.Trailer && mt.Snd.Sk != nil && mt.Snd.Sk.Packets == 0) && (mt.Rx == nil || mt.Rx.Packets == 0)
 	delete(m.rx, id)
 	delete(m.rxSince, id)
 	delete(m.snd, id)

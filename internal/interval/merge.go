@@ -52,6 +52,7 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 		out.Window = max(out.Window, o.Window)
 		out.Partial = out.Partial || o.Partial
 		out.First = out.First && o.First
+		out.Trailer = out.Trailer && o.Trailer
 		out.Late += o.Late
 		out.Counters = out.Counters.Add(o.Counters)
 		out.Drops = out.Drops.Add(o.Drops)

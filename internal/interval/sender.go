@@ -19,6 +19,10 @@ type SenderInterval struct {
 	ID      int64
 	Partial bool // the capture did not cover the whole interval
 	First   bool // the first interval since this sender started: no earlier one will come
+	// Trailer: an empty interval emitted at the end of the input only so
+	// that the boundaries the last packets can be held at have a function
+	// (not reported when the receiver has nothing in it either).
+	Trailer bool
 	Sk      *Sketches
 	// The boundary b = ID+1 is the interval's end. Keys holds the packet
 	// hashes seen in the key window of b for the receiver's hold window
@@ -215,6 +219,7 @@ type SenderBuilder struct {
 	late      uint64
 	lastTS    int64 // latest packet time counted
 	opened    bool
+	trailer   bool // Flush is advancing past the input
 }
 
 type logRec struct {
@@ -349,6 +354,7 @@ func (b *SenderBuilder) checkAt(si *SenderInterval, now int64) int64 {
 func (b *SenderBuilder) Flush(emit func(*SenderInterval)) {
 	if b.cur != nil {
 		if last := ID(b.lastTS+b.p.MaxDelay+2*b.p.Guard, b.p.T) - 1; b.lastTS != 0 && last > b.cur.ID {
+			b.trailer = true // intervals opened from here on hold no packet
 			b.Advance(last*b.p.T, emit)
 		}
 		b.close()
@@ -424,7 +430,7 @@ const logSlack = 4096
 func (b *SenderBuilder) open(id int64) {
 	start := id * b.p.T
 	b.cur = &SenderInterval{ID: id, Sk: b.pool.get(), Partial: b.captureStart > start, First: !b.opened,
-		pool: b.pool, keep: b.p.Heavy}
+		Trailer: b.trailer, pool: b.pool, keep: b.p.Heavy}
 	b.opened = true
 	b.end = start + b.p.T
 }

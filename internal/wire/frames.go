@@ -20,6 +20,7 @@ import (
 const (
 	FlagPartial = 1 << 0
 	FlagFirst   = 1 << 1 // first interval since the sender started
+	FlagTrailer = 1 << 2 // empty, emitted after the end of the sender's input for the boundaries its last packets can reach
 )
 
 // Encode turns a finished interval into frames (seq left at 0: the stream
@@ -38,6 +39,9 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 	}
 	if si.First {
 		flags |= FlagFirst
+	}
+	if si.Trailer {
+		flags |= FlagTrailer
 	}
 	var frames []*ldsv1.SenderFrame
 	total := 0
@@ -283,7 +287,7 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 		}
 	}
 	si := &interval.SenderInterval{ID: id, Partial: st.Flags&FlagPartial != 0, First: st.Flags&FlagFirst != 0,
-		Sk: sk, Split: bnd}
+		Trailer: st.Flags&FlagTrailer != 0, Sk: sk, Split: bnd}
 	for i, hk := range e.Heavy {
 		k, err := capture.FlowKeyFromBinary(hk.GetKey())
 		if err != nil {

@@ -18,7 +18,7 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 	p := testParams()
 	for _, chunk := range []int{1, 7, 100, 1 << 20} {
 		si := makeInterval(t, p, 1763000042, 3000, uint64(chunk))
-		si.Partial, si.First = chunk%2 == 1, chunk == 7
+		si.Partial, si.First, si.Trailer = chunk%2 == 1, chunk == 7, chunk == 100
 		keysB := slices.Clone(si.Keys)
 		frames := encodeAll(t, chunk, si)
 
@@ -59,6 +59,9 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 			t.Fatalf("chunk %d: no complete interval: %+v", chunk, got)
 		}
 		g := got.Interval
+		if g.Trailer != si.Trailer {
+			t.Errorf("chunk %d: trailer %v, want %v", chunk, g.Trailer, si.Trailer)
+		}
 		if g.ID != si.ID || g.Partial != si.Partial || g.First != si.First {
 			t.Errorf("chunk %d: id/partial/first = %d/%v/%v, want %d/%v/%v", chunk, g.ID, g.Partial, g.First, si.ID, si.Partial, si.First)
 		}

@@ -287,7 +287,7 @@ func (x *Hello) GetInstance() uint64 {
 type Start struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Interval int64                  `protobuf:"varint,1,opt,name=interval,proto3" json:"interval,omitempty"`
-	Flags    uint32                 `protobuf:"varint,2,opt,name=flags,proto3" json:"flags,omitempty"` // bit 0: partial (capture did not cover the whole interval)
+	Flags    uint32                 `protobuf:"varint,2,opt,name=flags,proto3" json:"flags,omitempty"` // bit 0: partial (capture did not cover the whole interval); bit 1: first; bit 2: trailer (empty, after the end of the input)
 	// Sizes announced up front so the receiver can refuse before buffering.
 	TotalBytes    uint64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
