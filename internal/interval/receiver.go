@@ -292,7 +292,7 @@ func (b *RxBuilder) inHold(h *rxHold, bnd, t int64) bool {
 		return false
 	}
 	if b.plan != nil && t < zoneEnd {
-		if w := b.plan.raise(bnd, h.w, h.k); t < bnd*b.p.T+w {
+		if w := b.plan.raise(h.w, h.k); t < bnd*b.p.T+w {
 			h.w = w
 			return true
 		}

@@ -322,8 +322,8 @@ func (pl *WindowPlan) startFor(b int64, wait bool) int64 {
 	return w
 }
 
-// raise returns the window a hold of b at w may grow to now (within its class).
-func (pl *WindowPlan) raise(b, w, k int64) int64 {
+// raise returns the window a hold at w of class k may grow to now.
+func (pl *WindowPlan) raise(w, k int64) int64 {
 	return max(w, min(pl.target.Load(), pl.p.classTop(k)))
 }
 
