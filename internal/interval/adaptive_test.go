@@ -56,6 +56,13 @@ type adaptiveRun struct {
 // announced windows handed to the sender's table at once, and (observe)
 // the plan fed each matched interval's own evidence.
 func runAdaptive(t *testing.T, p Params, base int64, pk []simPkt, prime float64, observe bool) *adaptiveRun {
+	return runAdaptiveWorkers(t, p, base, pk, prime, observe, 1)
+}
+
+// runAdaptiveWorkers is runAdaptive with n capture workers at each end
+// (packets spread by flow hash, as with AF_PACKET fanout), their
+// intervals merged, one plan shared by the receiver's workers.
+func runAdaptiveWorkers(t *testing.T, p Params, base int64, pk []simPkt, prime float64, observe bool, n int) *adaptiveRun {
 	t.Helper()
 	type ev struct {
 		ts   int64
@@ -74,19 +81,22 @@ func runAdaptive(t *testing.T, p Params, base int64, pk []simPkt, prime float64,
 	}
 	slices.SortStableFunc(evs, func(a, b ev) int { return cmp.Compare(a.ts, b.ts) })
 
-	plan := NewWindowPlan(p, 1)
+	plan := NewWindowPlan(p, n)
 	if prime > 0 {
 		plan.Observe(0, prime, false)
 	}
 	table := NewWindowTable()
-	sb, err := NewSenderBuilderWindows(p, base, table, 0)
-	if err != nil {
-		t.Fatal(err)
+	sbs, rbs := make([]*SenderBuilder, n), make([]*RxBuilder, n)
+	for w := range n {
+		var err error
+		if sbs[w], err = NewSenderBuilderWindows(p, base, table, 0); err != nil {
+			t.Fatal(err)
+		}
+		if rbs[w], err = NewRxBuilderPlan(p, base, true, plan); err != nil {
+			t.Fatal(err)
+		}
 	}
-	rb, err := NewRxBuilderPlan(p, base, true, plan)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sm, rm := NewSenderMerger(n, p.Heavy), NewSealedMerger(n)
 	m := NewMatcher(p, time.Hour, 64)
 	now := time.Unix(0, 0)
 	run := &adaptiveRun{matched: map[int64]*Matched{}, checks: map[int64]Assignment{}, plan: plan}
@@ -108,26 +118,57 @@ func runAdaptive(t *testing.T, p Params, base int64, pk []simPkt, prime float64,
 		table.Set(ws...)
 	}
 	emitS := func(si *SenderInterval) {
-		run.snd = append(run.snd, si)
-		m.AddSender(si, SenderMeta{}, now, emit)
+		merged, err := sm.Add(si)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if merged != nil {
+			run.snd = append(run.snd, merged)
+			m.AddSender(merged, SenderMeta{}, now, emit)
+		}
 	}
-	emitR := func(s *Sealed) { m.AddSealed(s, now, emit) }
+	emitR := func(s *Sealed) {
+		merged, err := rm.Add(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if merged != nil {
+			m.AddSealed(merged, now, emit)
+		}
+	}
 	for i := range evs {
 		e := &evs[i]
+		w := int(e.p.FlowHash % uint64(n))
 		if e.recv {
-			rb.Add(&e.p, emitR)
-			sb.Advance(e.ts, emitS)
+			rbs[w].Add(&e.p, emitR)
+			for x := range n {
+				if x != w {
+					rbs[x].Advance(e.ts, emitR) // the idle workers' wall clock
+				}
+				sbs[x].Advance(e.ts, emitS)
+			}
 		} else {
-			rb.Advance(e.ts-p.Guard, emitR)
+			for x := range n {
+				rbs[x].Advance(e.ts-p.Guard, emitR)
+			}
 			forward()
-			sb.Add(&e.p, emitS)
+			sbs[w].Add(&e.p, emitS)
+			for x := range n {
+				if x != w {
+					sbs[x].Advance(e.ts, emitS)
+				}
+			}
 		}
 		forward()
 	}
-	rb.Flush(emitR)
+	for _, rb := range rbs {
+		rb.Flush(emitR)
+	}
 	plan.Close()
 	forward()
-	sb.Flush(emitS)
+	for _, sb := range sbs {
+		sb.Flush(emitS)
+	}
 	m.RxGone(now, emit)
 	m.SenderGone(now, emit)
 	if !m.Idle() {
@@ -166,6 +207,7 @@ func TestAdaptiveWindowsExact(t *testing.T) {
 		maxKeys   int   // largest boundary function, keys (0: not checked)
 		wantFlags []int // intervals (from the first) that must be flagged
 		exactFrom int   // intervals from this one on must be exact
+		workers   int   // capture workers at each end (0: 1)
 	}{
 		{name: "few ms, T 1s, max_delay 1s: windows stay small", T: time.Second, D: time.Second, n: 5, rate: 20000,
 			delay: uniform(100_000, 5*ms), observe: true, allExact: true, maxKeys: 20000 * 125 / 1000},
@@ -173,6 +215,8 @@ func TestAdaptiveWindowsExact(t *testing.T) {
 			delay: uniform(ms, 999*ms), prime: float64(time.Second), allExact: true},
 		{name: "T 100ms, max_delay 1s, delays up to 1s", T: 100 * time.Millisecond, D: time.Second, n: 30, rate: 4000,
 			delay: uniform(ms, 995*ms), prime: float64(time.Second), allExact: true},
+		{name: "two capture workers at each end, T 100ms, delays up to 1s", T: 100 * time.Millisecond, D: time.Second, n: 20, rate: 4000,
+			delay: uniform(ms, 995*ms), prime: float64(time.Second), allExact: true, workers: 2},
 		{name: "step 2ms to 250ms: flagged until the window grows, then exact", T: time.Second, D: time.Second, n: 8, rate: 4000,
 			delay: func(s int64, r *rand.Rand) int64 {
 				if s < 2*int64(time.Second)+400*ms {
@@ -180,6 +224,13 @@ func TestAdaptiveWindowsExact(t *testing.T) {
 				}
 				return 240*ms + r.Int64N(10*ms)
 			}, observe: true, wantFlags: []int{2, 3}, exactFrom: 6},
+		{name: "step 2ms to 250ms, two capture workers at each end", T: time.Second, D: time.Second, n: 8, rate: 4000,
+			delay: func(s int64, r *rand.Rand) int64 {
+				if s < 2*int64(time.Second)+400*ms {
+					return ms + r.Int64N(ms)
+				}
+				return 240*ms + r.Int64N(10*ms)
+			}, observe: true, wantFlags: []int{2, 3}, exactFrom: 6, workers: 2},
 		{name: "107-254 ms from the start, default settings: grows, then exact", T: time.Second, D: time.Second, n: 8, rate: 4000,
 			delay: uniform(107*ms, 254*ms), observe: true, wantFlags: []int{0}, exactFrom: 3},
 		{name: "max_delay 20ms, delays 100ms: every interval flagged", T: time.Second, D: 20 * time.Millisecond, n: 6, rate: 4000,
@@ -191,7 +242,7 @@ func TestAdaptiveWindowsExact(t *testing.T) {
 			p.T, p.MaxDelay = int64(tc.T), int64(tc.D)
 			base := int64(1_763_000_000) * int64(time.Second)
 			pk := simulateDelays(t, p, base, tc.n, tc.rate, 0.01, tc.delay, 5)
-			run := runAdaptive(t, p, base, pk, tc.prime, tc.observe)
+			run := runAdaptiveWorkers(t, p, base, pk, tc.prime, tc.observe, max(1, tc.workers))
 			wantR := expected(t, p, pk, true)
 			first := ID(base, p.T)
 			wrongUnflagged := 0
