@@ -68,8 +68,12 @@ type WindowTable struct {
 	mu     sync.Mutex // writers
 	m      atomic.Pointer[map[int64]int64]
 	closed atomic.Bool
-	wake   chan struct{} // closed and replaced on every change
-	wakeMu sync.Mutex
+	// everSet: a window came; silent: a wait ended without any ever
+	// coming (a receiver that announces none): nobody waits again.
+	everSet atomic.Bool
+	silent  atomic.Bool
+	wake    chan struct{} // closed and replaced on every change
+	wakeMu  sync.Mutex
 }
 
 // NewWindowTable makes an empty table.
@@ -107,6 +111,7 @@ func (t *WindowTable) Set(ws ...Window) {
 		}
 	}
 	t.m.Store(&m)
+	t.everSet.Store(true)
 	t.mu.Unlock()
 	t.signal()
 }
@@ -137,9 +142,21 @@ func (t *WindowTable) Get(b int64) (int64, bool) {
 	return w, ok
 }
 
+// firstWindowWait bounds the wait for the very first window: a receiver
+// announces one as soon as its capture passes the first boundary's hold.
+const firstWindowWait = 10 * time.Second
+
 // wait blocks until boundary b's window is known, the table is closed, or
-// timeout passes; it reports the window if known.
+// timeout passes (firstWindowWait while none ever came); it reports the
+// window if known. Once a wait ends without any window ever having come,
+// the receiver is taken to announce none and later waits return at once.
 func (t *WindowTable) wait(b int64, timeout time.Duration) (int64, bool) {
+	if t.silent.Load() {
+		return t.Get(b)
+	}
+	if !t.everSet.Load() {
+		timeout = min(timeout, firstWindowWait)
+	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
@@ -155,6 +172,9 @@ func (t *WindowTable) wait(b int64, timeout time.Duration) (int64, bool) {
 		select {
 		case <-ch:
 		case <-deadline.C:
+			if !t.everSet.Load() {
+				t.silent.Store(true)
+			}
 			return 0, false
 		}
 	}
