@@ -715,7 +715,9 @@ func (r *Receiver) publishChecked(s *senderState, j *estJob) {
 			target := time.Duration(s.plan.Target())
 			msg := "packets slower than the receiver's hold window were placed in the wrong interval: loss withheld (status delay_beyond_window); the window is growing"
 			fix := fmt.Sprintf("the hold window grows toward twice the delays seen (now %v) up to max_delay (%v)", target, time.Duration(r.params.MaxDelay))
-			if target >= time.Duration(r.params.MaxDelay) {
+			// Misplaced although its own windows were at max_delay: the
+			// delays are beyond it, no growing will help.
+			if j.chk.Window >= r.params.MaxDelay {
 				msg = "packets slower than max_delay were placed in the wrong interval: loss withheld (status delay_beyond_window)"
 				fix = fmt.Sprintf("raise max_delay (now %v) on both ends above the link's largest one-way delay", time.Duration(r.params.MaxDelay))
 			}

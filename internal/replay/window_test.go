@@ -1,8 +1,11 @@
 package replay
 
 import (
+	"bytes"
 	"math"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,11 +39,22 @@ func TestReplayDelaysBeyondTheWindow(t *testing.T) {
 			sc.Duration = 7 * time.Second
 			sc.MaxDelay = time.Second
 			sc.Classes[0].Delay = gen.DelayModel{Kind: gen.DelayUniform, Min: tc.lo, Max: tc.hi}
-			r := replayScenario(t, sc, func(o *Options) {
+			var logBuf syncBuffer
+			r := replayScenarioLog(t, sc, func(o *Options) {
 				if tc.maxDelay > 0 {
 					o.Config.MaxDelay = tc.maxDelay
 				}
-			})
+			}, &logBuf)
+			// The log says it once an episode: the window is growing, or
+			// (at max_delay) which setting to raise.
+			logs := logBuf.String()
+			want := "the window is growing"
+			if tc.maxDelay > 0 {
+				want = "raise max_delay (now " + tc.maxDelay.String() + ") on both ends"
+			}
+			if n := strings.Count(logs, "loss withheld (status delay_beyond_window)"); n != 1 || !strings.Contains(logs, want) {
+				t.Errorf("%d log lines about delay_beyond_window, want 1 saying %q:\n%s", n, want, logs)
+			}
 			t.Logf("interval outcomes %v", r.outcome)
 			var ids []int64
 			for id := range r.truth.Flows {
@@ -123,4 +137,22 @@ func keys(m map[int64]bool, first int64) []int64 {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for the pipelines' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
