@@ -6,13 +6,19 @@
 # samples (docs/sampling.md) against a run without them. Usage:
 # scripts/bench-wire.sh (needs bin/; INTERVALS="1" for the 1 s row only).
 # The trace is configs/scenarios/wire-1m.yaml (10 s, 10M packets, ~2.9 GB
-# of pcap in out/wire, deleted afterwards unless KEEP=1).
+# of pcap in out/wire, deleted afterwards unless KEEP=1; REUSE=1 replays a
+# kept trace). MAX_DELAY=50ms sets max_delay (default: the daemons'
+# default, 1s, whose hold windows follow the delays present); LDSCTL
+# names another ldsctl binary (another build, to compare).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${LDS_WIRE_DIR:-out/wire}
+ldsctl=${LDSCTL:-bin/ldsctl}
 mkdir -p "$dir"
-bin/ldsctl gen --scenario configs/scenarios/wire-1m.yaml --sender-pcap "$dir/a.pcap" \
-  --receiver-pcap "$dir/b.pcap" --truth "$dir/truth.jsonl" >/dev/null
+if [ "${REUSE:-0}" != 1 ] || [ ! -f "$dir/a.pcap" ]; then
+  bin/ldsctl gen --scenario configs/scenarios/wire-1m.yaml --sender-pcap "$dir/a.pcap" \
+    --receiver-pcap "$dir/b.pcap" --truth "$dir/truth.jsonl" >/dev/null
+fi
 pps=1000000
 echo "| interval | flows an interval (truth) | sketch | bytes shipped an interval | per-packet export (12 B/pkt) | ratio | of which packet samples (default sample:) |"
 echo "|---|---:|---|---:|---:|---:|---:|"
@@ -24,7 +30,7 @@ for T in ${INTERVALS:-1 2 5 10}; do
   cols=$(( (flows + 7) / 8 ))
   cat > "$dir/cfg-${T}s.yaml" <<CFG
 interval: ${T}s
-max_delay: 50ms
+${MAX_DELAY:+max_delay: $MAX_DELAY}
 sketch:
   rows: 4
   columns: $cols
@@ -36,7 +42,7 @@ CFG
   { cat "$dir/cfg-${T}s.yaml"; printf 'sample:\n  max_per_interval: 0\n  link_one_in: 0\n'; } > "$dir/cfg-${T}s-nosample.yaml"
   shipped() { # config -> bytes an interval
     local line bytes n
-    line=$(bin/ldsctl replay --quiet --config "$1" --sender-pcap "$dir/a.pcap" \
+    line=$($ldsctl replay --quiet --config "$1" --sender-pcap "$dir/a.pcap" \
       --receiver-pcap "$dir/b.pcap" --out "$dir/r-${T}s.jsonl" 2>&1 | tail -1)
     bytes=$(sed -n 's/.* \([0-9]*\) sketch bytes shipped.*/\1/p' <<<"$line")
     n=$(sed -n 's/.*map\[matched:\([0-9]*\)\].*/\1/p' <<<"$line")

@@ -158,7 +158,7 @@ func DefaultCommon() Common {
 	cc.Source.Kind = "afpacket"
 	return Common{
 		Interval: time.Second,
-		MaxDelay: 50 * time.Millisecond,
+		MaxDelay: time.Second,
 		Guard:    time.Millisecond,
 		Sketch: Sketch{
 			Rows: sp.Rows, Columns: sp.Columns, VLDA: sp.VLDA, Sampling: append([]float64(nil), sp.Sampling...),
@@ -262,11 +262,13 @@ func (c *Common) Validate() error {
 	if c.Interval < time.Millisecond {
 		errs = append(errs, fmt.Errorf("interval: %v is too short (minimum 1ms)", c.Interval))
 	}
-	if c.MaxDelay <= 0 || c.MaxDelay >= c.Interval/2 {
-		errs = append(errs, fmt.Errorf("max_delay: %v must be > 0 and below half the interval (%v)", c.MaxDelay, c.Interval))
+	const maxSpan = 64 // interval.MaxClass (config stays a leaf)
+	if c.MaxDelay <= 0 || c.Interval > 0 && (c.MaxDelay+2*c.Guard+c.Interval-1)/c.Interval > maxSpan {
+		errs = append(errs, fmt.Errorf("max_delay: %v must be > 0 and, with 2 x guard, span at most %d intervals (%v each): raise interval or lower max_delay",
+			c.MaxDelay, maxSpan, c.Interval))
 	}
-	if c.Guard < 0 || c.Guard > c.MaxDelay {
-		errs = append(errs, fmt.Errorf("guard: %v must be between 0 and max_delay", c.Guard))
+	if c.Guard < 0 || c.Guard > c.MaxDelay || 4*c.Guard >= c.Interval {
+		errs = append(errs, fmt.Errorf("guard: %v must be between 0 and max_delay, and below a quarter of the interval", c.Guard))
 	}
 	if err := c.SketchParams().Validate(); err != nil {
 		errs = append(errs, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"strings"
 	"unsafe"
 
@@ -43,8 +44,9 @@ const (
 	// slot plus its 56 B key, at load 1/4) and heavyKeyBytes one ranked key.
 	heavySlotBytes = 4 * (16 + 56)
 	heavyKeyBytes  = 64
-	// boundaryKeyBytes is one packet hash at a boundary: the sender's
-	// key lists (8 B) and the boundary function built from them.
+	// boundaryKeyBytes is one packet at a boundary at the sender: its
+	// (hash, time) record in the boundary log, or its (hash, offset) key
+	// of a finished interval (16 B each).
 	boundaryKeyBytes = 16
 	// spikeFlowBytes is one baseline of the spike detector.
 	spikeFlowBytes = 512
@@ -111,7 +113,8 @@ func (c *Common) sketchBytes() int64 {
 }
 
 // boundaryPackets is the packets within the hold window of one boundary
-// at rate pps.
+// at rate pps: the receiver's window grows with the delays it sees, up to
+// max_delay.
 func (c *Common) boundaryPackets(pps float64) int64 {
 	return int64(math.Ceil(pps * (c.MaxDelay + c.Guard).Seconds()))
 }
@@ -132,6 +135,29 @@ func (c *Common) sampleSet(pps float64) int64 {
 		link = int64(math.Ceil(pps * c.Interval.Seconds() / float64(c.Sample.LinkOneIn)))
 	}
 	return (int64(c.Sample.MaxPerInterval) + link) * sampleBytes
+}
+
+// boundaryKeys is the packets of one boundary's key window at the sender
+// (its function's keys): sent within max_delay + 2·guard before it and
+// max_delay + guard after it.
+func (c *Common) boundaryKeys(pps float64) int64 {
+	return int64(math.Ceil(pps * (2*c.MaxDelay + 3*c.Guard).Seconds()))
+}
+
+// boundaryClass is the largest number of intervals before a boundary a
+// held packet can come from (interval.Params.maxClass).
+func (c *Common) boundaryClass() int64 {
+	if c.Interval <= 0 {
+		return 1
+	}
+	return max(1, int64((c.MaxDelay+2*c.Guard+c.Interval-1)/c.Interval))
+}
+
+// functionBytes is one boundary function's encoding: ~1.25 bits a key and
+// value bit (internal/retrieval).
+func (c *Common) functionBytes(pps float64) int64 {
+	width := int64(bits.Len64(uint64(c.boundaryClass())))
+	return c.boundaryKeys(pps)*width*5/32 + 64
 }
 
 // MemoryBound is the receiver's worst-case memory (docs/PERFORMANCE.md,
@@ -166,7 +192,7 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		est = estimateDecodeBytes
 	}
 	heavy := int64(c.Sketch.Heavy)
-	senderIv := sk + heavy*heavyKeyBytes + 2*c.boundaryPackets(in.PPS)*boundaryKeyBytes + c.sampleSet(in.PPS)
+	senderIv := sk + heavy*heavyKeyBytes + c.functionBytes(in.PPS) + c.sampleSet(in.PPS)
 	// Sample pieces wait for their two joins: live at most lateness /
 	// interval + 8 of them, a replay 4 × max_pending (receiver.pieceKeep),
 	// plus two open per worker.
@@ -176,10 +202,12 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 	}
 	stored := max(int64(r.APIMaxRecords), maxFlows)
 	return newBound([]MemoryTerm{
-		{"receiver intervals open in the capture workers (2 per worker per sender)", senders * workers * 2, sk + table + 2*held},
-		{"sealed intervals queued for matching (receiver.sealed_queue + 1 per worker)", senders * (int64(r.SealedQueue) + workers), sk + table + 2*held},
-		{"worker parts waiting to be merged", senders * (workers - 1), sk + table + 2*held},
-		{"receiver intervals waiting for their sender (min(max_pending, lateness/interval + 2) live)", senders * waitRx, sk + table + 2*held},
+		{"receiver intervals open in the capture workers (2 per worker per sender)", senders * workers * 2, sk + table},
+		{"packets held at the boundaries in progress (max_delay + guard of traffic each, class + 1 per worker per sender)",
+			senders * workers * (c.boundaryClass() + 1), held},
+		{"sealed intervals queued for matching (receiver.sealed_queue + 1 per worker), each with its boundary's held packets", senders * (int64(r.SealedQueue) + workers), sk + table + held},
+		{"worker parts waiting to be merged", senders * (workers - 1), sk + table + held},
+		{"receiver intervals waiting for their sender (min(max_pending, lateness/interval + 2) live)", senders * waitRx, sk + table + held},
 		{"sender intervals waiting for the receiver's (max_pending)", senders * int64(r.MaxPending), senderIv},
 		{"sketch frames being assembled (max_sketch_bytes per stream)", senders, int64(r.MaxSketchBytes)},
 		{"matched intervals in estimation and publishing", senders * jobs, 2*sk + table},
@@ -198,15 +226,19 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 	workers := int64(c.Capture.Source.Workers)
 	heavy := int64(c.Sketch.Heavy)
-	bkeys := 2 * c.boundaryPackets(in.PPS)
 	// An encoded interval is never larger than the one it encodes.
-	iv := c.sketchBytes() + heavy*heavyKeyBytes + bkeys*boundaryKeyBytes + c.sampleSet(in.PPS)
+	sk := c.sketchBytes() + heavy*heavyKeyBytes + c.sampleSet(in.PPS)
+	keys := c.boundaryKeys(in.PPS) * boundaryKeyBytes
+	// An interval waits for its end boundary's window (at most max_delay
+	// + guard); with max_delay above the interval, several do.
+	open := 2 + c.boundaryClass()
 	return newBound([]MemoryTerm{
 		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * candBytes},
-		{"intervals open in the capture workers (2 per worker)", workers * 2, iv},
+		{"intervals open or waiting for their boundary window in the capture workers (2 + class per worker)", workers * open, sk},
+		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, twice for the slice's growth)", workers, 2 * keys},
 		{"heavy-flow tables (sketch.heavy per worker)", workers * heavy, heavySlotBytes},
-		{"finished intervals queued for encoding (8 + 1 per worker) and merging", 8 + 2*workers, iv},
-		{"encoded intervals kept until acknowledged (sender.resend_buffer)", int64(c.Sender.ResendBuffer), iv},
+		{"finished intervals queued for encoding (8 + 1 per worker) and merging, with their boundary keys", 8 + 2*workers, sk + keys},
+		{"encoded intervals kept until acknowledged (sender.resend_buffer), with their boundary function", int64(c.Sender.ResendBuffer), sk + c.functionBytes(in.PPS)},
 	})
 }
 

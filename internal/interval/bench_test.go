@@ -1,26 +1,42 @@
 package interval
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/sketch"
 )
 
 // BenchmarkWorkers: packets/s through N capture workers, each with its own
-// sender builder (sketch update, boundary list, flow counts) and no shared
+// sender builder (sketch update, boundary log, flow counts) and no shared
 // state, as with AF_PACKET fanout. The reported pkt/s is for all workers.
 func BenchmarkWorkers(b *testing.B) {
-	p := Params{T: int64(time.Second), MaxDelay: int64(50 * time.Millisecond), Guard: int64(time.Millisecond),
+	for _, md := range []time.Duration{50 * time.Millisecond, time.Second} {
+		suffix := ""
+		if md != 50*time.Millisecond {
+			// max_delay above half the interval: every packet goes into the
+			// sender's boundary log (16 B), not only those near a boundary.
+			suffix = ",max_delay=" + md.String()
+		}
+		benchWorkers(b, md, suffix)
+	}
+}
+
+func benchWorkers(b *testing.B, maxDelay time.Duration, suffix string) {
+	p := Params{T: int64(time.Second), MaxDelay: int64(maxDelay), Guard: int64(time.Millisecond),
 		Sketch: sketch.Params{Rows: 4, Columns: 17500, VLDA: 1}, LDA: sketch.DefaultLDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20}
 	const perWorker = 1 << 16
 	for _, workers := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+		b.Run(fmt.Sprintf("workers=%d%s", workers, suffix), func(b *testing.B) {
 			pk := make([][]capture.Packet, workers)
 			for w := range pk {
 				r := rand.New(rand.NewPCG(uint64(w), 1))
@@ -72,25 +88,86 @@ func BenchmarkFinishBoundary(b *testing.B) {
 				b.Fatal(err)
 			}
 			r := rand.New(rand.NewPCG(1, 2))
-			before, after := make([]uint64, keys/2), make([]uint64, keys-keys/2)
-			for i := range before {
-				before[i] = r.Uint64()
+			all := make([]BoundaryKey, keys)
+			for i := range all {
+				all[i] = BoundaryKey{Hash: r.Uint64(), Off: uint32(i % 2)}
 			}
-			for i := range after {
-				after[i] = r.Uint64()
-			}
-			bs, as := make([]uint64, len(before)), make([]uint64, len(after))
+			ks := make([]BoundaryKey, keys)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				copy(bs, before) // the capture order: unsorted
-				copy(as, after)
-				si := &SenderInterval{ID: 1, Boundary: bs, After: as, pool: pl}
+				copy(ks, all) // the capture order: unsorted
+				si := &SenderInterval{ID: 1, Keys: ks, pool: pl}
 				if err := si.Finish(); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
+		})
+	}
+}
+
+// BenchmarkHeldPcap measures the receiver's boundary memory on a real
+// receiver capture (env LDS_HELD_PCAP; the default config's identity):
+// the largest set of packets held at one boundary and its bytes, with a
+// fixed 50 ms window (max_delay 50ms) and with the adaptive windows under
+// max_delay 1s before any delay evidence (what a link of delays below
+// 25 ms keeps). Not run by `make bench` without the env.
+func BenchmarkHeldPcap(b *testing.B) {
+	path := os.Getenv("LDS_HELD_PCAP")
+	if path == "" {
+		b.Skip("set LDS_HELD_PCAP to a receiver capture (ldsctl gen) to measure the held packets")
+	}
+	for _, tc := range []struct {
+		name     string
+		maxDelay time.Duration
+		adaptive bool
+	}{{"fixed-50ms", 50 * time.Millisecond, false}, {"adaptive-max_delay-1s", time.Second, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cc := capture.DefaultConfig()
+			p := Params{T: int64(time.Second), MaxDelay: int64(tc.maxDelay), Guard: int64(time.Millisecond),
+				Sketch: sketch.DefaultParams(), LDA: sketch.DefaultLDAParams(), Classes: 1, FlowCap: 1 << 20}
+			for range b.N {
+				parser, err := capture.NewParser(cc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				src, err := capture.OpenFile(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rd := capture.NewReader(src, parser)
+				var rb *RxBuilder
+				maxHeld := 0
+				emit := func(s *Sealed) {
+					maxHeld = max(maxHeld, len(s.HeldNext.Pkts))
+					s.Release()
+				}
+				var pkt capture.Packet
+				for {
+					err := rd.Next(&pkt)
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					if rb == nil {
+						var plan *WindowPlan
+						if tc.adaptive {
+							plan = NewWindowPlan(p, 1)
+						}
+						if rb, err = NewRxBuilderPlan(p, ID(pkt.TS, p.T)*p.T, true, plan); err != nil {
+							b.Fatal(err)
+						}
+					}
+					rb.Add(&pkt, emit)
+				}
+				rb.Flush(emit)
+				src.Close()
+				b.ReportMetric(float64(maxHeld), "held-pkts")
+				b.ReportMetric(float64(maxHeld)*float64(unsafe.Sizeof(capture.Packet{})), "held-B")
+			}
 		})
 	}
 }

@@ -1,13 +1,15 @@
 // Package interval cuts the packet stream into measurement intervals
 // (DESIGN.md §3) at both ends. The sender assigns each packet by its own
 // timestamp (exact). The receiver cannot see send times, so it holds the
-// packets it receives near a boundary B, in [B - guard, B + max_delay), and
-// places them once the sender's End for the closing interval brings its
-// boundary function: one bit per packet hash the sender saw in
-// [B - max_delay - guard, B + max_delay + guard), set for those before B
-// (internal/retrieval; docs/protocol.md). Set: the closing interval, clear:
-// the next. Every packet with a one-way delay below max_delay (and a clock
-// offset below guard) lands in the sender's interval.
+// packets it receives near a boundary B, in [B - guard, B + W), W the
+// boundary's hold window (at most max_delay, chosen from the delays the
+// receiver has evidence of: window.go), and places them once the sender's
+// End for the closing interval brings its boundary function: a few bits
+// per packet hash the sender saw in [B - W - 2·guard, B + W + guard), the
+// number of intervals between its send interval and B (internal/retrieval;
+// docs/protocol.md). Every packet with a one-way delay below W (and a
+// clock offset below guard) lands in the sender's interval; slower ones
+// are detected and flagged, never believed.
 //
 // Time is event time: intervals close from packet timestamps, so offline
 // replay and live capture run the same code; live daemons also call Advance
@@ -35,10 +37,16 @@ type Params struct {
 	FlowCap  int // receiver: per-interval flow table cap
 }
 
+// MaxClass bounds how many intervals max_delay may span.
+const MaxClass = 64
+
 // Validate checks the relations the boundary logic relies on.
 func (p Params) Validate() error {
-	if p.T <= 0 || p.MaxDelay <= 0 || p.Guard < 0 || p.MaxDelay+p.Guard >= p.T/2 {
-		return fmt.Errorf("interval: need interval > 2*(max_delay+guard) > 0 (got %d, %d, %d ns)", p.T, p.MaxDelay, p.Guard)
+	if p.T <= 0 || p.MaxDelay <= 0 || p.Guard < 0 || 4*p.Guard >= p.T {
+		return fmt.Errorf("interval: need interval > 4*guard, max_delay > 0 (got %d, %d, %d ns)", p.T, p.MaxDelay, p.Guard)
+	}
+	if p.maxClass() > MaxClass {
+		return fmt.Errorf("interval: max_delay + 2*guard spans %d intervals, at most %d", p.maxClass(), MaxClass)
 	}
 	if p.Classes < 1 {
 		return fmt.Errorf("interval: need at least one LDA class")
@@ -134,11 +142,11 @@ type pool struct {
 }
 
 // splitScratch is the boundary function's construction space, reused
-// from one interval to the next (~20 B a key).
+// from one interval to the next (~30 B a key).
 type splitScratch struct {
 	b    retrieval.Builder
 	keys []uint64
-	vals []bool
+	vals []uint64
 }
 
 // scratch works on a nil pool too (intervals built by hand).

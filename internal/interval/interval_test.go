@@ -304,7 +304,7 @@ func TestExactBoundaryHighRate(t *testing.T) {
 			if k := snd[0].Split.Len(); k < n*8/10 {
 				t.Errorf("boundary function over %d keys, want >= %d", k, n*8/10)
 			}
-			t.Logf("boundary function: %d keys, %d bytes encoded", snd[0].Split.Len(), retrieval.EncodedLen(snd[0].Split.Len()))
+			t.Logf("boundary function: %d keys, %d bytes encoded", snd[0].Split.Len(), retrieval.EncodedLen(snd[0].Split.Len(), snd[0].Split.Width()))
 		})
 	}
 }
@@ -412,13 +412,13 @@ func TestWorkersMergeEqualsOne(t *testing.T) {
 	}
 	for id, a := range s1 {
 		b := sn[id]
-		if b == nil || !sameSketches(a.Sk, b.Sk) || !slices.Equal(a.Boundary, b.Boundary) || !slices.Equal(a.After, b.After) || !sameSplit(a, b) {
+		if b == nil || !sameSketches(a.Sk, b.Sk) || !slices.Equal(a.Keys, b.Keys) || !sameSplit(a, b) {
 			t.Errorf("sender interval %d: %d workers differ from one", id, n)
 		}
 	}
 	for id, a := range r1 {
 		b := rn[id]
-		if b == nil || !sameSketches(a.Direct, b.Direct) || len(a.HeldNext) != len(b.HeldNext) || a.Flows.Len() != b.Flows.Len() {
+		if b == nil || !sameSketches(a.Direct, b.Direct) || len(a.HeldNext.Pkts) != len(b.HeldNext.Pkts) || a.Flows.Len() != b.Flows.Len() {
 			t.Errorf("sealed interval %d: %d workers differ from one", id, n)
 			continue
 		}
@@ -442,14 +442,15 @@ func sameSplit(a, b *SenderInterval) bool {
 
 // TestSenderHoldsIntervalForBoundaryWindow: an interval leaves the builder
 // only once the sender's clock passes its end + max_delay + guard (or at
-// the end of input / a stop), in order, with After holding exactly the
-// packets of [end, end + max_delay + guard) and Boundary those of
-// [end - max_delay - guard, end).
+// the end of input / a stop), in order, with Keys holding exactly the
+// packets of its end boundary's key window [end - max_delay - 2 guard,
+// end + max_delay + guard), each answering its offset.
 func TestSenderHoldsIntervalForBoundaryWindow(t *testing.T) {
 	p := testParams()
 	base := int64(1_763_000_000) * p.T
 	w := p.MaxDelay + p.Guard
 	ms := int64(time.Millisecond)
+	var _ = w
 	type step struct {
 		ts       int64 // packet time, relative to base
 		advance  bool  // Advance to ts instead of a packet
@@ -515,32 +516,23 @@ func TestSenderHoldsIntervalForBoundaryWindow(t *testing.T) {
 			var ids []int64
 			for _, si := range got {
 				ids = append(ids, si.ID-ID(base, p.T))
-				end := (si.ID + 1) * p.T
-				var wantB, wantA []uint64
+				from, to := p.KeyWindow(si.ID+1, p.MaxDelay)
+				var want []BoundaryKey
 				for h, ts := range sent {
-					if ts >= end-w && ts < end {
-						wantB = append(wantB, h)
-					}
-					if ts >= end && ts < end+w {
-						wantA = append(wantA, h)
+					if ts >= from && ts < to {
+						want = append(want, BoundaryKey{Hash: h, Off: uint32(si.ID + 1 - ID(ts, p.T))})
 					}
 				}
 				if err := si.Finish(); err != nil {
 					t.Fatal(err)
 				}
-				slices.Sort(wantB)
-				slices.Sort(wantA)
-				if !slices.Equal(si.Boundary, wantB) || !slices.Equal(si.After, wantA) {
-					t.Errorf("interval %d: before %v after %v, want %v and %v", si.ID, si.Boundary, si.After, wantB, wantA)
+				slices.SortFunc(want, func(a, b BoundaryKey) int { return cmp.Compare(a.Hash, b.Hash) })
+				if !slices.Equal(si.Keys, want) {
+					t.Errorf("interval %d: keys %v, want %v", si.ID, si.Keys, want)
 				}
-				for _, h := range wantB {
-					if !si.SentBefore(h) {
-						t.Errorf("interval %d: %#x sent before the boundary answered after", si.ID, h)
-					}
-				}
-				for _, h := range wantA {
-					if si.SentBefore(h) {
-						t.Errorf("interval %d: %#x sent after the boundary answered before", si.ID, h)
+				for _, k := range want {
+					if got := si.SentOffset(k.Hash); got != uint64(k.Off) {
+						t.Errorf("interval %d: %#x answered offset %d, want %d", si.ID, k.Hash, got, k.Off)
 					}
 				}
 			}

@@ -44,8 +44,18 @@ type Matched struct {
 	// came): their cells may mismatch and are then left out, never believed.
 	Unresolved uint64
 	Late       uint64
-	release    func()
+	// Hold windows of the interval's opening and closing boundaries, ns
+	// (0: unknown): packets slower than these may sit in another interval.
+	WOpen, WClose int64
+	// Misplaced counts held packets whose place the boundary function gave
+	// as an interval already final (a packet slower than its window).
+	Misplaced uint64
+	release   func()
 }
+
+// Check is the interval's assignment check, taken before its sketches are
+// released (CheckAssignment).
+type Check = Assignment
 
 // Release returns the receiver's sketches for reuse once estimated.
 func (mt *Matched) Release() {
@@ -56,9 +66,12 @@ func (mt *Matched) Release() {
 	mt.Rx = nil
 }
 
+// split is one boundary's held set placed into intervals.
 type split struct {
-	prev, next []capture.Packet // held packets of the closing / the opening interval
+	k          int64                      // the boundary's class
+	byIv       map[int64][]capture.Packet // send interval → its held packets
 	unresolved uint64
+	misplaced  uint64
 }
 
 // Matcher joins the receiver's sealed intervals with the sender's, places
@@ -71,8 +84,10 @@ type Matcher struct {
 
 	rx       map[int64]*Sealed
 	rxSince  map[int64]time.Time
-	held     map[int64][]capture.Packet // boundary b → held packets, not yet split
+	held     map[int64]*HeldSet // boundary b → held packets, not yet split
 	heldAt   map[int64]time.Time
+	kOf      map[int64]int64 // boundary → class
+	wOf      map[int64]int64 // boundary → final hold window
 	resolved map[int64]*split
 	snd      map[int64]*senderEntry
 	sndSince map[int64]time.Time
@@ -101,7 +116,8 @@ type senderEntry struct {
 // other side of an interval and keeps at most maxPending intervals waiting.
 func NewMatcher(p Params, lateness time.Duration, maxPending int) *Matcher {
 	return &Matcher{p: p, lateness: lateness, maxPending: maxPending,
-		rx: map[int64]*Sealed{}, rxSince: map[int64]time.Time{}, held: map[int64][]capture.Packet{},
+		rx: map[int64]*Sealed{}, rxSince: map[int64]time.Time{}, held: map[int64]*HeldSet{},
+		kOf: map[int64]int64{}, wOf: map[int64]int64{},
 		heldAt: map[int64]time.Time{}, resolved: map[int64]*split{}, snd: map[int64]*senderEntry{},
 		sndSince: map[int64]time.Time{}, sndB: map[int64]*retrieval.Func{}, noPrev: map[int64]bool{}, done: map[int64]bool{}}
 }
@@ -123,11 +139,12 @@ func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
 		m.rxStarted, m.rxFirst = true, s.ID
 	}
 	if s.HeldPrev != nil || s.ID == m.rxFirst {
-		m.held[s.ID] = append(m.held[s.ID], s.HeldPrev...)
-		m.heldAt[s.ID] = now
+		m.addHeld(s.ID, s.HeldPrev, now)
 	}
-	m.held[s.ID+1] = append(m.held[s.ID+1], s.HeldNext...)
-	m.heldAt[s.ID+1] = now
+	m.addHeld(s.ID+1, s.HeldNext, now)
+	if s.NextK > 0 {
+		m.kOf[s.ID+2] = s.NextK
+	}
 	s.HeldPrev, s.HeldNext = nil, nil
 	if m.done[s.ID] {
 		return // sealed after being given up (cannot happen in order, kept safe)
@@ -135,6 +152,21 @@ func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
 	m.rx[s.ID] = s
 	m.rxSince[s.ID] = now
 	m.try(now, emit)
+}
+
+func (m *Matcher) addHeld(b int64, h *HeldSet, now time.Time) {
+	if h == nil {
+		h = &HeldSet{B: b, K: 1}
+	}
+	if o := m.held[b]; o != nil {
+		o.Pkts = append(o.Pkts, h.Pkts...)
+		o.W, o.K = max(o.W, h.W), max(o.K, h.K)
+		h = o
+	}
+	m.held[b] = h
+	m.heldAt[b] = now
+	m.kOf[b] = max(m.kOf[b], h.K)
+	m.wOf[b] = h.W
 }
 
 // AddSender takes the sender's interval; it reports false for a duplicate
@@ -195,10 +227,10 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 		rx, se := m.rx[id], m.snd[id]
 		switch {
 		case rx != nil && se != nil:
-			if m.resolved[id] == nil && (over || m.expired(m.rxSince[id], now)) {
+			if over || m.expired(m.rxSince[id], now) {
 				m.forceResolve(id)
-			}
-			if m.resolved[id] != nil && m.resolved[id+1] != nil {
+				m.finish(id, results.OutcomeMatched, emit)
+			} else if m.ready(id) {
 				m.finish(id, results.OutcomeMatched, emit)
 			}
 		case rx != nil:
@@ -214,31 +246,66 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 	m.prune()
 }
 
+// needs lists the boundaries whose held sets may hold packets of interval
+// id: id and id+1 always, then id+2, … while their class reaches back to
+// id. ok is false while a class it needs is not known yet.
+func (m *Matcher) needs(id int64) (bs []int64, ok bool) {
+	bs = []int64{id, id + 1}
+	for b := id + 2; ; b++ {
+		k, known := m.kOf[b]
+		if !known {
+			if m.rxGone {
+				return bs, true // no later held set will come
+			}
+			return bs, false
+		}
+		if k < b-id {
+			return bs, true
+		}
+		bs = append(bs, b)
+	}
+}
+
+// ready reports whether every held set interval id needs is split.
+func (m *Matcher) ready(id int64) bool {
+	bs, ok := m.needs(id)
+	if !ok {
+		return false
+	}
+	for _, b := range bs {
+		if m.resolved[b] == nil {
+			if _, pending := m.held[b]; pending || !m.rxGone || b <= id+1 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // resolve splits every complete held set whose sender boundary function is known.
 func (m *Matcher) resolve(now time.Time) {
-	for b, pk := range m.held {
+	for b, h := range m.held {
 		// A held set is complete when it arrives (with the sealing of b-1).
 		fn, ok := m.sndB[b-1]
 		switch {
 		case ok:
-			sp := &split{}
-			for i := range pk {
-				// Exact for every packet the sender saw within max_delay +
-				// guard of b; any other answer is arbitrary (a packet
-				// slower than max_delay, or one the sender missed): its
-				// cells then fail the digest check and are counted.
-				if fn.Get(pk[i].PktHash) {
-					sp.prev = append(sp.prev, pk[i])
-				} else {
-					sp.next = append(sp.next, pk[i])
-				}
+			sp := m.newSplit(h.K)
+			for i := range h.Pkts {
+				// Exact for every packet the sender saw in the key window
+				// of b: b minus its send interval. Any other answer is
+				// arbitrary (a packet slower than the window, or one the
+				// sender missed): its cells then fail the digest check and
+				// are counted.
+				m.place(sp, b-int64(fn.Value(h.Pkts[i].PktHash)), &h.Pkts[i])
 			}
 			m.resolved[b] = sp
 		case m.noPrev[b]:
 			// The sender never had interval b-1: everything held is b's.
-			m.resolved[b] = &split{next: pk}
+			sp := m.newSplit(h.K)
+			sp.byIv[b] = h.Pkts
+			m.resolved[b] = sp
 		case m.senderGone || m.expired(m.heldAt[b], now):
-			m.resolved[b] = byReceiveTime(pk, b*m.p.T)
+			m.resolved[b] = m.byReceiveTime(h)
 		default:
 			continue
 		}
@@ -247,26 +314,43 @@ func (m *Matcher) resolve(now time.Time) {
 	}
 }
 
-func (m *Matcher) forceResolve(b int64) {
-	if pk, ok := m.held[b]; ok {
-		m.resolved[b] = byReceiveTime(pk, b*m.p.T)
-		delete(m.held, b)
-		delete(m.heldAt, b)
-	} else if m.resolved[b] == nil {
-		m.resolved[b] = &split{}
+func (m *Matcher) newSplit(k int64) *split { return &split{k: k, byIv: map[int64][]capture.Packet{}} }
+
+// place puts a held packet into interval iv, unless iv is already final
+// (then it is counted as misplaced: a packet slower than its window).
+func (m *Matcher) place(sp *split, iv int64, p *capture.Packet) {
+	if m.done[iv] {
+		sp.misplaced++
+		return
+	}
+	sp.byIv[iv] = append(sp.byIv[iv], *p)
+}
+
+// forceResolve places by receive time every held set interval id needs
+// that is still waiting for the sender's function.
+func (m *Matcher) forceResolve(id int64) {
+	bs, _ := m.needs(id)
+	for _, b := range bs {
+		if h, ok := m.held[b]; ok {
+			m.resolved[b] = m.byReceiveTime(h)
+			delete(m.held, b)
+			delete(m.heldAt, b)
+		}
 	}
 }
 
-// byReceiveTime is the fallback without the sender's list: packets received
-// before the boundary go to the closing interval. Counted as unresolved.
-func byReceiveTime(pk []capture.Packet, boundary int64) *split {
-	sp := &split{unresolved: uint64(len(pk))}
-	for i := range pk {
-		if pk[i].TS < boundary {
-			sp.prev = append(sp.prev, pk[i])
-		} else {
-			sp.next = append(sp.next, pk[i])
+// byReceiveTime is the fallback without the sender's function: packets
+// received before the boundary go to the closing interval. Counted as
+// unresolved.
+func (m *Matcher) byReceiveTime(h *HeldSet) *split {
+	sp := m.newSplit(h.K)
+	sp.unresolved = uint64(len(h.Pkts))
+	for i := range h.Pkts {
+		iv := h.B
+		if h.Pkts[i].TS < h.B*m.p.T {
+			iv--
 		}
+		m.place(sp, iv, &h.Pkts[i])
 	}
 	return sp
 }
@@ -282,20 +366,25 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 		mt.release = rx.Release
 		mt.Partial = mt.Partial || rx.Partial
 		start := id * m.p.T
-		if sp := m.resolved[id]; sp != nil {
-			for i := range sp.next {
-				mt.Rx.AddCount(&sp.next[i], sp.next[i].TS-start, mt.Flows.add(&sp.next[i]))
+		bs, _ := m.needs(id)
+		for _, b := range bs {
+			sp := m.resolved[b]
+			if sp == nil {
+				continue
 			}
-			mt.Unresolved += sp.unresolved
-			sp.next = nil
-		}
-		if sp := m.resolved[id+1]; sp != nil {
-			for i := range sp.prev {
-				mt.Rx.AddCount(&sp.prev[i], sp.prev[i].TS-start, mt.Flows.add(&sp.prev[i]))
+			pk := sp.byIv[id]
+			for i := range pk {
+				mt.Rx.AddCount(&pk[i], pk[i].TS-start, mt.Flows.add(&pk[i]))
 			}
-			mt.Unresolved += sp.unresolved
-			sp.prev = nil
+			delete(sp.byIv, id)
+			if b == id+1 {
+				// The boundary's own counts go to the interval it closes.
+				mt.Unresolved += sp.unresolved
+				mt.Misplaced += sp.misplaced
+				sp.unresolved, sp.misplaced = 0, 0
+			}
 		}
+		mt.WOpen, mt.WClose = m.wOf[id], m.wOf[id+1]
 	}
 	if mt.Partial && outcome == results.OutcomeMatched {
 		mt.Outcome = results.OutcomePartial
@@ -303,7 +392,9 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	// An interval neither end saw a packet in is not an event: at the
 	// edges of a capture the receiver seals such intervals for its held
 	// packets, which by now have gone to their neighbours.
-	quiet := mt.Snd == nil && (mt.Rx == nil || mt.Rx.Packets == 0)
+	// So are the empty intervals a sender emits after the end of its input
+	// for the boundaries that can still hold its last packets.
+	quiet := (mt.Snd == nil || mt.Snd.Trailer && mt.Snd.Sk != nil && mt.Snd.Sk.Packets == 0) && (mt.Rx == nil || mt.Rx.Packets == 0)
 	delete(m.rx, id)
 	delete(m.rxSince, id)
 	delete(m.snd, id)
@@ -341,8 +432,23 @@ func (m *Matcher) prune() {
 			delete(m.noPrev, b)
 		}
 	}
-	for b := range m.resolved {
-		if m.done[b] && (m.done[b-1] || b-1 < low) {
+	for _, mp := range []map[int64]int64{m.kOf, m.wOf} {
+		for b := range mp {
+			if b < low {
+				delete(mp, b)
+			}
+		}
+	}
+	for b, sp := range m.resolved {
+		// Boundary b feeds intervals b-K … b.
+		gone := true
+		for iv := b - sp.k; iv <= b; iv++ {
+			if !m.done[iv] && iv >= low {
+				gone = false
+				break
+			}
+		}
+		if gone {
 			delete(m.resolved, b)
 		}
 	}

@@ -48,10 +48,11 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 			return nil, fmt.Errorf("interval %d: merging workers: %w", out.ID, err)
 		}
 		o.Release()
-		out.Boundary = append(out.Boundary, o.Boundary...)
-		out.After = append(out.After, o.After...)
+		out.Keys = append(out.Keys, o.Keys...)
+		out.Window = max(out.Window, o.Window)
 		out.Partial = out.Partial || o.Partial
 		out.First = out.First && o.First
+		out.Trailer = out.Trailer && o.Trailer
 		out.Late += o.Late
 		out.Counters = out.Counters.Add(o.Counters)
 		out.Drops = out.Drops.Add(o.Drops)
@@ -113,11 +114,24 @@ func (m *SealedMerger) Add(s *Sealed) (*Sealed, error) {
 		}
 		o.Release()
 		out.Flows.merge(o.Flows)
-		out.HeldPrev = append(out.HeldPrev, o.HeldPrev...)
-		out.HeldNext = append(out.HeldNext, o.HeldNext...)
+		out.HeldPrev = mergeHeld(out.HeldPrev, o.HeldPrev)
+		out.HeldNext = mergeHeld(out.HeldNext, o.HeldNext)
+		out.NextK = max(out.NextK, o.NextK)
 		out.Partial = out.Partial || o.Partial
 		out.First = out.First && o.First
 		out.Late += o.Late
 	}
 	return out, nil
+}
+
+func mergeHeld(a, b *HeldSet) *HeldSet {
+	if a == nil || b == nil {
+		if a == nil {
+			return b
+		}
+		return a
+	}
+	a.Pkts = append(a.Pkts, b.Pkts...)
+	a.W, a.K = max(a.W, b.W), max(a.K, b.K)
+	return a
 }

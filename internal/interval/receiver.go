@@ -170,25 +170,40 @@ func (ft *FlowTable) merge(o *FlowTable) {
 }
 
 // Sealed is the receiver's own view of one interval once its capture has
-// passed the interval's end plus max_delay: the packets placed directly,
-// and the packets held at its closing boundary (to be split by the
-// sender's End).
+// passed the end of the hold of the interval's closing boundary: the
+// packets placed directly, and the packets held at that boundary (to be
+// split by the sender's End).
 type Sealed struct {
 	ID       int64
 	Partial  bool
 	Direct   *Sketches
 	Flows    *FlowTable
-	HeldPrev []capture.Packet // only on the first sealed interval: held at its opening boundary
-	HeldNext []capture.Packet // held at the boundary (ID+1)*T
-	First    bool             // the first interval this builder sealed
-	Late     uint64           // packets that arrived after their interval was sealed
-	Clock    ClockStatus      // the receiver's clock when the interval was sealed (set by the receiver)
+	HeldPrev *HeldSet    // only on the first sealed interval: held at its opening boundary
+	HeldNext *HeldSet    // held at the boundary ID+1
+	NextK    int64       // class of the boundary ID+2, fixed when this interval was sealed
+	First    bool        // the first interval this builder sealed
+	Late     uint64      // packets that arrived after their interval was sealed
+	Clock    ClockStatus // the receiver's clock when the interval was sealed (set by the receiver)
 	pool     *pool
+}
+
+// HeldSet is what the receiver held at one boundary.
+type HeldSet struct {
+	B    int64 // the boundary at B·T
+	W    int64 // its final hold window, ns
+	K    int64 // its class: the packets were sent in intervals B−K … B
+	Pkts []capture.Packet
 }
 
 type rxOpen struct {
 	sk    *Sketches
 	flows *FlowTable
+}
+
+type rxHold struct {
+	w, k  int64
+	ended bool
+	pkts  []capture.Packet
 }
 
 // RxBuilder is the receiver's capture-side half: it places packets whose
@@ -197,20 +212,31 @@ type rxOpen struct {
 type RxBuilder struct {
 	p            Params
 	pool         *pool
+	plan         *WindowPlan // nil: every window is max_delay
 	captureStart int64
 	composition  bool
 	open         map[int64]*rxOpen
-	held         map[int64][]capture.Packet // boundary id b (at b*T) → held packets
-	next         int64                      // next interval to seal
+	holds        map[int64]*rxHold // boundary id b (at b*T) → its hold
+	next         int64             // next interval to seal
+	handed       int64             // boundaries up to this one are handed over
+	handedW      int64             // the window of boundary handed
 	started      bool
+	flushing     bool // end of input: nothing more to wait for
 	sealedAny    bool
 	late         uint64
 	lastFlows    int // flows of the interval sealed last: the next table's size
 }
 
-// NewRxBuilder starts a receiver builder; see NewSenderBuilder for
-// captureStart. composition keeps per-flow cell counts (decode estimator).
+// NewRxBuilder starts a receiver builder whose windows are all max_delay;
+// see NewSenderBuilder for captureStart. composition keeps per-flow cell
+// counts (decode estimator).
 func NewRxBuilder(p Params, captureStart int64, composition bool) (*RxBuilder, error) {
+	return NewRxBuilderPlan(p, captureStart, composition, nil)
+}
+
+// NewRxBuilderPlan is NewRxBuilder with adaptive windows from plan (shared
+// by the workers of one capture).
+func NewRxBuilderPlan(p Params, captureStart int64, composition bool, plan *WindowPlan) (*RxBuilder, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -218,46 +244,93 @@ func NewRxBuilder(p Params, captureStart int64, composition bool) (*RxBuilder, e
 	if err != nil {
 		return nil, err
 	}
-	b := &RxBuilder{p: p, pool: pl, captureStart: captureStart, composition: composition,
-		open: map[int64]*rxOpen{}, held: map[int64][]capture.Packet{}, started: true}
+	b := &RxBuilder{p: p, pool: pl, plan: plan, captureStart: captureStart, composition: composition,
+		open: map[int64]*rxOpen{}, holds: map[int64]*rxHold{}, started: true}
 	// Start where capture began, the same for every worker of one capture
-	// (their sealed intervals are merged). Packets received in the first
-	// max_delay of that interval may belong to the one before: seal it too.
-	id := ID(captureStart, p.T)
-	b.next = id
-	if captureStart-id*p.T < p.MaxDelay {
-		b.next = id - 1
+	// (their sealed intervals are merged). Packets received in the hold of
+	// that zone's boundary may belong to the K intervals before it: seal
+	// them too.
+	b0 := ID(captureStart+p.Guard, p.T)
+	b.next = b0
+	if k := b.classOf(b0); captureStart-b0*p.T < p.classTop(k) {
+		b.next = b0 - k
 	}
+	b.handed = b.next - 1
 	return b, nil
+}
+
+func (b *RxBuilder) classOf(bnd int64) int64 {
+	if b.plan == nil {
+		return b.p.maxClass()
+	}
+	return b.plan.classFor(bnd, !b.flushing)
+}
+
+// hold returns boundary bnd's hold, beginning it (its class and first
+// window fixed by the plan) on first use.
+func (b *RxBuilder) hold(bnd int64) *rxHold {
+	h := b.holds[bnd]
+	if h == nil {
+		h = &rxHold{k: b.classOf(bnd), w: b.p.MaxDelay}
+		if b.plan != nil {
+			h.w = b.plan.startFor(bnd, !b.flushing)
+		}
+		b.holds[bnd] = h
+	}
+	return h
+}
+
+// inHold reports whether time t (in bnd's zone or later) falls in bnd's
+// hold; past its window it first tries to raise the window to the plan's
+// target (within the class), else it ends the hold for good.
+func (b *RxBuilder) inHold(h *rxHold, bnd, t int64) bool {
+	zoneEnd := (bnd+1)*b.p.T - b.p.Guard
+	if t < min(bnd*b.p.T+h.w, zoneEnd) {
+		return true
+	}
+	if h.ended {
+		return false
+	}
+	if b.plan != nil && t < zoneEnd {
+		if w := b.plan.raise(h.w, h.k); t < bnd*b.p.T+w {
+			h.w = w
+			return true
+		}
+	}
+	b.endHold(h, bnd)
+	return false
+}
+
+func (b *RxBuilder) endHold(h *rxHold, bnd int64) {
+	if !h.ended {
+		h.ended = true
+		if b.plan != nil {
+			b.plan.ended(bnd, h.w)
+		}
+	}
 }
 
 // Add places one received packet, first sealing every interval whose hold
 // window has passed.
 func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
-	id := ID(pkt.TS, b.p.T)
 	b.Advance(pkt.TS, emit)
-	off := pkt.TS - id*b.p.T
-	switch {
-	case off < b.p.MaxDelay:
-		if b.consumed(id) {
-			b.late++
+	bnd := ID(pkt.TS+b.p.Guard, b.p.T) // the zone [bnd·T − guard, (bnd+1)·T − guard)
+	if bnd > b.handed {
+		if h := b.hold(bnd); b.inHold(h, bnd, pkt.TS) {
+			h.pkts = append(h.pkts, *pkt)
 			return
 		}
-		b.held[id] = append(b.held[id], *pkt)
-	case off >= b.p.T-b.p.Guard:
-		if b.consumed(id + 1) {
-			b.late++
-			return
-		}
-		b.held[id+1] = append(b.held[id+1], *pkt)
-	default:
-		if id < b.next {
-			b.late++
-			return
-		}
-		o := b.openFor(id)
-		o.sk.AddCount(pkt, off, o.flows.add(pkt))
+	} else if bnd < b.handed || pkt.TS < bnd*b.p.T+b.handedW {
+		b.late++ // its hold was handed over already
+		return
 	}
+	// Past the hold: received at or after bnd·T + W, so sent in bnd.
+	if bnd < b.next {
+		b.late++
+		return
+	}
+	o := b.openFor(bnd)
+	o.sk.AddCount(pkt, pkt.TS-bnd*b.p.T, o.flows.add(pkt))
 }
 
 func (b *RxBuilder) openFor(id int64) *rxOpen {
@@ -269,15 +342,25 @@ func (b *RxBuilder) openFor(id int64) *rxOpen {
 	return o
 }
 
-// Advance seals every interval I with (I+1)*T + max_delay <= now.
+// Advance seals every interval I whose closing boundary's hold has ended by now.
 func (b *RxBuilder) Advance(now int64, emit func(*Sealed)) {
 	if !b.started {
 		return
 	}
-	for (b.next+1)*b.p.T+b.p.MaxDelay <= now {
+	for {
+		bn := b.next + 1
+		if now < bn*b.p.T-b.p.Guard {
+			return
+		}
+		if b.inHold(b.hold(bn), bn, now) {
+			return
+		}
 		// After a long idle gap, jump rather than seal thousands of empty intervals.
-		if len(b.open) == 0 && len(b.held) == 0 && ID(now, b.p.T)-b.next > 16 {
+		if len(b.open) == 0 && len(b.holds) <= 1 && len(b.holds[bn].pkts) == 0 && ID(now, b.p.T)-b.next > 16 {
+			b.endHold(b.holds[bn], bn)
+			delete(b.holds, bn)
 			b.next = ID(now, b.p.T) - 2
+			b.handed, b.handedW = b.next, 0
 			continue
 		}
 		b.seal(b.next, emit)
@@ -289,31 +372,44 @@ func (b *RxBuilder) Flush(emit func(*Sealed)) {
 	if !b.started {
 		return
 	}
+	b.flushing = true
 	last := b.next
 	for id := range b.open {
 		last = max(last, id)
 	}
-	for id := range b.held {
+	for id := range b.holds {
 		last = max(last, id)
 	}
 	for b.next <= last {
+		h := b.hold(b.next + 1)
+		b.endHold(h, b.next+1)
 		b.seal(b.next, emit)
 	}
+}
+
+func (b *RxBuilder) heldSet(bnd int64) *HeldSet {
+	h := b.holds[bnd]
+	if h == nil {
+		// Never held (before capture began): any window will do.
+		h = &rxHold{w: b.p.minWindow(), k: 1}
+	}
+	b.endHold(h, bnd)
+	delete(b.holds, bnd)
+	return &HeldSet{B: bnd, W: h.w, K: h.k, Pkts: h.pkts}
 }
 
 func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
 	o := b.openFor(id)
 	delete(b.open, id)
 	s := &Sealed{ID: id, Partial: b.captureStart > id*b.p.T, Direct: o.sk, Flows: o.flows, pool: b.pool,
-		HeldNext: b.held[id+1], Late: b.late}
-	delete(b.held, id+1)
-	if hp, ok := b.held[id]; ok {
-		s.HeldPrev = hp
-		delete(b.held, id)
+		HeldNext: b.heldSet(id + 1), NextK: b.classOf(id + 2), Late: b.late}
+	if !b.sealedAny {
+		s.HeldPrev = b.heldSet(id)
 	}
 	b.late = 0
 	b.lastFlows = o.flows.Len()
 	b.next = id + 1
+	b.handed, b.handedW = id+1, s.HeldNext.W
 	s.First = !b.sealedAny
 	b.sealedAny = true
 	emit(s)
@@ -326,7 +422,3 @@ func (s *Sealed) Release() {
 	}
 	s.Direct = nil
 }
-
-// consumed reports whether the held set of boundary id has been handed
-// over already (with the sealing of interval id-1).
-func (b *RxBuilder) consumed(id int64) bool { return id <= b.next }

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sort"
+	"time"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/retrieval"
@@ -18,18 +20,22 @@ type SenderInterval struct {
 	ID      int64
 	Partial bool // the capture did not cover the whole interval
 	First   bool // the first interval since this sender started: no earlier one will come
+	// Trailer: an empty interval emitted at the end of the input only so
+	// that the boundaries the last packets can be held at have a function
+	// (not reported when the receiver has nothing in it either).
+	Trailer bool
 	Sk      *Sketches
-	// The boundary B is the interval's end. Boundary holds the packet
-	// hashes seen in [B - max_delay - guard, B), After those seen in
-	// [B, B + max_delay + guard): every packet the receiver can hold at B
-	// is in one of them. Finish sorts and de-duplicates both and builds
-	// Split from them.
-	Boundary []uint64
-	After    []uint64
-	// Split maps each of those packet hashes to one bit, set when the
-	// packet was seen before B (BoundaryFunc): what the End ships instead
-	// of the list. A hash in both lists maps to "before". On the receiver
-	// it is decoded from the wire and the lists are nil.
+	// The boundary b = ID+1 is the interval's end. Keys holds the packet
+	// hashes seen in the key window of b for the receiver's hold window
+	// Window (Params.KeyWindow), each with its offset b − (send interval):
+	// every packet the receiver can hold at b is among them. Finish sorts
+	// and de-duplicates them and builds Split.
+	Keys   []BoundaryKey
+	Window int64 // ns; the hold window Keys cover
+	// Split maps each of those packet hashes to its offset
+	// (SentOffset): what the End ships. A hash seen at two offsets maps
+	// to the larger (the earlier send). On the receiver it is decoded from
+	// the wire and Keys is nil.
 	Split  *retrieval.Func
 	Heavy  []capture.FlowKey // heaviest flows by packets, heaviest first (after Finish)
 	HeavyN []uint64          // their packet counts (not on the wire: for merging workers)
@@ -49,6 +55,14 @@ type SenderInterval struct {
 	ranked   bool
 	splitErr error
 	pool     *pool // where Sk goes back (Release)
+}
+
+// BoundaryKey is one packet of a boundary's key window: its hash and the
+// number of intervals between its send interval and the boundary (0: sent
+// after the boundary, 1: in the interval just before, ...).
+type BoundaryKey struct {
+	Hash uint64
+	Off  uint32
 }
 
 // Finish ranks the heavy flows and builds the boundary function.
@@ -82,33 +96,27 @@ func (si *SenderInterval) rank() {
 	}
 }
 
-// buildSplit sorts and de-duplicates the two key lists and builds Split
-// over their union: a key seen on both sides of B (identical invariant
-// content, or a 64-bit hash collision) is "before", as the list was.
+// buildSplit sorts and de-duplicates the keys and builds Split over them:
+// a hash seen at two offsets (identical invariant content sent twice, or
+// a 64-bit hash collision) keeps the larger offset, the earlier send.
 func (si *SenderInterval) buildSplit() error {
-	slices.Sort(si.Boundary)
-	si.Boundary = slices.Compact(si.Boundary)
-	slices.Sort(si.After)
-	si.After = slices.Compact(si.After)
+	slices.SortFunc(si.Keys, func(a, b BoundaryKey) int {
+		if c := cmp.Compare(a.Hash, b.Hash); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Off, a.Off)
+	})
+	si.Keys = slices.CompactFunc(si.Keys, func(a, b BoundaryKey) bool { return a.Hash == b.Hash })
 	sc := si.pool.scratch()
 	defer si.pool.putScratch(sc)
 	keys, vals := sc.keys[:0], sc.vals[:0]
-	b, a := si.Boundary, si.After
-	for len(b) > 0 || len(a) > 0 {
-		switch {
-		case len(a) == 0 || len(b) > 0 && b[0] < a[0]:
-			keys, vals = append(keys, b[0]), append(vals, true)
-			b = b[1:]
-		case len(b) == 0 || a[0] < b[0]:
-			keys, vals = append(keys, a[0]), append(vals, false)
-			a = a[1:]
-		default: // seen on both sides: before wins
-			keys, vals = append(keys, b[0]), append(vals, true)
-			a, b = a[1:], b[1:]
-		}
+	maxOff := uint32(0)
+	for _, k := range si.Keys {
+		keys, vals = append(keys, k.Hash), append(vals, uint64(k.Off))
+		maxOff = max(maxOff, k.Off)
 	}
 	sc.keys, sc.vals = keys, vals
-	f, err := sc.b.Build(keys, vals)
+	f, err := sc.b.BuildValues(keys, vals, retrieval.WidthFor(uint64(maxOff)))
 	if err != nil {
 		return fmt.Errorf("interval %d: boundary function over %d keys: %w", si.ID, len(keys), err)
 	}
@@ -116,10 +124,10 @@ func (si *SenderInterval) buildSplit() error {
 	return nil
 }
 
-// SentBefore reports, for a packet hash the sender saw within max_delay +
-// guard of the interval's end B, whether it saw it before B. For any other
-// hash the answer is arbitrary. Finish must have succeeded.
-func (si *SenderInterval) SentBefore(pktHash uint64) bool { return si.Split.Get(pktHash) }
+// SentOffset reports, for a packet hash the sender saw in the key window
+// of the interval's end boundary b, b minus its send interval. For any
+// other hash the answer is arbitrary. Finish must have succeeded.
+func (si *SenderInterval) SentOffset(pktHash uint64) uint64 { return si.Split.Value(pktHash) }
 
 // Release returns the interval's sketches for reuse once they are encoded
 // (any goroutine). Sk must not be used afterwards.
@@ -191,30 +199,55 @@ func (h *heavyTable) take(dst []heavySlot) []heavySlot {
 }
 
 // SenderBuilder assigns packets to intervals by the sender's own clock and
-// emits each interval when it ends. Not safe for concurrent use: one per
-// capture worker, merged at the boundary.
+// emits each interval once the packets of its end boundary's key window
+// are in. Not safe for concurrent use: one per capture worker, merged at
+// the boundary.
 type SenderBuilder struct {
 	p            Params
 	pool         *pool
 	captureStart int64
 	cur          *SenderInterval
 	end          int64 // end of cur, ns
-	tailFrom     int64 // packets at or after this go into cur.Boundary
-	// pend is the last closed interval, held back until the packets sent
-	// up to its end + max_delay + guard are in its After list (pendUntil).
-	pend      *SenderInterval
-	pendUntil int64
+	// pend holds the closed intervals, oldest first, until the packets
+	// sent up to their end + W + guard are in the log (W the receiver's
+	// window for that boundary, or max_delay while it is unknown).
+	pend []*SenderInterval
+	// log keeps (hash, time) of every counted packet near a boundary,
+	// oldest first, from the earliest send time a pending boundary's key
+	// window can reach (16 B a packet; off the wire).
+	log       []logRec
+	logHead   int
+	nextCheck int64 // Add calls Advance once a packet reaches it
+	win       *WindowTable
+	wait      time.Duration // replay: wait this long for a window instead of assuming max_delay
 	heavy     heavyTable
-	lastTail  int // boundary list lengths of the last interval, to pre-size the next
-	lastAfter int
+	lastKeys  int
 	late      uint64
+	lastTS    int64 // latest packet time counted
 	opened    bool
+	trailer   bool // Flush is advancing past the input
+}
+
+type logRec struct {
+	h  uint64
+	ts int64
 }
 
 // NewSenderBuilder starts a builder; captureStart (Unix ns) is when capture
 // began: the interval containing it is flagged partial unless capture began
-// at its very start.
+// at its very start. Without a window table (nil) every boundary's
+// function covers max_delay.
 func NewSenderBuilder(p Params, captureStart int64) (*SenderBuilder, error) {
+	return NewSenderBuilderWindows(p, captureStart, nil, 0)
+}
+
+// NewSenderBuilderWindows is NewSenderBuilder with the receiver's windows:
+// an interval leaves once its end boundary's window is known and the
+// packets up to it are in, or, without word from the receiver, once
+// max_delay has passed. wait > 0 (replay of files, which never block a
+// live capture) makes the builder wait up to that long for a window
+// rather than cover max_delay.
+func NewSenderBuilderWindows(p Params, captureStart int64, win *WindowTable, wait time.Duration) (*SenderBuilder, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -222,52 +255,55 @@ func NewSenderBuilder(p Params, captureStart int64) (*SenderBuilder, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &SenderBuilder{p: p, pool: pl, captureStart: captureStart, heavy: newHeavyTable(p.Heavy)}
+	b := &SenderBuilder{p: p, pool: pl, captureStart: captureStart, heavy: newHeavyTable(p.Heavy), win: win, wait: wait}
 	// Open the interval capture began in, so that every worker of one
 	// capture emits the same sequence of intervals (they are merged).
 	b.open(ID(captureStart, p.T))
+	b.nextCheck = b.end
 	return b, nil
 }
 
-// Add counts one packet, first emitting every interval that ended (with
-// its boundary window) before it.
+// Add counts one packet, first emitting every interval whose boundary
+// window is complete before it.
 func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
-	if pkt.TS >= b.end || b.pend != nil && pkt.TS >= b.pendUntil {
+	if pkt.TS >= b.nextCheck {
 		b.Advance(pkt.TS, emit)
 	}
-	if pkt.TS < b.end-b.p.T {
+	start := b.end - b.p.T
+	if pkt.TS < start {
 		b.late++ // older than the open interval: already shipped
 		return
 	}
-	b.cur.Sk.Add(pkt, pkt.TS-(b.end-b.p.T))
-	if pkt.TS >= b.tailFrom {
-		b.cur.Boundary = append(b.cur.Boundary, pkt.PktHash)
-	}
-	if b.pend != nil {
-		// pkt.TS is in [pend's end, pendUntil): sent just after its boundary.
-		b.pend.After = append(b.pend.After, pkt.PktHash)
+	b.cur.Sk.Add(pkt, pkt.TS-start)
+	b.lastTS = max(b.lastTS, pkt.TS)
+	// Near a boundary: within reach of the key window of the one before
+	// (max_delay + guard after it) or the one after (max_delay + 2 guard
+	// before it).
+	if off := pkt.TS - start; off < b.p.MaxDelay+b.p.Guard || off >= b.p.T-b.p.MaxDelay-2*b.p.Guard {
+		b.log = append(b.log, logRec{pkt.PktHash, pkt.TS})
 	}
 	b.heavy.add(&pkt.Key, pkt.FlowHash)
 }
 
 // Advance closes every interval that ends at or before now (Unix ns),
 // emitting empty intervals for an idle link, and opens the one containing
-// now. A closed interval is emitted once now reaches its end + max_delay +
-// guard: its boundary function covers the packets sent until then.
+// now. A closed interval is emitted once now reaches its end + W + guard.
 func (b *SenderBuilder) Advance(now int64, emit func(*SenderInterval)) {
 	if b.cur == nil {
 		return
 	}
 	for {
-		if b.pend != nil && now >= b.pendUntil {
-			b.emitPend(emit)
-			continue
+		if len(b.pend) > 0 {
+			if w, ok := b.due(b.pend[0], now); ok {
+				b.emitFront(w, emit)
+				continue
+			}
 		}
 		if now < b.end {
-			return
+			break
 		}
 		next := b.cur.ID + 1
-		b.close(emit)
+		b.close()
 		// After a long idle gap, skip straight to now rather than emit
 		// thousands of empty intervals; the receiver counts the gap.
 		if id := ID(now, b.p.T); id-next > 16 {
@@ -275,15 +311,60 @@ func (b *SenderBuilder) Advance(now int64, emit func(*SenderInterval)) {
 		}
 		b.open(next)
 	}
+	b.nextCheck = b.end
+	if len(b.pend) > 0 {
+		b.nextCheck = min(b.nextCheck, b.checkAt(b.pend[0], now))
+	}
+}
+
+// due reports whether pending interval si can leave at now, and the
+// window its boundary's function is to cover.
+func (b *SenderBuilder) due(si *SenderInterval, now int64) (int64, bool) {
+	bt := (si.ID + 1) * b.p.T
+	if now < bt+b.p.minWindow()+b.p.Guard {
+		return 0, false
+	}
+	if b.win == nil {
+		return b.p.MaxDelay, now >= bt+b.p.MaxDelay+b.p.Guard
+	}
+	w, ok := b.win.Get(si.ID + 1)
+	if !ok && now < bt+b.p.MaxDelay+b.p.Guard && b.wait > 0 {
+		w, ok = b.win.wait(si.ID+1, b.wait)
+	}
+	if ok {
+		w = min(w, b.p.MaxDelay)
+		return w, now >= bt+w+b.p.Guard
+	}
+	return b.p.MaxDelay, now >= bt+b.p.MaxDelay+b.p.Guard
+}
+
+// checkAt is when to look at pending interval si again.
+func (b *SenderBuilder) checkAt(si *SenderInterval, now int64) int64 {
+	bt := (si.ID + 1) * b.p.T
+	if b.win == nil {
+		return bt + b.p.MaxDelay + b.p.Guard
+	}
+	if w, ok := b.win.Get(si.ID + 1); ok {
+		return bt + min(w, b.p.MaxDelay) + b.p.Guard
+	}
+	// Unknown yet: look again every 100 µs of packet time.
+	return max(bt+b.p.minWindow()+b.p.Guard, min(now+100_000, bt+b.p.MaxDelay+b.p.Guard))
 }
 
 // Flush emits the held-back and the open interval (end of input): their
 // boundary functions cover what was seen, and packets never seen by the
-// sender cannot be at the receiver either.
+// sender cannot be at the receiver either. When max_delay spans more
+// than an interval it first advances, as a live sender on an idle link
+// would, to the last boundary whose key window can hold the last packet,
+// so that every boundary the last packets can be held at has a function.
 func (b *SenderBuilder) Flush(emit func(*SenderInterval)) {
 	if b.cur != nil {
-		b.close(emit)
-		b.emitPend(emit)
+		if last := ID(b.lastTS+b.p.MaxDelay+2*b.p.Guard, b.p.T) - 1; b.lastTS != 0 && last > b.cur.ID {
+			b.trailer = true // intervals opened from here on hold no packet
+			b.Advance(last*b.p.T, emit)
+		}
+		b.close()
+		b.emitAll(emit)
 	}
 }
 
@@ -294,42 +375,82 @@ func (b *SenderBuilder) FlushPartial(now int64, emit func(*SenderInterval)) {
 		if now < b.end {
 			b.cur.Partial = true
 		}
-		b.close(emit)
-		b.emitPend(emit)
+		b.close()
+		b.emitAll(emit)
 	}
 }
 
-func (b *SenderBuilder) emitPend(emit func(*SenderInterval)) {
-	if iv := b.pend; iv != nil {
-		b.pend = nil
-		b.lastAfter = len(iv.After)
-		emit(iv)
+func (b *SenderBuilder) emitAll(emit func(*SenderInterval)) {
+	for len(b.pend) > 0 {
+		bnd := b.pend[0].ID + 1
+		w, ok := b.win.Get(bnd)
+		if !ok && b.wait > 0 {
+			// A replay's receiver announces every boundary it held, at
+			// the latest when its own input ends.
+			w, ok = b.win.wait(bnd, b.wait)
+		}
+		if !ok {
+			w = b.p.MaxDelay
+		}
+		b.emitFront(min(w, b.p.MaxDelay), emit)
 	}
 }
+
+// emitFront gives the oldest pending interval its boundary keys for
+// window w and emits it, then forgets the log records no later boundary
+// can need.
+func (b *SenderBuilder) emitFront(w int64, emit func(*SenderInterval)) {
+	iv := b.pend[0]
+	b.pend[0] = nil
+	b.pend = b.pend[1:]
+	bnd := iv.ID + 1
+	from, to := b.p.KeyWindow(bnd, w)
+	log := b.log[b.logHead:]
+	// The log is in capture order, which is time order but for rare
+	// stragglers: search, then scan with a margin.
+	i := max(0, sort.Search(len(log), func(i int) bool { return log[i].ts >= from })-logSlack)
+	j := min(len(log), sort.Search(len(log), func(i int) bool { return log[i].ts >= to })+logSlack)
+	keys := make([]BoundaryKey, 0, b.lastKeys+b.lastKeys/4)
+	for _, r := range log[i:j] {
+		if r.ts >= from && r.ts < to {
+			keys = append(keys, BoundaryKey{Hash: r.h, Off: uint32(bnd - ID(r.ts, b.p.T))})
+		}
+	}
+	iv.Keys, iv.Window = keys, w
+	b.lastKeys = len(keys)
+	// The next boundary's key window starts no earlier than this.
+	cut := (bnd+1)*b.p.T - b.p.MaxDelay - 2*b.p.Guard
+	k := sort.Search(len(log), func(i int) bool { return log[i].ts >= cut })
+	b.logHead += max(0, k-logSlack)
+	if b.logHead > len(b.log)/2 && b.logHead > 4096 {
+		n := copy(b.log, b.log[b.logHead:])
+		b.log = b.log[:n]
+		b.logHead = 0
+	}
+	emit(iv)
+}
+
+// logSlack is how far out of time order a record may sit and still be found.
+const logSlack = 4096
 
 func (b *SenderBuilder) open(id int64) {
 	start := id * b.p.T
 	b.cur = &SenderInterval{ID: id, Sk: b.pool.get(), Partial: b.captureStart > start, First: !b.opened,
-		Boundary: make([]uint64, 0, b.lastTail+b.lastTail/4), After: make([]uint64, 0, b.lastAfter+b.lastAfter/4),
-		pool: b.pool, keep: b.p.Heavy}
+		Trailer: b.trailer, pool: b.pool, keep: b.p.Heavy}
 	b.opened = true
 	b.end = start + b.p.T
-	b.tailFrom = b.end - b.p.MaxDelay - b.p.Guard
 }
 
 // close ends the open interval: it copies the heavy-flow table's occupied
-// slots out (bounded by the table) and clears it, and holds the interval
-// back (pend) for the packets sent just after its end; sorting, ranking and
-// building wait for Finish. An interval still held back is emitted first, so that intervals
-// leave in order (it cannot still be collecting: T > 2(max_delay+guard)).
-func (b *SenderBuilder) close(emit func(*SenderInterval)) {
-	b.emitPend(emit)
+// slots out (bounded by the table) and clears it, and queues the interval
+// (pend) for the packets sent just after its end; sorting, ranking and
+// building wait for Finish.
+func (b *SenderBuilder) close() {
 	iv := b.cur
 	iv.heavy = b.heavy.take(iv.heavy[:0])
 	iv.Late, b.late = b.late, 0
-	b.lastTail = len(iv.Boundary)
 	b.cur = nil
-	b.pend, b.pendUntil = iv, b.end+b.p.MaxDelay+b.p.Guard
+	b.pend = append(b.pend, iv)
 }
 
 type kv struct {

@@ -39,6 +39,8 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
 	r.SketchBytes("a", 1)
 	r.EstimationDuration("a", time.Millisecond)
+	r.BoundaryMisassigned("a")
+	r.BoundaryWindow("a", time.Second)
 	r.FrameError("a", "x")
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})

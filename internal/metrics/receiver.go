@@ -51,6 +51,8 @@ type Receiver struct {
 	delayHist   *prometheus.HistogramVec
 	packetHist  *prometheus.HistogramVec
 	estTime     *prometheus.HistogramVec
+	misassigned *prometheus.CounterVec
+	window      *prometheus.GaugeVec
 	exp         *exportSeries
 	resErrs     *prometheus.CounterVec
 	resDropped  prometheus.Counter
@@ -213,6 +215,10 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		estTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_estimation_duration_seconds",
 			Help:    "Time the receiver spent estimating each interval of the sender (its rate is the share of time estimation is busy).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"sender"}),
+		misassigned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_boundary_misassigned_intervals_total",
+			Help: "Intervals published with status delay_beyond_window: packets slower than the hold window may sit in the wrong interval, loss withheld."}, []string{"sender"}),
+		window: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lds_boundary_window_seconds",
+			Help: "The receiver's current hold window at interval boundaries for the sender (grows with the delays seen, at most max_delay)."}, []string{"sender"}),
 		resErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_results_write_errors_total",
 			Help: "Failed writes of the results file, by reason (no_space, io, open, fsync, rotate, other)."}, []string{"reason"}),
 		resDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "lds_results_dropped_records_total",
@@ -220,6 +226,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 	}
 	for _, c := range append([]prometheus.Collector{
 		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
+		r.misassigned, r.window,
 		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -320,7 +327,7 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 			fs.delay, fs.stddev, fs.ci95 = seconds(f.DelayNS), seconds(f.StddevNS), seconds(f.CI95NS)
 			fs.p50, fs.p90, fs.p99 = seconds(f.P50NS), seconds(f.P90NS), seconds(f.P99NS)
 		}
-		if f.Packets > 0 && finite(f.Loss) {
+		if f.Packets > 0 && finite(f.Loss) && f.Status != results.StatusBeyondWindow {
 			fs.lossRatio = math.Min(1, math.Max(0, f.Loss/f.Packets))
 		}
 		flows = append(flows, fs)
@@ -329,6 +336,9 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 	for i := range iv.Links {
 		l := &iv.Links[i]
 		ls := linkSeries{class: l.Class, delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), ratio: l.LossRatio}
+		if l.BeyondWindow {
+			ls.ratio = math.NaN() // withheld: packets may sit in a neighbouring interval
+		}
 		if !unsynced && !l.Unsynced {
 			ls.delay, ls.stddev, ls.ci95 = seconds(l.DelayNS), seconds(l.StddevNS), seconds(l.CI95NS)
 		}
@@ -456,6 +466,17 @@ func (r *Receiver) SketchBytes(sender string, n int) {
 // took.
 func (r *Receiver) EstimationDuration(sender string, d time.Duration) {
 	r.estTime.WithLabelValues(sender).Observe(d.Seconds())
+}
+
+// BoundaryMisassigned counts one interval of sender published with status
+// delay_beyond_window.
+func (r *Receiver) BoundaryMisassigned(sender string) {
+	r.misassigned.WithLabelValues(sender).Inc()
+}
+
+// BoundaryWindow records the receiver's current hold window for sender.
+func (r *Receiver) BoundaryWindow(sender string, w time.Duration) {
+	r.window.WithLabelValues(sender).Set(w.Seconds())
 }
 
 // FrameError counts a refused frame; reason must come from a fixed set.

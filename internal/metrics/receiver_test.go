@@ -102,6 +102,8 @@ func TestReceiverGolden(t *testing.T) {
 	r.ObserveInterval(iv, ev)
 	r.SketchBytes("a", 70000)
 	r.EstimationDuration("a", 180*time.Millisecond)
+	r.BoundaryMisassigned("a")
+	r.BoundaryWindow("a", 250*time.Millisecond)
 	r.FrameError("a", "bad_seq")
 	r.SetClock("sender", "a", "holdover", 1200, 5000)
 	r.SetClock("receiver", "", "unsynced", 99, 99) // SetOwnClock takes its place

@@ -119,7 +119,10 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 	}
 	iv.UsableCellRatio = sketch.UsableCellRatio(mt.Snd.Sk.LDS, mt.Rx.LDS)
 	iv.Flows = make([]results.FlowRecord, len(ests))
+	iv.Touched = make([]bool, len(ests))
+	cellsPerFlow := mt.Rx.LDS.Params().Rows * mt.Rx.LDS.Params().VLDA
 	for i, est := range ests {
+		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
 		r := &iv.Flows[i]
 		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Src: k.SrcAddr().String(), Dst: k.DstAddr().String(),

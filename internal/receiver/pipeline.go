@@ -3,6 +3,7 @@ package receiver
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
@@ -30,6 +31,10 @@ type estJob struct {
 	pieces *sample.Pieces
 	iv     *results.Interval
 	err    error
+	chk    interval.Assignment // the interval's assignment check (estimateJob)
+	beyond bool                // its own check says packets may be misplaced
+	final  time.Time           // when it became final
+	tick   bool                // no interval: the publisher's clock (releases a held interval)
 	done   chan struct{}
 	// running is how many estimations were in flight when this one
 	// started, itself included: it shares the cores with them.

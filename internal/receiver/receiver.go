@@ -104,7 +104,14 @@ type senderState struct {
 	pieces *sample.Pieces    // the capture workers' sample candidates, until joined
 	sealed chan *interval.Sealed
 	in     chan senderMsg
+	plan   *interval.WindowPlan // hold windows (made in Run: it needs the worker count)
 
+	// Publisher goroutine only: the interval held back until the next
+	// one's check (a surplus there means packets of this one moved there),
+	// and whether the last published interval was flagged (log once an
+	// episode).
+	held      *estJob
+	inEpisode bool
 	mu        sync.Mutex
 	bound     string // sender id bound to a wildcard entry
 	connected bool
@@ -207,6 +214,14 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	defer release()
 	r.capStats = make([]workerStats, len(readers))
+	for _, s := range r.senders {
+		s.plan = interval.NewWindowPlan(r.params, len(readers))
+		if r.opt.Replay {
+			// Files are read far ahead of estimation: let each boundary's
+			// window wait for the evidence of the intervals before it.
+			s.plan.Pace(replayPace)
+		}
+	}
 	start := r.opt.CaptureStart
 	if start == 0 {
 		start = time.Now().UnixNano()
@@ -312,6 +327,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	g.Go(func() error {
 		workers.Wait()
 		for _, s := range r.senders {
+			s.plan.Close()
 			close(s.sealed)
 		}
 		return nil
@@ -397,7 +413,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 		var err error
 		// The decoding estimator needs each flow's packets per cell.
 		composition := r.est.Estimator == sketch.EstimatorDecode
-		if builders[i], err = interval.NewRxBuilder(r.params, start, composition); err != nil {
+		if builders[i], err = interval.NewRxBuilderPlan(r.params, start, composition, s.plan); err != nil {
 			return err
 		}
 		emitters[i] = func(sl *interval.Sealed) {
@@ -477,6 +493,10 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	}
 }
 
+// replayPace bounds how long a replay's capture waits for the evidence of
+// earlier intervals before fixing a boundary's window without it.
+const replayPace = 10 * time.Second
+
 // idleSlack: see internal/sender.
 const idleSlack = 250 * time.Millisecond
 
@@ -510,8 +530,11 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	merger := interval.NewSealedMerger(workers)
-	pl := newEstPipeline(r.estConc, r.estimateJob, r.publishJob)
-	defer pl.close() // everything final is published before the loop ends
+	pl := newEstPipeline(r.estConc, r.estimateJob, func(j *estJob) { r.publishJob(s, j) })
+	defer func() {
+		pl.close() // everything final is published before the loop ends
+		r.releaseHeld(s)
+	}()
 	emit := func(mt *interval.Matched) { r.final(s, pl, mt) }
 	sealed := s.sealed
 	rxGone, sndGone := false, false
@@ -563,6 +586,7 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 			}
 		case <-tick.C:
 			s.m.Tick(time.Now(), emit)
+			pl.add(&estJob{sender: s.name(), tick: true, final: time.Now()})
 		}
 	}
 }
@@ -619,11 +643,14 @@ func (r *Receiver) final(s *senderState, pl *estPipeline, mt *interval.Matched) 
 	}
 	s.mu.Unlock()
 	name := s.name()
-	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces})
+	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces, final: time.Now()})
 }
 
 // estimateJob runs in the pipeline's estimation goroutines.
 func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
+	if j.tick {
+		return nil, nil
+	}
 	defer j.mt.Release() // the receiver's sketches go back to its capture pool
 	// Estimations running side by side (a replay's burst) share the
 	// cores: decode's two-goroutine solves wait for each other at every
@@ -631,6 +658,10 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	est := r.est
 	est.Workers = max(1, est.Workers/max(1, j.running))
 	est.Pieces = j.pieces
+	// Packets slower than the hold window leave a surplus in the cells of
+	// the interval they were placed in: checked before the sketches go back.
+	j.chk = j.mt.CheckAssignment()
+	j.beyond = j.mt.Outcome == results.OutcomeMatched && j.chk.Beyond(j.mt.Unresolved)
 	start := time.Now()
 	iv, err := r.estimate(&est, j.sender, j.mt, j.clk)
 	took := time.Since(start)
@@ -647,19 +678,94 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 }
 
 // publishJob runs in the pipeline's publisher, in the order intervals
-// became final.
-func (r *Receiver) publishJob(j *estJob) {
+// became final. It holds a matched interval with cells short of packets
+// (loss, or packets placed elsewhere) back until the next one is
+// estimated: packets of this interval slower than the hold window show as
+// a surplus in the next one, and then this one's loss is withheld too.
+func (r *Receiver) publishJob(s *senderState, j *estJob) {
+	if j.tick {
+		// The next interval is overdue (the sender stopped, a long gap):
+		// publish the held one without its successor's check.
+		if h := s.held; h != nil && j.final.Sub(h.final) >= r.holdFor() {
+			s.held = nil
+			r.publishChecked(s, h)
+		}
+		return
+	}
 	mt := j.mt
+	// The window follows the delays this interval vouches for.
+	s.plan.Observe(mt.ID, j.chk.Delay, j.beyond)
+	r.metrics.BoundaryWindow(j.sender, time.Duration(s.plan.Target()))
 	if j.err != nil {
 		r.log.Error("estimation failed: interval not published", "sender", j.sender, "interval", mt.ID, "err", j.err)
 		r.metrics.IntervalOutcome(j.sender, results.OutcomeFailed)
 		return
 	}
 	if mt.Unresolved > 0 || mt.Late > 0 {
-		r.log.Warn("boundary packets placed without the sender's list or arriving late", "sender", j.sender, "interval", mt.ID,
+		r.log.Warn("boundary packets placed without the sender's function or arriving late", "sender", j.sender, "interval", mt.ID,
 			"unresolved", mt.Unresolved, "late", mt.Late)
 	}
+	if h := s.held; h != nil {
+		s.held = nil
+		if j.beyond && h.mt.ID == mt.ID-1 {
+			h.beyond = true
+		}
+		r.publishChecked(s, h)
+	}
+	// Without a cell short of packets, nothing of this interval can sit in
+	// the next one: no need to wait for its check.
+	if (mt.Outcome == results.OutcomeMatched || mt.Outcome == results.OutcomePartial) && j.chk.DeficitCells > 0 {
+		s.held = j
+		return
+	}
+	r.publishChecked(s, j)
+}
+
+// holdFor bounds how long a live interval waits for its successor's check.
+func (r *Receiver) holdFor() time.Duration {
+	return max(2*time.Duration(r.params.T), time.Second)
+}
+
+// releaseHeld publishes the interval held back for its successor's check
+// (end of the match loop: no successor will come).
+func (r *Receiver) releaseHeld(s *senderState) {
+	if h := s.held; h != nil {
+		s.held = nil
+		r.publishChecked(s, h)
+	}
+}
+
+// publishChecked flags an interval whose packets may sit in the wrong
+// interval (loss withheld, counted, logged once an episode) and publishes it.
+func (r *Receiver) publishChecked(s *senderState, j *estJob) {
+	if j.beyond {
+		j.iv.FlagBeyondWindow()
+		r.metrics.BoundaryMisassigned(j.sender)
+		if !s.inEpisode {
+			target := time.Duration(s.plan.Target())
+			msg := "packets slower than the receiver's hold window were placed in the wrong interval: loss withheld (status delay_beyond_window); the window is growing"
+			fix := fmt.Sprintf("the hold window grows toward twice the delays seen (now %v) up to max_delay (%v)", target, time.Duration(r.params.MaxDelay))
+			// Misplaced although its own windows were at max_delay: the
+			// delays are beyond it, no growing will help.
+			if j.chk.Window >= r.params.MaxDelay {
+				msg = "packets slower than max_delay were placed in the wrong interval: loss withheld (status delay_beyond_window)"
+				fix = fmt.Sprintf("raise max_delay (now %v) on both ends above the link's largest one-way delay", time.Duration(r.params.MaxDelay))
+			}
+			r.log.Warn(msg, "sender", j.sender, "interval", j.mt.ID, "surplus_cells", j.chk.SurplusCells, "misplaced", j.chk.Misplaced,
+				"delay_evidence", time.Duration(nanOr0(j.chk.Delay)), "window", time.Duration(j.chk.Window), "fix", fix)
+			s.inEpisode = true
+		}
+	} else if j.mt.Outcome == results.OutcomeMatched {
+		s.inEpisode = false
+	}
 	r.publish(j.iv)
+}
+
+func nanOr0(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
 }
 
 // ownClock is this host's clock verdict now.
@@ -793,6 +899,15 @@ func (r *Receiver) Disconnected(sender string, err error) {
 	} else {
 		r.log.Warn("sender disconnected", "sender", sender, "err", err)
 	}
+}
+
+// Windows gives the server the hold windows to tell sender (wire.windowed).
+func (r *Receiver) Windows(sender string) wire.WindowSource {
+	s, err := r.entryFor(sender)
+	if err != nil || s.plan == nil {
+		return nil
+	}
+	return s.plan
 }
 
 // FrameError implements wire.Handler.

@@ -45,11 +45,17 @@ type run struct {
 
 func replayScenario(t *testing.T, sc gen.Scenario, configure func(*Options)) run {
 	t.Helper()
+	return replayScenarioLog(t, sc, configure, io.Discard)
+}
+
+// replayScenarioLog is replayScenario with the pipelines' log written to logTo.
+func replayScenarioLog(t *testing.T, sc gen.Scenario, configure func(*Options), logTo io.Writer) run {
+	t.Helper()
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.pcap"), filepath.Join(dir, "b.pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(logTo, nil))
 	if _, err := gen.Generate(ctx, sc, gen.Outputs{SenderPcap: a, ReceiverPcap: b}, log); err != nil {
 		t.Fatal(err)
 	}

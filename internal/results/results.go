@@ -82,7 +82,17 @@ type LinkRecord struct {
 	// Delays are the link sample's exact delays (ns), for the metrics'
 	// histogram; not serialized.
 	Delays []float64 `json:"-"`
+	// BeyondWindow: packets may sit in the wrong interval (delays beyond
+	// the hold window); LossRatio is then withheld (0), never a measurement.
+	BeyondWindow bool `json:"delay_beyond_window,omitempty"`
 }
+
+// StatusBeyondWindow is a flow's status when packets slower than the
+// receiver's hold window (at most max_delay) may have been placed in the
+// wrong interval and the flow has cells that do not match: its loss is
+// withheld (loss 0, no loss_point) and its delay comes only from cells
+// that match exactly.
+const StatusBeyondWindow = "delay_beyond_window"
 
 // Interval is everything the receiver publishes for one finalized interval
 // of one sender: what the metrics, the API and the JSONL writer consume.
@@ -98,6 +108,30 @@ type Interval struct {
 	SenderDrops     uint64  `json:"sender_drops"`
 	ReceiverDrops   uint64  `json:"receiver_drops"`
 	SketchBytes     uint64  `json:"sketch_bytes"`
+	// BeyondWindow: packets slower than the hold window may sit in the
+	// wrong interval (this one's or a neighbour's): flows with cells that
+	// do not match have StatusBeyondWindow and no loss.
+	BeyondWindow bool `json:"delay_beyond_window,omitempty"`
+	// Touched marks the flows (same index as Flows) with a cell that does
+	// not match at both ends: the ones a misplaced packet can affect.
+	Touched []bool `json:"-"`
+}
+
+// FlagBeyondWindow marks the interval as holding misplaced packets:
+// every touched flow gets StatusBeyondWindow and its loss withheld, every
+// link its loss ratio withheld.
+func (iv *Interval) FlagBeyondWindow() {
+	iv.BeyondWindow = true
+	for i := range iv.Flows {
+		if i < len(iv.Touched) && !iv.Touched[i] {
+			continue
+		}
+		f := &iv.Flows[i]
+		f.Status, f.Loss, f.LossPoint = StatusBeyondWindow, 0, nil
+	}
+	for i := range iv.Links {
+		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, 0
+	}
 }
 
 // Interval outcomes, a bounded set used as a metric label.

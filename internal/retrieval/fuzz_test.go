@@ -19,6 +19,20 @@ func FuzzUnmarshal(f *testing.F) {
 		enc, _ := fn.MarshalBinary()
 		f.Add(enc, 1000)
 	}
+	var b Builder
+	for _, w := range []int{2, 5, 16} {
+		keys, _ := randomSet(40, uint64(w))
+		vals := make([]uint64, len(keys))
+		for i := range vals {
+			vals[i] = uint64(i) % (1 << w)
+		}
+		fn, err := b.BuildValues(keys, vals, w)
+		if err != nil {
+			f.Fatal(err)
+		}
+		enc, _ := fn.MarshalBinary()
+		f.Add(enc, 1000)
+	}
 	f.Add([]byte{Version, 0xff, 0xff, 0xff, 0x7f}, 1<<30)
 	f.Fuzz(func(t *testing.T, b []byte, limit int) {
 		var fn *Func
@@ -43,6 +57,9 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("re-encoding differs: %v", err)
 		}
 		fn.Get(0x1234) // must not panic
+		if v := fn.Value(0x5678); v>>uint(fn.Width()) != 0 {
+			t.Fatalf("value %d wider than %d bits", v, fn.Width())
+		}
 	})
 }
 

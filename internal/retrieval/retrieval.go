@@ -1,11 +1,13 @@
 // Package retrieval is a static function (a "retrieval data structure")
-// from 64-bit keys to one bit: built once from a key set and a value per
-// key, it answers each key's value exactly in about 1.13-1.25 bits a key,
-// without storing the keys. A key outside the set gets an arbitrary answer.
+// from 64-bit keys to values of a fixed width of w bits (1-16): built once
+// from a key set and a value per key, it answers each key's value exactly
+// in about 1.13-1.25·w bits a key, without storing the keys. A key outside
+// the set gets an arbitrary answer.
 //
 // The layout is the 3-wise binary fuse graph of Graf & Lemire ("Binary Fuse
 // Filters", 2022): a key hashes to three cells in three consecutive
-// segments of a bit table, and its value is the XOR of the three bits.
+// segments of a table of w-bit cells, and its value is the XOR of the
+// three cells.
 // Construction peels the hypergraph (a cell touched by one remaining key
 // fixes that key's value) and assigns the cells in reverse peeling order;
 // a seed whose graph does not peel is replaced by the next one. Filters
@@ -15,7 +17,7 @@
 // The table's dimensions are a function of the key count computed in
 // integers only, so that both ends of a stream agree on them whatever
 // their floating-point arithmetic: the encoding carries just the key
-// count, the seed and the bits.
+// count, the value width, the seed and the cells.
 package retrieval
 
 import (
@@ -27,7 +29,11 @@ import (
 )
 
 // Version is the first byte of the encoding; a decoder refuses any other.
-const Version = 1
+// Version 1 (one bit a key, no width byte) is retired.
+const Version = 2
+
+// MaxWidth bounds the value width in bits.
+const MaxWidth = 16
 
 // MaxKeys bounds one function: cell indices are 32-bit.
 const MaxKeys = 1 << 30
@@ -44,12 +50,13 @@ var ErrDuplicateKey = errors.New("retrieval: duplicate key")
 // Func is an immutable static function; safe for concurrent Get.
 type Func struct {
 	n           int
+	width       uint32 // bits a value (and a cell)
 	seed        uint64
 	segLen      uint32
 	segMask     uint32
 	segCountLen uint32
 	arrayLen    uint32
-	bits        []uint64 // arrayLen bits, bit i at word i/64, bit i%64
+	bits        []uint64 // arrayLen cells of width bits, cell i at bits [i·width, (i+1)·width)
 }
 
 type layout struct{ segLen, segCount, arrayLen uint32 }
@@ -77,10 +84,10 @@ func layoutFor(n int) layout {
 	return layout{segLen: uint32(segLen), segCount: uint32(segCount), arrayLen: uint32((segCount + 2) * segLen)}
 }
 
-func newFunc(n int, seed uint64) *Func {
+func newFunc(n, width int, seed uint64) *Func {
 	l := layoutFor(n)
-	return &Func{n: n, seed: seed, segLen: l.segLen, segMask: l.segLen - 1, segCountLen: l.segCount * l.segLen,
-		arrayLen: l.arrayLen, bits: make([]uint64, (uint64(l.arrayLen)+63)/64)}
+	return &Func{n: n, width: uint32(width), seed: seed, segLen: l.segLen, segMask: l.segLen - 1, segCountLen: l.segCount * l.segLen,
+		arrayLen: l.arrayLen, bits: make([]uint64, (uint64(l.arrayLen)*uint64(width)+63)/64)}
 }
 
 // MaxEncodedLen bounds the encoding of a function of at most n keys:
@@ -94,8 +101,11 @@ func MaxEncodedLen(n int) int {
 // Len is the number of keys the function was built from.
 func (f *Func) Len() int { return f.n }
 
-// SizeBits is the size of the bit table.
-func (f *Func) SizeBits() int { return int(f.arrayLen) }
+// Width is the number of bits of a value.
+func (f *Func) Width() int { return int(f.width) }
+
+// SizeBits is the size of the table in bits.
+func (f *Func) SizeBits() int { return int(f.arrayLen) * int(f.width) }
 
 // mix is MurmurHash3's 64-bit finalizer of key+seed: a bijection, so
 // distinct keys never share a hash under one seed.
@@ -121,16 +131,39 @@ func (f *Func) cells(h uint64) [3]uint32 {
 	return [3]uint32{h0, h1, h2}
 }
 
-func (f *Func) bit(i uint32) uint64 { return f.bits[i>>6] >> (i & 63) & 1 }
+// cell reads cell i's width bits.
+func (f *Func) cell(i uint32) uint64 {
+	pos := uint64(i) * uint64(f.width)
+	w, off := pos>>6, pos&63
+	v := f.bits[w] >> off
+	if off+uint64(f.width) > 64 {
+		v |= f.bits[w+1] << (64 - off)
+	}
+	return v & (1<<f.width - 1)
+}
 
-// Get returns key's value; for a key outside the set, an arbitrary bit.
-func (f *Func) Get(key uint64) bool {
+// setCell ORs v (width bits) into cell i.
+func (f *Func) setCell(i uint32, v uint64) {
+	pos := uint64(i) * uint64(f.width)
+	w, off := pos>>6, pos&63
+	f.bits[w] |= v << off
+	if off+uint64(f.width) > 64 {
+		f.bits[w+1] |= v >> (64 - off)
+	}
+}
+
+// Value returns key's value; for a key outside the set, an arbitrary one
+// (below 2^Width).
+func (f *Func) Value(key uint64) uint64 {
 	if f.arrayLen == 0 {
-		return false
+		return 0
 	}
 	c := f.cells(mix(key, f.seed))
-	return f.bit(c[0])^f.bit(c[1])^f.bit(c[2]) == 1
+	return f.cell(c[0]) ^ f.cell(c[1]) ^ f.cell(c[2])
 }
+
+// Get is Value for a function of one-bit values: value != 0.
+func (f *Func) Get(key uint64) bool { return f.Value(key) != 0 }
 
 // Builder keeps the construction's scratch space between builds (one a
 // boundary at the sender). Not safe for concurrent use.
@@ -142,8 +175,8 @@ type Builder struct {
 	slot  []uint8  // the slot each peeled key was peeled by
 }
 
-// Build makes the function mapping keys[i] to values[i]. Keys must be
-// distinct (ErrDuplicateKey otherwise); their order does not matter.
+// Build makes the one-bit function mapping keys[i] to values[i]. Keys must
+// be distinct (ErrDuplicateKey otherwise); their order does not matter.
 func Build(keys []uint64, values []bool) (*Func, error) {
 	var b Builder
 	return b.Build(keys, values)
@@ -154,12 +187,41 @@ func (b *Builder) Build(keys []uint64, values []bool) (*Func, error) {
 	if len(values) != len(keys) {
 		return nil, fmt.Errorf("retrieval: %d keys but %d values", len(keys), len(values))
 	}
+	return b.build(keys, func(i int) uint64 {
+		if values[i] {
+			return 1
+		}
+		return 0
+	}, 1)
+}
+
+// BuildValues makes the function mapping keys[i] to values[i], each below
+// 2^width (1 <= width <= MaxWidth). Keys must be distinct.
+func (b *Builder) BuildValues(keys, values []uint64, width int) (*Func, error) {
+	if len(values) != len(keys) {
+		return nil, fmt.Errorf("retrieval: %d keys but %d values", len(keys), len(values))
+	}
+	if width < 1 || width > MaxWidth {
+		return nil, fmt.Errorf("retrieval: value width %d outside 1-%d", width, MaxWidth)
+	}
+	for i, v := range values {
+		if v>>uint(width) != 0 {
+			return nil, fmt.Errorf("retrieval: value %d of key %d does not fit in %d bits", v, i, width)
+		}
+	}
+	return b.build(keys, func(i int) uint64 { return values[i] }, width)
+}
+
+// WidthFor is the number of bits that holds every value up to maxValue.
+func WidthFor(maxValue uint64) int { return max(1, bits.Len64(maxValue)) }
+
+func (b *Builder) build(keys []uint64, value func(int) uint64, width int) (*Func, error) {
 	if len(keys) > MaxKeys {
 		return nil, fmt.Errorf("retrieval: %d keys exceed the maximum %d", len(keys), MaxKeys)
 	}
 	n := len(keys)
 	rng := uint64(0x9e3779b97f4a7c15) ^ uint64(n)
-	f := newFunc(n, 0)
+	f := newFunc(n, width, 0)
 	if n == 0 {
 		return f, nil
 	}
@@ -181,18 +243,14 @@ func (b *Builder) Build(keys []uint64, values []bool) (*Func, error) {
 		}
 	}
 	// Assign in reverse peeling order: each key's peeling cell is still
-	// free when its turn comes, so setting it fixes the key's XOR.
+	// zero when its turn comes, so setting it fixes the key's XOR.
 	for j := n - 1; j >= 0; j-- {
 		i := b.order[j]
 		c := f.cells(mix(keys[i], f.seed))
 		s := b.slot[j]
-		other := f.bit(c[(s+1)%3]) ^ f.bit(c[(s+2)%3])
-		var v uint64
-		if values[i] {
-			v = 1
-		}
-		if v^other == 1 {
-			f.bits[c[s]>>6] |= 1 << (c[s] & 63)
+		other := f.cell(c[(s+1)%3]) ^ f.cell(c[(s+2)%3])
+		if v := value(int(i)) ^ other; v != 0 {
+			f.setCell(c[s], v)
 		}
 	}
 	return f, nil
@@ -267,22 +325,25 @@ func splitmix(x *uint64) uint64 {
 	return z ^ z>>31
 }
 
-// EncodedLen is the length of the encoding of a function of n keys.
-func EncodedLen(n int) int {
-	return 1 + uvarintLen(uint64(n)) + 8 + int((uint64(layoutFor(n).arrayLen)+7)/8)
+// EncodedLen is the length of the encoding of a function of n keys and
+// values of width bits.
+func EncodedLen(n, width int) int {
+	return 1 + uvarintLen(uint64(n)) + 1 + 8 + int((uint64(layoutFor(n).arrayLen)*uint64(width)+7)/8)
 }
 
 func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 // AppendBinary appends the encoding: Version, the key count (uvarint), the
-// seed (8 bytes little-endian), then the table, bit i in byte i/8 at bit
-// i%8, the last byte zero-padded.
+// value width (one byte), the seed (8 bytes little-endian), then the
+// table's bits (cell i at bits [i·width, (i+1)·width)), bit j in byte j/8
+// at bit j%8, the last byte zero-padded.
 func (f *Func) AppendBinary(b []byte) ([]byte, error) {
-	b = slices.Grow(b, EncodedLen(f.n))
+	b = slices.Grow(b, EncodedLen(f.n, int(f.width)))
 	b = append(b, Version)
 	b = binary.AppendUvarint(b, uint64(f.n))
+	b = append(b, byte(f.width))
 	b = binary.LittleEndian.AppendUint64(b, f.seed)
-	nb := (int(f.arrayLen) + 7) / 8
+	nb := (f.SizeBits() + 7) / 8
 	for i := range nb {
 		b = append(b, byte(f.bits[i/8]>>(8*(i%8))))
 	}
@@ -310,20 +371,29 @@ func Unmarshal(b []byte, maxKeys int) (*Func, error) {
 		return nil, fmt.Errorf("retrieval: %d keys exceed the limit %d", n, min(max(maxKeys, 0), MaxKeys))
 	}
 	rest := b[1+k:]
+	if len(rest) < 1 {
+		return nil, errors.New("retrieval: truncated value width")
+	}
+	width := int(rest[0])
+	if width < 1 || width > MaxWidth {
+		return nil, fmt.Errorf("retrieval: value width %d outside 1-%d", width, MaxWidth)
+	}
+	rest = rest[1:]
 	if len(rest) < 8 {
 		return nil, fmt.Errorf("retrieval: truncated seed (%d of 8 bytes)", len(rest))
 	}
 	seed := binary.LittleEndian.Uint64(rest)
 	rest = rest[8:]
 	l := layoutFor(int(n))
-	want := (uint64(l.arrayLen) + 7) / 8
+	tableBits := uint64(l.arrayLen) * uint64(width)
+	want := (tableBits + 7) / 8
 	if uint64(len(rest)) != want {
-		return nil, fmt.Errorf("retrieval: table of %d bytes, %d keys need exactly %d (truncated or trailing bytes)", len(rest), n, want)
+		return nil, fmt.Errorf("retrieval: table of %d bytes, %d keys of %d bits need exactly %d (truncated or trailing bytes)", len(rest), n, width, want)
 	}
-	if r := l.arrayLen % 8; r != 0 && rest[len(rest)-1]>>r != 0 {
+	if r := tableBits % 8; r != 0 && rest[len(rest)-1]>>r != 0 {
 		return nil, errors.New("retrieval: non-zero padding after the table")
 	}
-	f := newFunc(int(n), seed)
+	f := newFunc(int(n), width, seed)
 	for i, v := range rest {
 		f.bits[i/8] |= uint64(v) << (8 * (i % 8))
 	}

@@ -47,8 +47,8 @@ func TestBuildGetExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(enc) != EncodedLen(tc.n) {
-			t.Errorf("n=%d: encoding %d bytes, EncodedLen says %d", tc.n, len(enc), EncodedLen(tc.n))
+		if len(enc) != EncodedLen(tc.n, 1) {
+			t.Errorf("n=%d: encoding %d bytes, EncodedLen says %d", tc.n, len(enc), EncodedLen(tc.n, 1))
 		}
 		g, err := Unmarshal(enc, tc.n)
 		if err != nil {
@@ -156,11 +156,16 @@ func TestUnmarshalRefuses(t *testing.T) {
 		want  string
 	}{
 		{"empty", nil, 1000, "empty"},
-		{"other version", mod(func(b []byte) []byte { b[0] = 2; return b }), 1000, "version 2"},
+		{"retired version 1", mod(func(b []byte) []byte { b[0] = 1; return b }), 1000, "version 1"},
+		{"other version", mod(func(b []byte) []byte { b[0] = 3; return b }), 1000, "version 3"},
+		{"width 0", mod(func(b []byte) []byte { b[2] = 0; return b }), 1000, "width 0"},
+		{"width 17", mod(func(b []byte) []byte { b[2] = 17; return b }), 1000, "width 17"},
+		{"width of another table", mod(func(b []byte) []byte { b[2] = 2; return b }), 1000, "need exactly"},
 		{"bad count", []byte{Version, 0x80}, 1000, "bad key count"},
 		{"over the limit", good, 99, "100 keys exceed the limit 99"},
 		{"negative limit", good, -1, "exceed the limit 0"},
 		{"huge count", append([]byte{Version}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01), 1 << 40, "exceed"},
+		{"truncated width", good[:2], 1000, "truncated value width"},
 		{"truncated seed", good[:5], 1000, "truncated seed"},
 		{"truncated table", good[:len(good)-1], 1000, "truncated or trailing"},
 		{"trailing byte", append(bytes.Clone(good), 0), 1000, "truncated or trailing"},
@@ -184,5 +189,49 @@ func TestUnmarshalRefuses(t *testing.T) {
 	enc[len(enc)-1] |= 0x80
 	if _, err := Unmarshal(enc, 10); err == nil || !strings.Contains(err.Error(), "padding") {
 		t.Errorf("non-zero padding: err = %v", err)
+	}
+}
+
+// TestMultiBitValues: w-bit values (the boundary function's send-interval
+// offsets) come back exactly for every width, after a round trip too; a
+// value that does not fit its width is refused.
+func TestMultiBitValues(t *testing.T) {
+	var b Builder
+	for _, tc := range []struct{ n, width int }{{0, 3}, {1, 2}, {7, 5}, {600, 2}, {5000, 3}, {50_000, 4}, {20_000, 16}} {
+		keys, _ := randomSet(tc.n, uint64(tc.n*31+tc.width))
+		r := rand.New(rand.NewPCG(uint64(tc.width), 1))
+		vals := make([]uint64, tc.n)
+		for i := range vals {
+			vals[i] = r.Uint64N(1 << tc.width)
+		}
+		f, err := b.BuildValues(keys, vals, tc.width)
+		if err != nil {
+			t.Fatalf("n=%d w=%d: %v", tc.n, tc.width, err)
+		}
+		enc, _ := f.MarshalBinary()
+		if len(enc) != EncodedLen(tc.n, tc.width) {
+			t.Errorf("n=%d w=%d: %d bytes, EncodedLen says %d", tc.n, tc.width, len(enc), EncodedLen(tc.n, tc.width))
+		}
+		g, err := Unmarshal(enc, tc.n)
+		if err != nil {
+			t.Fatalf("n=%d w=%d: decoding: %v", tc.n, tc.width, err)
+		}
+		if g.Width() != tc.width {
+			t.Errorf("decoded width %d, want %d", g.Width(), tc.width)
+		}
+		for i, k := range keys {
+			if f.Value(k) != vals[i] || g.Value(k) != vals[i] {
+				t.Fatalf("n=%d w=%d: key %d answered %d/%d, want %d", tc.n, tc.width, i, f.Value(k), g.Value(k), vals[i])
+			}
+		}
+		if again, _ := g.MarshalBinary(); !bytes.Equal(again, enc) {
+			t.Errorf("n=%d w=%d: re-encoding differs", tc.n, tc.width)
+		}
+	}
+	if _, err := b.BuildValues([]uint64{1, 2}, []uint64{1, 4}, 2); err == nil || !strings.Contains(err.Error(), "does not fit in 2 bits") {
+		t.Errorf("value 4 in 2 bits: err = %v", err)
+	}
+	if WidthFor(0) != 1 || WidthFor(1) != 1 || WidthFor(2) != 2 || WidthFor(11) != 4 {
+		t.Errorf("WidthFor: %d %d %d %d", WidthFor(0), WidthFor(1), WidthFor(2), WidthFor(11))
 	}
 }

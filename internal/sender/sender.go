@@ -39,6 +39,10 @@ type Options struct {
 	FailFast     bool  // end on a refusal instead of retrying
 }
 
+// replayWindowWait bounds how long a replay's sender waits for the
+// receiver's window of one boundary before covering max_delay.
+const replayWindowWait = 30 * time.Second
+
 // idleSlack is how far behind the wall clock an idle link's intervals are
 // closed: packets still in the capture ring must not arrive late.
 const idleSlack = 250 * time.Millisecond
@@ -51,6 +55,7 @@ type Sender struct {
 	params  interval.Params
 	cc      capture.Config
 	client  *wire.Client
+	windows *interval.WindowTable // the receiver's hold windows, from the stream
 	metrics *metrics.Sender
 	ptp     *ptp.Checker
 	pool    *sample.Pool // candidate buffers, from the capture workers to ship and back
@@ -75,8 +80,8 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 			return nil, err
 		}
 	}
-	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8)}
-	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID,
+	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8), windows: interval.NewWindowTable()}
+	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID, Windows: s.windows,
 		Version: opt.Version, Fingerprint: cfg.Fingerprint(), Seed: cfg.Sketch.Seed, ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
 		RPCTimeout: cfg.Sender.RPCTimeout, ChunkBytes: cfg.Sender.ChunkBytes, FailFast: opt.FailFast}, log)
@@ -187,7 +192,14 @@ func (s *Sender) Run(ctx context.Context) error {
 var errDone = errors.New("replay finished")
 
 func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int64, out chan<- *interval.SenderInterval) error {
-	b, err := interval.NewSenderBuilder(s.params, start)
+	// Live, an interval whose boundary window has not come by max_delay
+	// covers max_delay (capture never waits); a replay reads files, which
+	// can wait for the receiver's word.
+	var wait time.Duration
+	if s.opt.Replay {
+		wait = replayWindowWait
+	}
+	b, err := interval.NewSenderBuilderWindows(s.params, start, s.windows, wait)
 	if err != nil {
 		return err
 	}

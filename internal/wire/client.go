@@ -39,6 +39,9 @@ type ClientConfig struct {
 	// FailFast ends Run on a refusal (configuration mismatch, unknown
 	// sender) instead of retrying: for replay and tests.
 	FailFast bool
+	// Windows receives the receiver's hold windows (Window frames); it is
+	// closed when Run returns. nil: ignored.
+	Windows *interval.WindowTable
 }
 
 // ClientStats are the client's counters (for metrics). BytesSent is the
@@ -135,6 +138,7 @@ func (c *Client) poke() {
 // Run connects and streams until ctx ends, or, after Close, until every
 // interval is acknowledged.
 func (c *Client) Run(ctx context.Context) error {
+	defer c.cfg.Windows.Close() // builders waiting for a window stop waiting
 	creds := c.cfg.Creds
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -289,6 +293,9 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 			}
 			if a := f.GetAck(); a != nil {
 				c.ack(a.Interval)
+			}
+			if w := f.GetWindow(); w != nil && w.WindowNs > 0 {
+				c.cfg.Windows.Set(interval.Window{Boundary: w.Boundary, W: w.WindowNs})
 			}
 		}
 	}()

@@ -21,6 +21,7 @@ import (
 const (
 	FlagPartial = 1 << 0
 	FlagFirst   = 1 << 1 // first interval since the sender started
+	FlagTrailer = 1 << 2 // empty, emitted after the end of the sender's input for the boundaries its last packets can reach
 )
 
 // Encode turns a finished interval into frames (seq left at 0: the stream
@@ -39,6 +40,9 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 	}
 	if si.First {
 		flags |= FlagFirst
+	}
+	if si.Trailer {
+		flags |= FlagTrailer
 	}
 	var frames []*ldsv1.SenderFrame
 	total := 0
@@ -96,13 +100,16 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 	return append(append([]*ldsv1.SenderFrame{start}, frames...), end), nil
 }
 
-// BoundaryFormat names this build's boundary encoding: a 1-bit static
-// function (internal/retrieval, 3-wise binary fuse) from the 64-bit packet
-// hash to "sent before the boundary", in CHUNK_KIND_BOUNDARY_FUNC chunks.
-// The receiver names it in HelloAck and the sender refuses a receiver that
-// names another or none; older senders' CHUNK_KIND_BOUNDARY (a 40-bit hash
-// list) is refused with ErrIncompatible. Neither end misreads the other.
-const BoundaryFormat = "fuse3-1bit/v1"
+// BoundaryFormat names this build's boundary encoding: a static function
+// (internal/retrieval encoding version 2, 3-wise binary fuse) from the
+// 64-bit packet hash to the number of intervals between its send interval
+// and the boundary, in values of a few bits, over the key window of the
+// receiver's hold window (Window frames), in CHUNK_KIND_BOUNDARY_FUNC
+// chunks. The receiver names it in HelloAck and the sender refuses a
+// receiver that names another or none (fuse3-1bit/v1: the 1-bit function
+// over a fixed max_delay); older senders' CHUNK_KIND_BOUNDARY (a 40-bit
+// hash list) is refused with ErrIncompatible. Neither end misreads the other.
+const BoundaryFormat = "fuse3-offset/v2"
 
 // Limits bound what one stream may make the receiver allocate.
 type Limits struct {
@@ -328,7 +335,7 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 		}
 	}
 	si := &interval.SenderInterval{ID: id, Partial: st.Flags&FlagPartial != 0, First: st.Flags&FlagFirst != 0,
-		Sk: sk, Split: bnd, Samples: smp}
+		Trailer: st.Flags&FlagTrailer != 0, Sk: sk, Split: bnd, Samples: smp}
 	for i, hk := range e.Heavy {
 		k, err := capture.FlowKeyFromBinary(hk.GetKey())
 		if err != nil {

@@ -19,8 +19,8 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 	p := testParams()
 	for _, chunk := range []int{1, 7, 100, 1 << 20} {
 		si := makeInterval(t, p, 1763000042, 3000, uint64(chunk))
-		si.Partial, si.First = chunk%2 == 1, chunk == 7
-		before, after := slices.Clone(si.Boundary), slices.Clone(si.After)
+		si.Partial, si.First, si.Trailer = chunk%2 == 1, chunk == 7, chunk == 100
+		keysB := slices.Clone(si.Keys)
 		frames := encodeAll(t, chunk, si)
 
 		// The expected sketch byte count, computed from the blobs themselves.
@@ -60,6 +60,9 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 			t.Fatalf("chunk %d: no complete interval: %+v", chunk, got)
 		}
 		g := got.Interval
+		if g.Trailer != si.Trailer {
+			t.Errorf("chunk %d: trailer %v, want %v", chunk, g.Trailer, si.Trailer)
+		}
 		if g.ID != si.ID || g.Partial != si.Partial || g.First != si.First {
 			t.Errorf("chunk %d: id/partial/first = %d/%v/%v, want %d/%v/%v", chunk, g.ID, g.Partial, g.First, si.ID, si.Partial, si.First)
 		}
@@ -74,28 +77,19 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 		if g.Sk.Packets != si.Sk.Packets || g.Sk.Bytes != si.Sk.Bytes || !slices.Equal(g.Sk.ClassPackets, si.Sk.ClassPackets) {
 			t.Errorf("chunk %d: totals %d/%d/%v, want %d/%d/%v", chunk, g.Sk.Packets, g.Sk.Bytes, g.Sk.ClassPackets, si.Sk.Packets, si.Sk.Bytes, si.Sk.ClassPackets)
 		}
-		// The decoded boundary function answers every key as the lists
-		// that built it say: "before" for the closing interval's packets.
-		if len(before) == 0 || len(after) == 0 || g.Split == nil {
-			t.Fatalf("chunk %d: %d/%d boundary keys, decoded function %v", chunk, len(before), len(after), g.Split)
-		}
-		inBefore := map[uint64]bool{}
-		for _, k := range before {
-			inBefore[k] = true
+		// The decoded boundary function answers every key with the
+		// offset of its send interval (0, 1 and 2 here: two bits).
+		if len(keysB) == 0 || g.Split == nil || g.Split.Width() != 2 {
+			t.Fatalf("chunk %d: %d boundary keys, decoded function %v", chunk, len(keysB), g.Split)
 		}
 		wrong := 0
-		for _, k := range before {
-			if !g.SentBefore(k) {
+		for _, k := range keysB {
+			if g.SentOffset(k.Hash) != uint64(k.Off) {
 				wrong++
 			}
 		}
-		for _, k := range after {
-			if !inBefore[k] && g.SentBefore(k) {
-				wrong++
-			}
-		}
-		if wrong > 0 || g.Split.Len() != len(inBefore)+len(after) {
-			t.Errorf("chunk %d: %d boundary keys answered wrongly; %d keys, want %d", chunk, wrong, g.Split.Len(), len(inBefore)+len(after))
+		if wrong > 0 || g.Split.Len() != len(keysB) {
+			t.Errorf("chunk %d: %d boundary keys answered wrongly; %d keys, want %d", chunk, wrong, g.Split.Len(), len(keysB))
 		}
 		if len(si.Heavy) == 0 || !slices.Equal(g.Heavy, si.Heavy) {
 			t.Errorf("chunk %d: heavy keys %v, want %v", chunk, g.Heavy, si.Heavy)

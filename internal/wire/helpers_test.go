@@ -48,22 +48,26 @@ func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64)
 		}
 		keys = append(keys, k)
 	}
-	var before, after []uint64
-	for range n {
+	var keysB []interval.BoundaryKey
+	for i := range n {
 		f := r.IntN(len(keys))
 		pk := capture.Packet{Key: keys[f], FlowHash: uint64(f)*0x9e3779b97f4a7c15 + 1, PktHash: r.Uint64(),
 			WireLen: uint32(60 + r.IntN(1400)), Weight: 1, Class: uint16(f % p.Classes)}
 		ts := r.Int64N(p.T)
 		sk.Add(&pk, ts)
 		if ts >= p.T-p.MaxDelay-p.Guard {
-			before = append(before, pk.PktHash)
+			keysB = append(keysB, interval.BoundaryKey{Hash: pk.PktHash, Off: 1})
 		}
-		// Stand-ins for the packets sent just after the boundary.
+		// Stand-ins for the packets sent just after the boundary, and
+		// (a window wider than the interval) two intervals before it.
 		if ts < p.MaxDelay+p.Guard {
-			after = append(after, r.Uint64())
+			keysB = append(keysB, interval.BoundaryKey{Hash: r.Uint64(), Off: 0})
+			if i%3 == 0 {
+				keysB = append(keysB, interval.BoundaryKey{Hash: r.Uint64(), Off: 2})
+			}
 		}
 	}
-	return &interval.SenderInterval{ID: id, Sk: sk, Boundary: before, After: after, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5))}
+	return &interval.SenderInterval{ID: id, Sk: sk, Keys: keysB, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5))}
 }
 
 func testMeta() interval.SenderMeta {

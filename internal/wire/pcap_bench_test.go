@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
@@ -13,7 +14,9 @@ import (
 
 // BenchmarkBoundaryBytesPcap measures the encoded boundary blob of every
 // interval of a real sender capture (env LDS_BOUNDARY_PCAP, default config),
-// as the sender would ship it. Not run by `make bench` without the env.
+// as the sender would ship it for the receiver's hold window of env
+// LDS_BOUNDARY_WINDOW (default 50ms: the window on a link of delays below
+// 25 ms). Not run by `make bench` without the env.
 func BenchmarkBoundaryBytesPcap(b *testing.B) {
 	path := os.Getenv("LDS_BOUNDARY_PCAP")
 	if path == "" {
@@ -23,6 +26,16 @@ func BenchmarkBoundaryBytesPcap(b *testing.B) {
 	cc := cfg.CaptureConfig()
 	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
 		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+	w := interval.DefaultMinWindow
+	if v := os.Getenv("LDS_BOUNDARY_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w = int64(d)
+	}
+	// Every boundary's window, as the receiver would announce it.
+	win := interval.NewWindowTable()
 	for range b.N {
 		parser, err := capture.NewParser(cc)
 		if err != nil {
@@ -52,7 +65,11 @@ func BenchmarkBoundaryBytesPcap(b *testing.B) {
 				b.Fatal(err)
 			}
 			if sb == nil {
-				if sb, err = interval.NewSenderBuilder(p, interval.ID(pkt.TS, p.T)*p.T); err != nil {
+				first := interval.ID(pkt.TS, p.T)
+				for bnd := first; bnd < first+200; bnd++ {
+					win.Set(interval.Window{Boundary: bnd, W: w})
+				}
+				if sb, err = interval.NewSenderBuilderWindows(p, first*p.T, win, 0); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -42,6 +42,18 @@ type Handler interface {
 	FrameError(sender, reason string)
 }
 
+// WindowSource is the receiver's hold windows for one sender
+// (interval.WindowPlan): the server forwards every announced window to
+// the sender over the stream.
+type WindowSource interface {
+	Announced(since uint64) ([]interval.Window, uint64, bool, <-chan struct{})
+}
+
+// windowed is implemented by handlers that choose hold windows.
+type windowed interface {
+	Windows(sender string) WindowSource
+}
+
 // ServerConfig says what the receiver accepts.
 type ServerConfig struct {
 	// Fingerprint is every shared setting but the seed (config.Common.Fingerprint).
@@ -274,6 +286,17 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 		lim.InWindow = func(iv int64) bool { return InWindow(iv, s.cfg.Params.T, s.cfg.Now(), s.cfg.MaxSkew) }
 	}
 	a := NewAssembler(s.cfg.Params, lim)
+	var sendMu sync.Mutex // Acks and Windows share the stream
+	send := func(f *ldsv1.ReceiverFrame) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return st.Send(f)
+	}
+	if w, ok := s.h.(windowed); ok {
+		if src := w.Windows(id); src != nil {
+			go forwardWindows(st.Context(), src, send)
+		}
+	}
 	for {
 		var f *ldsv1.SenderFrame
 		select {
@@ -324,8 +347,28 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 		if res.Interval != nil {
 			ackID = res.Interval.ID
 		}
-		if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Ack{Ack: &ldsv1.Ack{Interval: ackID}}}); err != nil {
+		if err := send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Ack{Ack: &ldsv1.Ack{Interval: ackID}}}); err != nil {
 			return err
+		}
+	}
+}
+
+// forwardWindows sends the recent windows, then every new one, until the
+// stream ends.
+func forwardWindows(ctx context.Context, src WindowSource, send func(*ldsv1.ReceiverFrame) error) {
+	var seq uint64
+	for {
+		ws, next, _, wake := src.Announced(seq)
+		seq = next
+		for _, w := range ws {
+			if err := send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Window{Window: &ldsv1.Window{Boundary: w.Boundary, WindowNs: w.W}}}); err != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
 		}
 	}
 }

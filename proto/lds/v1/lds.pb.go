@@ -38,9 +38,10 @@ const (
 	// [B - max_delay - guard, B) that older senders sent. A receiver refuses
 	// it (FailedPrecondition) rather than misread it.
 	ChunkKind_CHUNK_KIND_BOUNDARY ChunkKind = 3
-	// The boundary function (internal/retrieval encoding, docs/protocol.md):
-	// packet hash -> 1 bit, set for the packets the sender saw in
-	// [B - max_delay - guard, B), clear for those in [B, B + max_delay + guard).
+	// The boundary function (internal/retrieval encoding version 2,
+	// docs/protocol.md): packet hash -> B minus its send interval (a value of
+	// a few bits), over the packets the sender saw in the key window of the
+	// receiver's hold window W for B: [B - W - 2 guard, min(B + W + guard, B + T)).
 	ChunkKind_CHUNK_KIND_BOUNDARY_FUNC ChunkKind = 4
 	// The interval's consistent packet samples (internal/sample encoding,
 	// docs/sampling.md): per sampled flow and for the uniform link sample,
@@ -361,7 +362,7 @@ func (x *Challenge) GetNonce() []byte {
 type Start struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Interval int64                  `protobuf:"varint,1,opt,name=interval,proto3" json:"interval,omitempty"`
-	Flags    uint32                 `protobuf:"varint,2,opt,name=flags,proto3" json:"flags,omitempty"` // bit 0: partial (capture did not cover the whole interval)
+	Flags    uint32                 `protobuf:"varint,2,opt,name=flags,proto3" json:"flags,omitempty"` // bit 0: partial (capture did not cover the whole interval); bit 1: first; bit 2: trailer (empty, after the end of the input)
 	// Sizes announced up front so the receiver can refuse before buffering.
 	TotalBytes    uint64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -833,6 +834,7 @@ type ReceiverFrame struct {
 	//
 	//	*ReceiverFrame_HelloAck
 	//	*ReceiverFrame_Ack
+	//	*ReceiverFrame_Window
 	//	*ReceiverFrame_Challenge
 	Body          isReceiverFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -894,6 +896,15 @@ func (x *ReceiverFrame) GetAck() *Ack {
 	return nil
 }
 
+func (x *ReceiverFrame) GetWindow() *Window {
+	if x != nil {
+		if x, ok := x.Body.(*ReceiverFrame_Window); ok {
+			return x.Window
+		}
+	}
+	return nil
+}
+
 func (x *ReceiverFrame) GetChallenge() *Challenge {
 	if x != nil {
 		if x, ok := x.Body.(*ReceiverFrame_Challenge); ok {
@@ -915,6 +926,10 @@ type ReceiverFrame_Ack struct {
 	Ack *Ack `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
 }
 
+type ReceiverFrame_Window struct {
+	Window *Window `protobuf:"bytes,3,opt,name=window,proto3,oneof"`
+}
+
 type ReceiverFrame_Challenge struct {
 	Challenge *Challenge `protobuf:"bytes,10,opt,name=challenge,proto3,oneof"`
 }
@@ -923,7 +938,66 @@ func (*ReceiverFrame_HelloAck) isReceiverFrame_Body() {}
 
 func (*ReceiverFrame_Ack) isReceiverFrame_Body() {}
 
+func (*ReceiverFrame_Window) isReceiverFrame_Body() {}
+
 func (*ReceiverFrame_Challenge) isReceiverFrame_Body() {}
+
+// Window is the receiver's final hold window for one boundary: it held the
+// packets it received in [B - guard, B + window_ns), so the sender's
+// function for B must cover the packets sent in
+// [B - window_ns - 2 guard, min(B + window_ns + guard, B + T)). The sender
+// waits for it (or covers max_delay without it).
+type Window struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Boundary      int64                  `protobuf:"varint,1,opt,name=boundary,proto3" json:"boundary,omitempty"` // B / T: the boundary at the end of interval boundary-1
+	WindowNs      int64                  `protobuf:"varint,2,opt,name=window_ns,json=windowNs,proto3" json:"window_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Window) Reset() {
+	*x = Window{}
+	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Window) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Window) ProtoMessage() {}
+
+func (x *Window) ProtoReflect() protoreflect.Message {
+	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Window.ProtoReflect.Descriptor instead.
+func (*Window) Descriptor() ([]byte, []int) {
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Window) GetBoundary() int64 {
+	if x != nil {
+		return x.Boundary
+	}
+	return 0
+}
+
+func (x *Window) GetWindowNs() int64 {
+	if x != nil {
+		return x.WindowNs
+	}
+	return 0
+}
 
 type HelloAck struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -939,7 +1013,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	mi := &file_lds_v1_lds_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1025,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	mi := &file_lds_v1_lds_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1038,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{11}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HelloAck) GetReceiverVersion() string {
@@ -997,7 +1071,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_lds_v1_lds_proto_msgTypes[12]
+	mi := &file_lds_v1_lds_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1083,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[12]
+	mi := &file_lds_v1_lds_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1096,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{12}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ack) GetInterval() int64 {
@@ -1097,13 +1171,17 @@ const file_lds_v1_lds_proto_rawDesc = "" +
 	"\x05clock\x18\x03 \x01(\v2\x13.lds.v1.ClockStatusR\x05clock\x12#\n" +
 	"\x05drops\x18\x04 \x01(\v2\r.lds.v1.DropsR\x05drops\x12%\n" +
 	"\x05heavy\x18\x05 \x03(\v2\x0f.lds.v1.FlowKeyR\x05heavy\x12%\n" +
-	"\x0eboundary_count\x18\x06 \x01(\x04R\rboundaryCount\"\x9c\x01\n" +
+	"\x0eboundary_count\x18\x06 \x01(\x04R\rboundaryCount\"\xc6\x01\n" +
 	"\rReceiverFrame\x12/\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x10.lds.v1.HelloAckH\x00R\bhelloAck\x12\x1f\n" +
-	"\x03ack\x18\x02 \x01(\v2\v.lds.v1.AckH\x00R\x03ack\x121\n" +
+	"\x03ack\x18\x02 \x01(\v2\v.lds.v1.AckH\x00R\x03ack\x12(\n" +
+	"\x06window\x18\x03 \x01(\v2\x0e.lds.v1.WindowH\x00R\x06window\x121\n" +
 	"\tchallenge\x18\n" +
 	" \x01(\v2\x11.lds.v1.ChallengeH\x00R\tchallengeB\x06\n" +
-	"\x04body\"r\n" +
+	"\x04body\"A\n" +
+	"\x06Window\x12\x1a\n" +
+	"\bboundary\x18\x01 \x01(\x03R\bboundary\x12\x1b\n" +
+	"\twindow_ns\x18\x02 \x01(\x03R\bwindowNs\"r\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10receiver_version\x18\x01 \x01(\tR\x0freceiverVersion\x12\x12\n" +
 	"\x04have\x18\x02 \x03(\x03R\x04have\x12'\n" +
@@ -1133,7 +1211,7 @@ func file_lds_v1_lds_proto_rawDescGZIP() []byte {
 }
 
 var file_lds_v1_lds_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lds_v1_lds_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lds_v1_lds_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_lds_v1_lds_proto_goTypes = []any{
 	(ChunkKind)(0),        // 0: lds.v1.ChunkKind
 	(*SenderFrame)(nil),   // 1: lds.v1.SenderFrame
@@ -1147,33 +1225,35 @@ var file_lds_v1_lds_proto_goTypes = []any{
 	(*FlowKey)(nil),       // 9: lds.v1.FlowKey
 	(*End)(nil),           // 10: lds.v1.End
 	(*ReceiverFrame)(nil), // 11: lds.v1.ReceiverFrame
-	(*HelloAck)(nil),      // 12: lds.v1.HelloAck
-	(*Ack)(nil),           // 13: lds.v1.Ack
-	nil,                   // 14: lds.v1.Hello.FingerprintEntry
-	nil,                   // 15: lds.v1.Drops.ParseEntry
+	(*Window)(nil),        // 12: lds.v1.Window
+	(*HelloAck)(nil),      // 13: lds.v1.HelloAck
+	(*Ack)(nil),           // 14: lds.v1.Ack
+	nil,                   // 15: lds.v1.Hello.FingerprintEntry
+	nil,                   // 16: lds.v1.Drops.ParseEntry
 }
 var file_lds_v1_lds_proto_depIdxs = []int32{
 	2,  // 0: lds.v1.SenderFrame.hello:type_name -> lds.v1.Hello
 	4,  // 1: lds.v1.SenderFrame.start:type_name -> lds.v1.Start
 	5,  // 2: lds.v1.SenderFrame.chunk:type_name -> lds.v1.Chunk
 	10, // 3: lds.v1.SenderFrame.end:type_name -> lds.v1.End
-	14, // 4: lds.v1.Hello.fingerprint:type_name -> lds.v1.Hello.FingerprintEntry
+	15, // 4: lds.v1.Hello.fingerprint:type_name -> lds.v1.Hello.FingerprintEntry
 	0,  // 5: lds.v1.Chunk.kind:type_name -> lds.v1.ChunkKind
-	15, // 6: lds.v1.Drops.parse:type_name -> lds.v1.Drops.ParseEntry
+	16, // 6: lds.v1.Drops.parse:type_name -> lds.v1.Drops.ParseEntry
 	7,  // 7: lds.v1.End.totals:type_name -> lds.v1.Totals
 	6,  // 8: lds.v1.End.clock:type_name -> lds.v1.ClockStatus
 	8,  // 9: lds.v1.End.drops:type_name -> lds.v1.Drops
 	9,  // 10: lds.v1.End.heavy:type_name -> lds.v1.FlowKey
-	12, // 11: lds.v1.ReceiverFrame.hello_ack:type_name -> lds.v1.HelloAck
-	13, // 12: lds.v1.ReceiverFrame.ack:type_name -> lds.v1.Ack
-	3,  // 13: lds.v1.ReceiverFrame.challenge:type_name -> lds.v1.Challenge
-	1,  // 14: lds.v1.SketchExchange.Stream:input_type -> lds.v1.SenderFrame
-	11, // 15: lds.v1.SketchExchange.Stream:output_type -> lds.v1.ReceiverFrame
-	15, // [15:16] is the sub-list for method output_type
-	14, // [14:15] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	13, // 11: lds.v1.ReceiverFrame.hello_ack:type_name -> lds.v1.HelloAck
+	14, // 12: lds.v1.ReceiverFrame.ack:type_name -> lds.v1.Ack
+	12, // 13: lds.v1.ReceiverFrame.window:type_name -> lds.v1.Window
+	3,  // 14: lds.v1.ReceiverFrame.challenge:type_name -> lds.v1.Challenge
+	1,  // 15: lds.v1.SketchExchange.Stream:input_type -> lds.v1.SenderFrame
+	11, // 16: lds.v1.SketchExchange.Stream:output_type -> lds.v1.ReceiverFrame
+	16, // [16:17] is the sub-list for method output_type
+	15, // [15:16] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_lds_v1_lds_proto_init() }
@@ -1190,6 +1270,7 @@ func file_lds_v1_lds_proto_init() {
 	file_lds_v1_lds_proto_msgTypes[10].OneofWrappers = []any{
 		(*ReceiverFrame_HelloAck)(nil),
 		(*ReceiverFrame_Ack)(nil),
+		(*ReceiverFrame_Window)(nil),
 		(*ReceiverFrame_Challenge)(nil),
 	}
 	type x struct{}
@@ -1198,7 +1279,7 @@ func file_lds_v1_lds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lds_v1_lds_proto_rawDesc), len(file_lds_v1_lds_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
