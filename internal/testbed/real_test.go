@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,18 +81,22 @@ func runReal(t *testing.T, opt RealOptions, title string) *RealResult {
 	return res
 }
 
-// checkRealTruth asserts that the truth is whole: every packet missing at
-// tap B is one the bottleneck dropped, none appears at B only.
+// checkRealTruth asserts that the truth is whole: no packet appears at tap
+// B only (but for identities seen twice at tap A, which the join leaves
+// out), and every packet missing at tap B is one the bottleneck's FIFO
+// dropped. The FIFO may drop a few frames more than the taps miss: the
+// router's own frames (ARP) queue there too.
 func checkRealTruth(t *testing.T, res *RealResult) {
 	t.Helper()
 	if res.JoinPackets == 0 {
 		t.Fatal("tcpdump at tap A saw no packet")
 	}
-	if res.JoinUnmatched != 0 {
-		t.Errorf("%d packets at tap B have no twin at tap A (a tap lost packets?)", res.JoinUnmatched)
+	if res.JoinUnmatched > res.JoinDup {
+		t.Errorf("%d packets at tap B have no twin at tap A (%d identities seen twice at A): a tap lost packets?", res.JoinUnmatched, res.JoinDup)
 	}
-	if lost := int64(res.JoinPackets - res.JoinMatched); lost != res.QdiscDropped {
-		t.Errorf("truth lost %d packets between the taps, the bottleneck's pfifo dropped %d (a tap lost packets?)", lost, res.QdiscDropped)
+	lost := int64(res.JoinPackets - res.JoinMatched)
+	if lost > res.QdiscDropped || res.QdiscDropped > lost+lost/1000+5 {
+		t.Errorf("truth lost %d packets between the taps, the bottleneck's pfifo dropped %d: a tap lost packets?", lost, res.QdiscDropped)
 	}
 	if res.FetchErrors > res.Fetches/2 {
 		t.Errorf("%d of %d curl fetches failed", res.FetchErrors, res.Fetches)
@@ -105,6 +110,11 @@ func checkRealTruth(t *testing.T, res *RealResult) {
 func checkAcceptance(t *testing.T, pr RealPairResult) {
 	t.Helper()
 	s := pr.Score
+	if pr.SenderKernelDrops != 0 || pr.ReceiverKernelDrops != 0 {
+		// Not a failure by itself: the acceptance below says whether lds
+		// stayed right; this says why it may not have.
+		t.Logf("%s: the daemons' capture rings dropped packets (sender %d, receiver %d): the machine starved them", pr.Pair.Name, pr.SenderKernelDrops, pr.ReceiverKernelDrops)
+	}
 	if s.BigLossFree == 0 || s.Lossy == 0 {
 		t.Fatalf("%s: nothing to judge: %d loss-free records with >= 100 packets, %d lossy records", pr.Pair.Name, s.BigLossFree, s.Lossy)
 	}
@@ -221,12 +231,18 @@ func TestRealLong(t *testing.T) {
 		}
 		return opt
 	}
+	sub := func(opt RealOptions, name string) RealOptions {
+		if os.Getenv("LDS_REAL_DIR") != "" {
+			opt.WorkDir = filepath.Join(opt.WorkDir, name) // both runs' files kept
+		}
+		return long(opt)
+	}
 	t.Run("congested", func(t *testing.T) {
-		res := runReal(t, long(realOptions(t, pairWorkaround, pairDefaults)), "congested")
+		res := runReal(t, sub(realOptions(t, pairWorkaround, pairDefaults), "congested"), "congested")
 		congestedPrecondition(t, res)
 	})
 	t.Run("low_delay", func(t *testing.T) {
-		opt := long(lowDelay(realOptions(t, pairDefaults)))
+		opt := sub(lowDelay(realOptions(t, pairDefaults)), "low-delay")
 		runReal(t, opt, "low delay")
 	})
 }

@@ -26,20 +26,20 @@ func (r *RealResult) WriteMarkdown(w io.Writer, opt RealOptions, title string) {
 		r.JoinPackets, r.JoinMatched, r.JoinUnmatched, r.JoinDup, r.QdiscDropped)
 	p("- one-way delay between the taps: packets median %.1f ms, max %.1f ms; per-(interval, flow) means of flows with >= 100 packets %.1f–%.1f ms (median %.1f ms)\n\n",
 		r.PacketDelayP50MS, r.PacketDelayMaxMS, r.FlowDelayMinMS, r.FlowDelayMaxMS, r.FlowDelayMedMS)
-	p("| pair | interval | max_delay | intervals | records | flows ≥100 pkts: loss-free / lossy | false loss: loss-free ≥100 | false loss: any size | delay coverage ≥100: loss-free / all | median rel. err ≥100 (≥1000 / 100-999) | lossy flows detected (≥100) | records by status |\n")
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| pair | interval | max_delay | intervals | records | flows ≥100 pkts: loss-free / lossy | false loss: loss-free ≥100 | false loss: any size | delay coverage ≥100: loss-free / all | median rel. err ≥100 (≥1000 / 100-999) | lossy flows detected (≥100) | records by status | kernel ring drops: sender / receiver |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, pr := range r.Pairs {
 		s := pr.Score
 		md := "default"
 		if pr.Pair.MaxDelay > 0 {
 			md = pr.Pair.MaxDelay.String()
 		}
-		p("| %s | %v | %s | %d | %d | %d / %d | %d of %d | %d | %d/%d (%s) / %d/%d (%s) | %s (%s / %s) | %d/%d (%d/%d) | %s |\n",
+		p("| %s | %v | %s | %d | %d | %d / %d | %d of %d | %d | %d/%d (%s) / %d/%d (%s) | %s (%s / %s) | %d/%d (%d/%d) | %s | %d / %d |\n",
 			pr.Pair.Name, pr.Pair.Interval, md, pr.LastIv-pr.FirstIv+1, s.Records,
 			s.BigLossFree, s.LossyBig, s.FalseLossBig, s.BigLossFree, s.FalseLossAll,
 			s.LossFreeBigCovered, s.BigLossFree, pct(s.LossFreeCoverage()), s.BigCovered, s.BigDelayFlows, pct(s.Coverage()),
 			pct3(s.MedianRelBig), pct3(s.MedianRel1000), pct3(s.MedianRel100),
-			s.LossyDetected, s.Lossy, s.LossyBigDetected, s.LossyBig, statusText(s.Statuses))
+			s.LossyDetected, s.Lossy, s.LossyBigDetected, s.LossyBig, statusText(s.Statuses), pr.SenderKernelDrops, pr.ReceiverKernelDrops)
 	}
 	p("\n")
 	for _, pr := range r.Pairs {

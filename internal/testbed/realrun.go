@@ -92,6 +92,9 @@ type RealPairResult struct {
 	Report          eval.Report
 	Score           RealScore
 	ReceiverMetrics []string
+	// KernelDrops are lds_capture_drops_total{reason="kernel"} of the
+	// sender and the receiver at the end (-1: not scraped).
+	SenderKernelDrops, ReceiverKernelDrops int64
 }
 
 // RealScore is what the issue's acceptance asks about, over the
@@ -203,11 +206,15 @@ func RunReal(ctx context.Context, opt RealOptions) (res *RealResult, err error) 
 			return res, err
 		}
 		body, err := httpGetIn(ctx, NetnsPath(topo.Rtr), realMetricsURL(i))
-		_ = os.WriteFile(filepath.Join(dir, "metrics-"+pr.Name+".txt"), []byte(body), 0o644)
+		_ = os.WriteFile(filepath.Join(dir, "metrics-receiver-"+pr.Name+".txt"), []byte(body), 0o644)
 		res.Pairs[i].ReceiverMetrics = metricLines(body, "lds_intervals_total", "lds_interval_capture_drops_total", "lds_frame_errors_total")
 		if err != nil {
 			res.Pairs[i].ReceiverMetrics = append(res.Pairs[i].ReceiverMetrics, "scrape failed: "+err.Error())
 		}
+		res.Pairs[i].ReceiverKernelDrops = kernelDrops(body)
+		sbody, _ := httpGetIn(ctx, NetnsPath(topo.Rtr), realSenderMetricsURL(i))
+		_ = os.WriteFile(filepath.Join(dir, "metrics-sender-"+pr.Name+".txt"), []byte(sbody), 0o644)
+		res.Pairs[i].SenderKernelDrops = kernelDrops(sbody)
 	}
 	if err := ps.stopAll(); err != nil {
 		return res, err
@@ -247,6 +254,22 @@ func realResultsPath(dir string, p RealPair) string {
 
 func realMetricsURL(i int) string {
 	return "http://" + net.JoinHostPort(DstCtl.String(), strconv.Itoa(9500+i)) + "/metrics"
+}
+
+func realSenderMetricsURL(i int) string {
+	return "http://" + net.JoinHostPort(MidCtl.String(), strconv.Itoa(9600+i)) + "/metrics"
+}
+
+// kernelDrops reads lds_capture_drops_total{reason="kernel"} from an
+// exposition (-1 if absent).
+func kernelDrops(body string) int64 {
+	for _, l := range metricLines(body, `lds_capture_drops_total{reason="kernel"}`) {
+		f := strings.Fields(l)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			return int64(v)
+		}
+	}
+	return -1
 }
 
 func realSenderID(p RealPair) string { return "real-" + p.Name }
@@ -292,7 +315,7 @@ func realCommon(opt RealOptions, pr RealPair, iface, metrics string) map[string]
 		"sketch":   map[string]any{"seed": opt.Seed},
 		"capture": map[string]any{
 			"select": []map[string]any{{"name": "real", "src": []string{RealSndNet.String()}, "dst": []string{RealRcvNet.String()}}},
-			"source": map[string]any{"kind": "afpacket", "interface": iface, "num_blocks": 16},
+			"source": map[string]any{"kind": "afpacket", "interface": iface},
 		},
 		"ptp":     map[string]any{"enabled": false},
 		"metrics": map[string]any{"listen": metrics},
