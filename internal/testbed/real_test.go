@@ -219,7 +219,7 @@ func TestRealGRORefused(t *testing.T) {
 // TestRealLong is the longer run of `make e2e-real` (LDS_E2E_REAL_LONG=1;
 // LDS_REAL_SECONDS sets the traffic's length, default 120): the congested
 // run with both pairs, then the low-delay run, reported into
-// LDS_TESTBED_REPORT.
+// LDS_TESTBED_REPORT, with the same acceptance as the short runs.
 func TestRealLong(t *testing.T) {
 	if os.Getenv("LDS_E2E_REAL_LONG") != "1" {
 		t.Skip("SKIPPED: the long real-traffic run needs LDS_E2E_REAL_LONG=1 (scripts/e2e-real.sh sets it)")
@@ -240,9 +240,13 @@ func TestRealLong(t *testing.T) {
 	t.Run("congested", func(t *testing.T) {
 		res := runReal(t, sub(realOptions(t, pairWorkaround, pairDefaults), "congested"), "congested")
 		congestedPrecondition(t, res)
+		checkAcceptance(t, res.Pairs[0])
+		if enforced(enforceDefaultsCongested) {
+			checkAcceptance(t, res.Pairs[1])
+		}
 	})
 	t.Run("low_delay", func(t *testing.T) {
 		opt := sub(lowDelay(realOptions(t, pairDefaults)), "low-delay")
-		runReal(t, opt, "low delay")
+		checkAcceptance(t, runReal(t, opt, "low delay").Pairs[0])
 	})
 }
