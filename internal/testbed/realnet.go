@@ -28,6 +28,15 @@ const (
 	IfRealTapB   = "h1" // the receiver host's ingress: tap B
 )
 
+// MAC addresses of the data veths (locally administered), so that the
+// neighbours can be written down and no ARP crosses the bottleneck.
+const (
+	macSnd    = "02:00:c6:12:01:01"
+	macTapA   = "02:00:c6:12:01:fe"
+	macBottle = "02:00:c6:12:02:fe"
+	macTapB   = "02:00:c6:12:02:01"
+)
+
 // Bottleneck is the router's egress queue towards the receiver host: an
 // HTB class of RateMbit with a pfifo of Limit packets, tail drop.
 type Bottleneck struct {
@@ -51,7 +60,8 @@ type RealTopology struct {
 //	                   rtr c0 ──veth── c1 rcv   (control: gRPC)
 //
 // rtr routes 198.18.1.0/24 and 198.18.2.0/24 (IPv4 forwarding on); r1's
-// egress is the bottleneck. Segmentation and receive offloads are off on
+// egress is the bottleneck. Neighbours are permanent (no ARP on the data
+// links). Segmentation and receive offloads are off on
 // every data veth (gro, gso, tso), so the taps see wire-sized packets;
 // with groAtTaps the taps r0 and h1 get `gro on` again (the refusal
 // check). On error, whatever was made is deleted.
@@ -68,8 +78,8 @@ func NewRealTopology(prefix string, b Bottleneck, groAtTaps bool) (_ *RealTopolo
 		}
 	}
 	steps := [][]string{
-		{"-n", t.Snd, "link", "add", IfRealSnd, "type", "veth", "peer", "name", IfRealTapA, "netns", t.Rtr},
-		{"-n", t.Rtr, "link", "add", IfRealBottle, "type", "veth", "peer", "name", IfRealTapB, "netns", t.Rcv},
+		{"-n", t.Snd, "link", "add", IfRealSnd, "address", macSnd, "type", "veth", "peer", "name", IfRealTapA, "address", macTapA, "netns", t.Rtr},
+		{"-n", t.Rtr, "link", "add", IfRealBottle, "address", macBottle, "type", "veth", "peer", "name", IfRealTapB, "address", macTapB, "netns", t.Rcv},
 		{"-n", t.Rtr, "link", "add", IfMidCtl, "type", "veth", "peer", "name", IfDstCtl, "netns", t.Rcv},
 		{"-n", t.Snd, "addr", "add", RealSndAddr.String() + "/24", "dev", IfRealSnd},
 		{"-n", t.Rtr, "addr", "add", RealRtrSnd.String() + "/24", "dev", IfRealTapA},
@@ -101,6 +111,12 @@ func NewRealTopology(prefix string, b Bottleneck, groAtTaps bool) (_ *RealTopolo
 	for _, r := range [][]string{
 		{"-n", t.Snd, "route", "add", RealRcvNet.String(), "via", RealRtrSnd.String()},
 		{"-n", t.Rcv, "route", "add", RealSndNet.String(), "via", RealRtrRcv.String()},
+		// Permanent neighbours: no ARP on the data links, so the
+		// bottleneck's FIFO holds (and drops) only measured packets.
+		{"-n", t.Snd, "neigh", "replace", RealRtrSnd.String(), "lladdr", macTapA, "dev", IfRealSnd, "nud", "permanent"},
+		{"-n", t.Rtr, "neigh", "replace", RealSndAddr.String(), "lladdr", macSnd, "dev", IfRealTapA, "nud", "permanent"},
+		{"-n", t.Rtr, "neigh", "replace", RealRcvAddr.String(), "lladdr", macTapB, "dev", IfRealBottle, "nud", "permanent"},
+		{"-n", t.Rcv, "neigh", "replace", RealRtrRcv.String(), "lladdr", macBottle, "dev", IfRealTapB, "nud", "permanent"},
 	} {
 		if err := ip(r...); err != nil {
 			return nil, err

@@ -397,18 +397,25 @@ func runRealTraffic(ctx context.Context, ps *procSet, topo *RealTopology, opt Re
 	res.Begin = time.Now()
 	var clients []*proc
 	for _, c := range []struct {
-		name string
-		argv []string
+		name, wait string // wait: the log line that says the client is set up
+		argv       []string
 	}{
-		{"iperf3-tcp", tcpArgs},
-		{"iperf3-udp", []string{"iperf3", "-c", dst, "-p", "5202", "-u", "-b", opt.UDPRate, "-l", "1000", "-t", secs}},
-		{"ping", []string{"ping", "-q", "-i", "0.05", "-w", secs, dst}},
+		// UDP first: its set-up datagram crosses the bottleneck and must
+		// not meet a FIFO that TCP has already filled.
+		{"iperf3-udp", "connected to", []string{"iperf3", "-c", dst, "-p", "5202", "-u", "-b", opt.UDPRate, "-l", "1000", "-t", secs, "--forceflush"}},
+		{"iperf3-tcp", "", tcpArgs},
+		{"ping", "", []string{"ping", "-q", "-i", "0.05", "-w", secs, dst}},
 	} {
 		p, err := ps.start(topo.Snd, c.name, c.argv...)
 		if err != nil {
 			return err
 		}
 		clients = append(clients, p)
+		if c.wait != "" {
+			if err := p.waitLog(c.wait, 20*time.Second); err != nil {
+				return err
+			}
+		}
 	}
 	res.Fetches, res.FetchErrors = curlLoop(ctx, topo.Snd, "http://"+net.JoinHostPort(dst, "8080"), upload, res.Begin.Add(opt.Duration), opt.FetchPause)
 	res.End = res.Begin.Add(opt.Duration)
