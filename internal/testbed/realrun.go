@@ -680,6 +680,12 @@ func RunRealGRO(ctx context.Context, opt RealOptions, pr RealPair, wait time.Dur
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, topo.Close()) }()
+	for _, x := range []struct{ ns, ifc string }{{topo.Rtr, IfRealTapA}, {topo.Rcv, IfRealTapB}} {
+		out, _ := exec.Command("ip", "netns", "exec", x.ns, "ethtool", "-k", x.ifc).CombinedOutput()
+		if !strings.Contains(string(out), "generic-receive-offload: on") {
+			return nil, fmt.Errorf("testbed: %s in %s does not report gro on after `ethtool -K %s gro on`:\n%s", x.ifc, x.ns, x.ifc, out)
+		}
+	}
 	pki, err := NewPKI(dir, net.IP(DstCtl.AsSlice()))
 	if err != nil {
 		return nil, err
