@@ -54,6 +54,9 @@ func realOptions(t *testing.T, pairs ...RealPair) RealOptions {
 var (
 	pairWorkaround = RealPair{Name: "workaround", Interval: 2 * time.Second, MaxDelay: 900 * time.Millisecond}
 	pairDefaults   = RealPair{Name: "defaults", Interval: time.Second}
+	// For delays up to ~0.9 s today's code needs max_delay below half the
+	// interval.
+	pairDeepWorkaround = RealPair{Name: "workaround3s", Interval: 3 * time.Second, MaxDelay: 1400 * time.Millisecond}
 )
 
 func runReal(t *testing.T, opt RealOptions, title string) *RealResult {
@@ -181,6 +184,31 @@ func TestRealLowDelay(t *testing.T) {
 	checkAcceptance(t, res.Pairs[0])
 }
 
+// TestRealDeepQueue: the congested run with a 1450-packet FIFO (a full
+// FIFO drains in 878 ms): one-way delays up to ~0.9 s, below the default
+// max_delay of 1 s that the issue asks for. Today's code places such
+// delays exactly only with max_delay below half the interval, so the
+// workaround pair here is interval 3s, max_delay 1400ms; the defaults
+// pair is held to the acceptance by enforceDefaultsCongested.
+func TestRealDeepQueue(t *testing.T) {
+	needLive(t, realTools...)
+	opt := realOptions(t, pairDeepWorkaround, pairDefaults)
+	opt.Bottleneck.Limit = 1450
+	res := runReal(t, opt, "deep queue")
+	if !(res.PacketDelayMaxMS > 500) || res.QdiscDropped <= 0 {
+		t.Fatalf("the queue did not fill (largest delay %.1f ms, pfifo drops %d): nothing is tested", res.PacketDelayMaxMS, res.QdiscDropped)
+	}
+	t.Run("workaround_3s_1400ms", func(t *testing.T) { checkAcceptance(t, res.Pairs[0]) })
+	t.Run("defaults", func(t *testing.T) {
+		if !enforced(enforceDefaultsCongested) {
+			t.Logf("NOT ENFORCED (enforceDefaultsCongested = false until exact assignment up to max_delay 1s is merged): defaults give %d/%d false loss on loss-free flows >= 100 packets, coverage %d/%d",
+				res.Pairs[1].Score.FalseLossBig, res.Pairs[1].Score.BigLossFree, res.Pairs[1].Score.LossFreeBigCovered, res.Pairs[1].Score.BigLossFree)
+			return
+		}
+		checkAcceptance(t, res.Pairs[1])
+	})
+}
+
 // lowDelay: a 50-packet FIFO, TCP streams at 2 Mbit/s each, a curl round
 // every 2 s.
 func lowDelay(opt RealOptions) RealOptions {
@@ -218,7 +246,8 @@ func TestRealGRORefused(t *testing.T) {
 
 // TestRealLong is the longer run of `make e2e-real` (LDS_E2E_REAL_LONG=1;
 // LDS_REAL_SECONDS sets the traffic's length, default 120): the congested
-// run with both pairs, then the low-delay run, reported into
+// run with both pairs, the deep-queue run with both of its pairs, then the
+// low-delay run, reported into
 // LDS_TESTBED_REPORT, with the same acceptance as the short runs.
 func TestRealLong(t *testing.T) {
 	if os.Getenv("LDS_E2E_REAL_LONG") != "1" {
@@ -240,6 +269,15 @@ func TestRealLong(t *testing.T) {
 	t.Run("congested", func(t *testing.T) {
 		res := runReal(t, sub(realOptions(t, pairWorkaround, pairDefaults), "congested"), "congested")
 		congestedPrecondition(t, res)
+		checkAcceptance(t, res.Pairs[0])
+		if enforced(enforceDefaultsCongested) {
+			checkAcceptance(t, res.Pairs[1])
+		}
+	})
+	t.Run("deep_queue", func(t *testing.T) {
+		opt := sub(realOptions(t, pairDeepWorkaround, pairDefaults), "deep-queue")
+		opt.Bottleneck.Limit = 1450
+		res := runReal(t, opt, "deep queue")
 		checkAcceptance(t, res.Pairs[0])
 		if enforced(enforceDefaultsCongested) {
 			checkAcceptance(t, res.Pairs[1])
