@@ -6,7 +6,9 @@
 # receiver host's ingress over mTLS, tcpdump at both taps joined per packet
 # as the truth. A congested run (400-packet FIFO) with two daemon pairs side
 # by side (interval 2s + max_delay 900ms, and the defaults), then a
-# low-delay run (50-packet FIFO, rate-held TCP) at the defaults. It writes
+# deep-queue run (1450-packet FIFO, delays up to ~0.9 s; interval 3s +
+# max_delay 1400ms, and the defaults), then a low-delay run (50-packet
+# FIFO, rate-held TCP) at the defaults. It writes
 # the report into docs/testbed.md between the "e2e-real report" markers.
 #
 # Needs root, ip, tc, tcpdump, ethtool, iperf3, curl, ping (make deps).
