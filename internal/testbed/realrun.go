@@ -315,7 +315,12 @@ func realCommon(opt RealOptions, pr RealPair, iface, metrics string) map[string]
 		"sketch":   map[string]any{"seed": opt.Seed},
 		"capture": map[string]any{
 			"select": []map[string]any{{"name": "real", "src": []string{RealSndNet.String()}, "dst": []string{RealRcvNet.String()}}},
-			"source": map[string]any{"kind": "afpacket", "interface": iface},
+			// 1024 blocks of 64 KiB instead of the default 64 of 1 MiB: at
+			// these rates the kernel retires a block every block_timeout
+			// (10 ms), so the ring holds num_blocks × 10 ms of traffic, and
+			// a daemon starved for longer than 0.64 s on a loaded machine
+			// would drop packets (docs/testbed.md).
+			"source": map[string]any{"kind": "afpacket", "interface": iface, "block_size": 65536, "num_blocks": 1024},
 		},
 		"ptp":     map[string]any{"enabled": false},
 		"metrics": map[string]any{"listen": metrics},
