@@ -40,7 +40,7 @@ const RealCongestionControl = "cubic"
 // pairs watch the same taps side by side, so that configurations are
 // compared on the very same packets.
 type RealPair struct {
-	Name     string        // names the files and the sender id (real-<name>)
+	Name     string        // names the files and the processes
 	Interval time.Duration // interval
 	MaxDelay time.Duration // max_delay; 0 leaves the key out (the daemons' default)
 }
@@ -272,7 +272,9 @@ func kernelDrops(body string) int64 {
 	return -1
 }
 
-func realSenderID(p RealPair) string { return "real-" + p.Name }
+// realSenderID is every pair's sender id: each pair has a receiver of its
+// own, and the one client certificate (NewPKI) names senderID.
+func realSenderID(RealPair) string { return senderID }
 
 // startRealPair writes pair i's configs and starts its receiver (tap B)
 // and sender (tap A), then waits until the sender is connected.
