@@ -12,6 +12,7 @@ const usage = `Usage: ldsctl <command> [flags]
 Commands:
   replay    run sender and receiver pipelines on two captures over real gRPC (loopback)
   size      compute sketch rows and columns for a traffic mix (LDS paper §3)
+  memory    worst-case memory of the daemons from their configuration (MemoryMax=)
   results   query a receiver's results API and print a table
   gen       write a two-tap capture pair with exact ground truth from a scenario
   eval      compare results JSONL with ground truth: accuracy report and plots
@@ -27,6 +28,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) error{
 		"replay": cmdReplay, "size": cmdSize, "results": cmdResults, "gen": cmdGen, "eval": cmdEval, "join": cmdJoin,
+		"memory": cmdMemory,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -40,7 +40,7 @@ func cmdReplay(args []string) error {
 	}
 	if *estimator != "" {
 		cfg.Sketch.Estimator = *estimator
-		if err := cfg.Validate(); err != nil {
+		if err := cfg.ValidateReplay(); err != nil {
 			return err
 		}
 	}
@@ -81,7 +81,15 @@ func cmdReplay(args []string) error {
 	if *out != "" {
 		fmt.Fprintf(os.Stderr, "; results in %s", *out)
 	}
+	if cfg.Export.Enabled() {
+		fmt.Fprintf(os.Stderr, "; exported %.0f flow records, %.0f dropped", sum.Exported, sum.ExportDropped)
+	}
 	fmt.Fprintln(os.Stderr)
+	if cfg.Export.Enabled() && sum.ExportDropped > 0 {
+		// The replay itself succeeded (DESIGN §8: exit 0 once every
+		// interval is final); the backfill did not.
+		fmt.Fprintf(os.Stderr, "ldsctl replay: warning: %.0f flow records were not exported (a collector or broker unreachable or failing, see the log); the results file is complete, so the replay can be rerun for the backfill\n", sum.ExportDropped)
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"encoding/json"
@@ -13,13 +14,19 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lds-net/lds/internal/heapq"
 	"github.com/lds-net/lds/internal/results"
 )
 
-// Limits of the limit parameter.
+// Limits of the limit parameter, and of the requests served at once.
 const (
 	DefaultLimit = 1000
-	MaxLimit     = 1_000_000
+	// MaxLimit caps limit: an answer holds at most this many flows
+	// (~30 MB of JSON), whatever the store holds.
+	MaxLimit = 100_000
+	// MaxConcurrent requests are answered at once; more get 503 with
+	// Retry-After (each holds up to MaxLimit flows while it answers).
+	MaxConcurrent = 4
 )
 
 // Handler serves the API:
@@ -28,7 +35,8 @@ const (
 //	GET /api/v1/links?interval=latest|<id>&sender=
 //	GET /api/v1/intervals?sender=
 //
-// Bad parameters get 400 with {"error": ..., "parameter": ...}.
+// Bad parameters get 400 with {"error": ..., "parameter": ...}; more than
+// MaxConcurrent requests at once get 503.
 func (s *Store) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/flows", s.flows)
@@ -43,7 +51,17 @@ func (s *Store) Handler() http.Handler {
 		}
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s %s; try GET /api/v1/flows, /api/v1/links or /api/v1/intervals", r.Method, r.URL.Path))
 	})
-	return mux
+	sem := make(chan struct{}, MaxConcurrent)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+			mux.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "", fmt.Sprintf("%d requests are being answered already; retry in a second", MaxConcurrent))
+		}
+	})
 }
 
 // apiError is the body of every error answer.
@@ -201,9 +219,14 @@ func (s *Store) flows(w http.ResponseWriter, r *http.Request) {
 		writeParamError(w, e)
 		return
 	}
-	ans := FlowsAnswer{Intervals: []IntervalRef{}, Flows: []*results.FlowRecord{}}
+	refs := []IntervalRef{}
+	// The first limit flows in order, kept in a heap whose top is the
+	// last of them: memory follows limit, not the flows stored.
+	top := make([]*results.FlowRecord, 0, min(limit, 1024))
+	after := func(a, b **results.FlowRecord) bool { return less(*a, *b) > 0 }
+	total := 0
 	for _, iv := range ivs {
-		ans.Intervals = append(ans.Intervals, IntervalRef{iv.Sender, iv.Interval})
+		refs = append(refs, IntervalRef{iv.Sender, iv.Interval})
 		for i := range iv.Flows {
 			f := &iv.Flows[i]
 			if f.Packets < minPackets {
@@ -212,15 +235,51 @@ func (s *Store) flows(w http.ResponseWriter, r *http.Request) {
 			if prefix.IsValid() && !inPrefix(prefix, f.Src) && !inPrefix(prefix, f.Dst) {
 				continue
 			}
-			ans.Flows = append(ans.Flows, f)
+			total++
+			switch {
+			case len(top) < limit:
+				top = heapq.Push(top, f, after)
+			case less(f, top[0]) < 0:
+				top[0] = f
+				heapq.Down(top, 0, after)
+			}
 		}
 	}
-	ans.Total = len(ans.Flows)
-	slices.SortStableFunc(ans.Flows, less)
-	if len(ans.Flows) > limit {
-		ans.Flows = ans.Flows[:limit]
+	slices.SortFunc(top, less)
+	streamFlows(w, refs, total, top)
+}
+
+// streamFlows writes a FlowsAnswer record by record as it encodes them,
+// never the whole answer in memory. A record that cannot be encoded
+// aborts the response (the client sees a broken connection, never a
+// well-formed but truncated answer).
+func streamFlows(w http.ResponseWriter, refs []IntervalRef, total int, flows []*results.FlowRecord) {
+	head, err := json.Marshal(struct {
+		Intervals []IntervalRef `json:"intervals"`
+		Total     int           `json:"total"`
+	}{refs, total})
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "", "encoding the answer: "+err.Error())
+		return
 	}
-	writeJSON(w, ans)
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriterSize(w, 32<<10)
+	bw.Write(head[:len(head)-1]) // without the closing brace
+	bw.WriteString(`,"flows":[`)
+	var rec bytes.Buffer
+	enc := json.NewEncoder(&rec)
+	for i, f := range flows {
+		rec.Reset()
+		if err := enc.Encode(f); err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(bytes.TrimSuffix(rec.Bytes(), []byte("\n")))
+	}
+	bw.WriteString("]}\n")
+	_ = bw.Flush()
 }
 
 func inPrefix(p netip.Prefix, addr string) bool {

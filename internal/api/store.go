@@ -5,6 +5,7 @@
 package api
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -13,26 +14,46 @@ import (
 )
 
 // DefaultKeep is a sensible number of intervals to keep per sender: one
-// minute of 1 s intervals. Memory grows with keep × flows per interval
-// (about 300 bytes per flow record).
+// minute of 1 s intervals.
 const DefaultKeep = 60
 
-// Store keeps the last keep intervals of each sender. It is safe for
-// concurrent use. Add takes ownership of the Interval: the caller must not
-// change it afterwards (handlers read it without copying).
+// Store keeps the last keep intervals of each sender, and at most
+// maxRecords flow and link records in total: beyond that it evicts the
+// oldest intervals (by start, over all senders) first. The newest interval
+// stored is kept whatever its size, so the records held are at most
+// max(maxRecords, the largest interval). It is safe for concurrent use.
+// Add takes ownership of the Interval: the caller must not change it
+// afterwards (handlers read it without copying).
 type Store struct {
-	keep    int
-	mu      sync.RWMutex
-	senders map[string][]*results.Interval // ascending interval id
+	keep       int
+	maxRecords int
+	mu         sync.RWMutex
+	senders    map[string][]*results.Interval // ascending interval id
+	records    int                            // flow and link records stored
 }
 
-// NewStore returns a Store keeping keep intervals per sender (at least 1).
-func NewStore(keep int) *Store {
-	return &Store{keep: max(keep, 1), senders: map[string][]*results.Interval{}}
+// NewStore returns a Store keeping keep intervals per sender (at least 1)
+// without a cap on records.
+func NewStore(keep int) *Store { return NewBoundedStore(keep, math.MaxInt) }
+
+// NewBoundedStore returns a Store keeping keep intervals per sender (at
+// least 1) and at most maxRecords records in total (at least 1).
+func NewBoundedStore(keep, maxRecords int) *Store {
+	return &Store{keep: max(keep, 1), maxRecords: max(maxRecords, 1), senders: map[string][]*results.Interval{}}
 }
+
+// Records is the number of flow and link records stored.
+func (s *Store) Records() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.records
+}
+
+func records(iv *results.Interval) int { return len(iv.Flows) + len(iv.Links) }
 
 // Add stores iv, replacing a stored interval of the same sender and id (a
-// resend), and drops the oldest beyond keep.
+// resend), drops the oldest beyond keep, then the oldest of all senders
+// while more than maxRecords records are stored.
 func (s *Store) Add(iv *results.Interval) {
 	if iv == nil {
 		return
@@ -43,17 +64,53 @@ func (s *Store) Add(iv *results.Interval) {
 	i := sort.Search(len(list), func(i int) bool { return list[i].Interval >= iv.Interval })
 	switch {
 	case i < len(list) && list[i].Interval == iv.Interval:
+		s.records -= records(list[i])
 		list[i] = iv
 	case i == 0 && len(list) >= s.keep:
 		return // older than everything kept
 	default:
 		list = slices.Insert(list, i, iv)
 	}
+	s.records += records(iv)
 	if over := len(list) - s.keep; over > 0 {
+		for _, old := range list[:over] {
+			s.records -= records(old)
+		}
 		clear(list[:over]) // let the old intervals be collected
 		list = list[over:]
 	}
 	s.senders[iv.Sender] = list
+	s.evict()
+}
+
+// evict drops the oldest interval of all senders (by start, then sender)
+// while more than maxRecords records are stored and more than one
+// interval is. Call with s.mu held.
+func (s *Store) evict() {
+	for s.records > s.maxRecords {
+		var oldest string
+		found, n := false, 0
+		for name, list := range s.senders {
+			n += len(list)
+			if len(list) == 0 {
+				continue
+			}
+			if o := s.senders[oldest]; !found || list[0].StartNS < o[0].StartNS || (list[0].StartNS == o[0].StartNS && name < oldest) {
+				oldest, found = name, true
+			}
+		}
+		if n <= 1 {
+			return
+		}
+		list := s.senders[oldest]
+		s.records -= records(list[0])
+		list[0] = nil
+		if list = list[1:]; len(list) == 0 {
+			delete(s.senders, oldest)
+		} else {
+			s.senders[oldest] = list
+		}
+	}
 }
 
 // snapshot returns the stored intervals of sender ("" = all senders), each

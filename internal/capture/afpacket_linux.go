@@ -1,11 +1,12 @@
 package capture
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -27,6 +28,11 @@ import (
 // 2.5 Mpps (perf record, docs/testbed.md "Live capture performance").
 // One goroutine reads a source (Source contract); only Stats may be
 // called from elsewhere.
+//
+// The source outlives its interface's outages: a link that goes down
+// (or is down, or missing, when the source opens) is waited for, and an
+// interface deleted and created again under the same name is bound
+// again (link.go).
 type afSource struct {
 	fd     int
 	ring   []byte
@@ -41,8 +47,18 @@ type afSource struct {
 	limit int    // end of the held block in the ring
 
 	ifname   string
-	reportIf bool   // only one worker of a fanout group reports interface drops
+	reportIf bool   // only one worker of a fanout group reports interface drops and link state
 	ifBase   uint64 // interface drops when opened
+	ifAcc    uint64 // interface drops of earlier incarnations of the interface
+
+	cfg      SourceConfig
+	cbs, cnb int // configured geometry (for the log line)
+	group    uint16
+	log      *slog.Logger
+	link     linkWatch
+	linkDown bool // the link as the reader last saw it
+	maxFrame int  // interface MTU + Ethernet header: longer frames are counted as oversize
+	oversize atomic.Uint64
 
 	mu             sync.Mutex // Stats: the kernel resets its counters on every read
 	packets, drops uint64
@@ -87,49 +103,69 @@ func RingGeometry(blockSize, numBlocks int) (int, int) {
 // cfg.Workers > 1 it joins PACKET_FANOUT group fanoutGroup (hash mode: the
 // kernel keeps a flow on one socket), so open one per worker with the same
 // group; OpenSources does that.
+//
+// An interface that is down, or does not exist yet, is not an error: the
+// source waits for it (ReadPacket returns ErrTimeout meanwhile) and
+// reports the outage in Stats. An interface whose receive offloads
+// coalesce packets is refused (ErrCoalescing) unless
+// cfg.AllowCoalescing. Call it in the interface's network namespace:
+// the source keeps working there whatever thread reads it.
 func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Source, error) {
 	if cfg.Interface == "" {
 		return nil, errors.New("capture.source.interface: required for afpacket")
 	}
-	cbs, cnb := cfg.BlockSize, cfg.NumBlocks
-	if cbs == 0 {
-		cbs = DefaultConfig().Source.BlockSize
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if cnb == 0 {
-		cnb = DefaultConfig().Source.NumBlocks
+	d := DefaultConfig().Source
+	s := &afSource{fd: -1, ifname: cfg.Interface, reportIf: cfg.Workers >= 0, cfg: cfg, group: fanoutGroup, log: log,
+		cbs: cmp.Or(cfg.BlockSize, d.BlockSize), cnb: cmp.Or(cfg.NumBlocks, d.NumBlocks)}
+	s.bs, s.nb = RingGeometry(s.cbs, s.cnb)
+	s.cfg.BlockTimeout = cmp.Or(cfg.BlockTimeout, d.BlockTimeout)
+	s.pollMS = int(cmp.Or(cfg.PollTimeout, d.PollTimeout) / time.Millisecond)
+	if err := s.link.init(cfg.Interface); err != nil {
+		return nil, fmt.Errorf("capture: afpacket on %q: %w", cfg.Interface, err)
 	}
-	bs, nb := RingGeometry(cbs, cnb)
-	bt, pt := cfg.BlockTimeout, cfg.PollTimeout
-	if bt == 0 {
-		bt = DefaultConfig().Source.BlockTimeout
+	st := s.link.state()
+	if !st.exists {
+		s.link.changed(st, s.reportIf, log)
+		return s, nil
 	}
-	if pt == 0 {
-		pt = DefaultConfig().Source.PollTimeout
+	if err := s.open(st); err != nil {
+		s.Close()
+		return nil, err
 	}
-	ifc, err := net.InterfaceByName(cfg.Interface)
-	if err != nil {
-		return nil, fmt.Errorf("capture: afpacket: interface %q (check capture.source.interface and the network namespace): %w", cfg.Interface, err)
+	return s, nil
+}
+
+// open makes the socket and its ring on the interface as st found it.
+func (s *afSource) open(st linkState) error {
+	cfg := s.cfg
+	if err := checkCoalescing(cfg, s.log.Warn); err != nil {
+		return err
 	}
 	// Protocol 0 until bind: the socket receives nothing before it is
 	// bound to the interface, so no other interface's frame slips in.
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("capture: AF_PACKET socket for %q (needs CAP_NET_RAW): %w", cfg.Interface, err)
+		return fmt.Errorf("capture: AF_PACKET socket for %q (needs CAP_NET_RAW): %w", cfg.Interface, err)
 	}
-	s := &afSource{fd: fd, bs: bs, nb: nb, pollMS: int(pt / time.Millisecond), ifname: cfg.Interface, reportIf: cfg.Workers >= 0}
+	s.fd = fd
+	s.blk, s.held, s.left = 0, false, 0
 	s.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN | unix.POLLERR}
-	fail := func(what string, err error) (Source, error) {
-		s.Close()
-		return nil, fmt.Errorf("capture: afpacket on %q: %s: %w", cfg.Interface, what, err)
+	fail := func(what string, err error) error {
+		s.closeRing()
+		return fmt.Errorf("capture: afpacket on %q: %s: %w", cfg.Interface, what, err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
 		return fail("TPACKET_V3 (kernel too old?)", err)
 	}
+	bs, nb := s.bs, s.nb
 	const frame = 4096 // V3 packs frames into blocks; this only sets the frame count the kernel checks
 	req := unix.TpacketReq3{
 		Block_size: uint32(bs), Block_nr: uint32(nb),
 		Frame_size: frame, Frame_nr: uint32(bs / frame * nb),
-		Retire_blk_tov: uint32(bt / time.Millisecond),
+		Retire_blk_tov: uint32(cfg.BlockTimeout / time.Millisecond),
 	}
 	if err := unix.SetsockoptTpacketReq3(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
 		return fail(fmt.Sprintf("receive ring of %d × %d bytes (lower capture.source.num_blocks or block_size?)", nb, bs), err)
@@ -137,11 +173,11 @@ func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Sourc
 	if s.ring, err = unix.Mmap(fd, 0, bs*nb, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		return fail("mmap of the receive ring", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: st.index}); err != nil {
 		return fail("bind", err)
 	}
 	if cfg.Promiscuous {
-		mr := unix.PacketMreq{Ifindex: int32(ifc.Index), Type: unix.PACKET_MR_PROMISC}
+		mr := unix.PacketMreq{Ifindex: int32(st.index), Type: unix.PACKET_MR_PROMISC}
 		if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mr); err != nil {
 			return fail("promiscuous mode", err)
 		}
@@ -152,17 +188,22 @@ func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Sourc
 		}
 	}
 	if cfg.Workers > 1 || cfg.Workers < 0 {
-		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_FANOUT, unix.PACKET_FANOUT_HASH<<16|int(fanoutGroup)); err != nil {
-			return fail(fmt.Sprintf("PACKET_FANOUT group %d (another process using the same group id? set capture.source.fanout_group)", fanoutGroup), err)
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_FANOUT, unix.PACKET_FANOUT_HASH<<16|int(s.group)); err != nil {
+			return fail(fmt.Sprintf("PACKET_FANOUT group %d (another process using the same group id? set capture.source.fanout_group)", s.group), err)
 		}
 	}
 	s.ifBase, _ = readIfDrops(cfg.Interface)
-	if log != nil {
-		log.Info("afpacket source open", "interface", cfg.Interface, "block_size", bs, "num_blocks", nb,
-			"configured_block_size", cbs, "configured_num_blocks", cnb,
-			"fanout_group", fanoutGroup, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous)
+	s.maxFrame = math.MaxInt // MTU unknown: nothing counted as oversize
+	if st.mtu > 0 {
+		s.maxFrame = st.mtu + 14
 	}
-	return s, nil
+	s.link.bound = st.index
+	s.linkDown = !st.up
+	s.log.Info("afpacket source open", "interface", cfg.Interface, "block_size", bs, "num_blocks", nb,
+		"configured_block_size", s.cbs, "configured_num_blocks", s.cnb,
+		"fanout_group", s.group, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous, "mtu", st.mtu)
+	s.link.changed(st, s.reportIf, s.log)
+	return nil
 }
 
 func htons(v uint16) uint16 {
@@ -183,6 +224,12 @@ func (s *afSource) blockHdr(i int) *unix.TpacketHdrV1 {
 // held no longer than the caller takes over its packets.
 func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	for s.left == 0 {
+		if s.fd < 0 {
+			if err := s.reopen(); err != nil {
+				return nil, 0, 0, err
+			}
+			continue
+		}
 		if err := s.nextBlock(); err != nil {
 			return nil, 0, 0, err
 		}
@@ -198,6 +245,9 @@ func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	}
 	ts := int64(h.Sec)*1e9 + int64(h.Nsec)
 	wl := int(h.Len)
+	if wl > s.maxFrame {
+		s.countOversize(s.ring[start:end:end], wl)
+	}
 	s.left--
 	s.off += int(h.Next_offset)
 	return s.ring[start:end:end], ts, wl, nil
@@ -224,9 +274,22 @@ func (s *afSource) nextBlock() error {
 		case err != nil:
 			return fmt.Errorf("capture: afpacket poll on %q: %w", s.ifname, err)
 		case n == 0:
-			return ErrTimeout
+			// Idle: a link that went away without a socket error
+			// (carrier lost) shows here.
+			return s.checkLink()
 		case s.pfd[0].Revents&unix.POLLERR != 0 && atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0:
-			return fmt.Errorf("capture: afpacket poll on %q: socket error (interface gone?)", s.ifname)
+			// The kernel reports ENETDOWN when the interface goes down
+			// or away; reading SO_ERROR clears it.
+			unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			return s.checkLink()
+		}
+	}
+	if s.linkDown {
+		// Packets again: the link is back (no event says so), unless
+		// they are the last of an interface since deleted, whose ring
+		// checkLink has just closed.
+		if s.checkLink(); s.fd < 0 {
+			return ErrTimeout
 		}
 	}
 	s.held = true
@@ -257,25 +320,60 @@ func (s *afSource) LinkType() layers.LinkType { return layers.LinkTypeEthernet }
 func (s *afSource) Stats() (DropStats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.readKernelStats(); err != nil {
+		return DropStats{}, err
+	}
+	d := DropStats{Received: s.packets, Kernel: s.drops, Oversize: s.oversize.Load()}
+	if s.reportIf {
+		d.Interface = s.ifAcc
+		if s.fd >= 0 {
+			if n, err := readIfDrops(s.ifname); err == nil && n >= s.ifBase {
+				d.Interface += n - s.ifBase
+			}
+		}
+		d.LinkDowns, d.Link = s.link.report()
+	}
+	return d, nil
+}
+
+// readKernelStats adds the kernel's counters (reset by every read) to
+// the totals; s.mu held.
+func (s *afSource) readKernelStats() error {
+	if s.fd < 0 {
+		return nil
+	}
 	st, err := unix.GetsockoptTpacketStatsV3(s.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
 	if err != nil {
-		return DropStats{}, fmt.Errorf("capture: afpacket stats on %q: %w", s.ifname, err)
+		return fmt.Errorf("capture: afpacket stats on %q: %w", s.ifname, err)
 	}
 	s.packets += uint64(st.Packets)
 	s.drops += uint64(st.Drops)
-	d := DropStats{Received: s.packets, Kernel: s.drops}
-	if s.reportIf {
-		if n, err := readIfDrops(s.ifname); err == nil && n >= s.ifBase {
-			d.Interface = n - s.ifBase
-		}
-	}
-	return d, nil
+	return nil
 }
 
 // Close unmaps the ring and closes the socket; call it after the reading
 // goroutine stopped (Source contract).
 func (s *afSource) Close() error {
+	errs := []error{s.closeRing(), s.link.close()}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("capture: afpacket close on %q: %w", s.ifname, err)
+	}
+	return nil
+}
+
+// closeRing unmaps the ring and closes the socket, keeping its counters.
+func (s *afSource) closeRing() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
+	if s.fd >= 0 {
+		s.readKernelStats()
+		if s.reportIf {
+			if n, err := readIfDrops(s.ifname); err == nil && n >= s.ifBase {
+				s.ifAcc += n - s.ifBase
+			}
+		}
+	}
 	if s.ring != nil {
 		errs = append(errs, unix.Munmap(s.ring))
 		s.ring = nil
@@ -284,10 +382,8 @@ func (s *afSource) Close() error {
 		errs = append(errs, unix.Close(s.fd))
 		s.fd = -1
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("capture: afpacket close on %q: %w", s.ifname, err)
-	}
-	return nil
+	s.left, s.held = 0, false
+	return errors.Join(errs...)
 }
 
 // readIfDrops reads the interface's receive drops from sysfs.

@@ -16,13 +16,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"github.com/lds-net/lds/internal/match"
 	"gopkg.in/yaml.v3"
 )
 
 // HashVersion is the version of the hashed byte layout (docs/capture.md).
 // Any change to what is hashed must bump it: it is part of the fingerprint.
-const HashVersion = 1
+const HashVersion = 2
 
 // MaxPayloadBytes bounds identity.payload_bytes: the per-parser hash buffer
 // is sized from it.
@@ -42,9 +43,16 @@ type FlowKeyConfig struct {
 // IdentityConfig holds everything that changes a hash: it is part of the
 // configuration fingerprint both ends must share.
 type IdentityConfig struct {
-	Seed         string        `yaml:"seed"`
-	PayloadBytes int           `yaml:"payload_bytes"`
-	FlowKey      FlowKeyConfig `yaml:"flow_key"`
+	Seed         string `yaml:"seed"`
+	PayloadBytes int    `yaml:"payload_bytes"`
+	// IPBytes bounds the bytes of a packet identity reads, counted from
+	// the start of the IP header: headers plus at most IPBytes - headers
+	// payload bytes are hashed, and a packet whose IP + L4 headers alone
+	// are longer is left out (long_headers) at both taps alike. A capture
+	// whose snap length holds the link header + IPBytes gives every
+	// packet the same identity as a whole-packet capture.
+	IPBytes int           `yaml:"ip_bytes"`
+	FlowKey FlowKeyConfig `yaml:"flow_key"`
 }
 
 // WeightRule gives flows matched by the rule a weight (LDS paper §4.1).
@@ -72,6 +80,10 @@ type SourceConfig struct {
 	BufferSize      int           `yaml:"buffer_size"`      // kind pcap: kernel buffer bytes
 	BPF             string        `yaml:"bpf"`              // needs a binary built with -tags pcap
 	TimestampSource string        `yaml:"timestamp_source"` // kind pcap: host, adapter, adapter_unsynced, ... ("" = libpcap default)
+	// AllowCoalescing lets a live source open an interface whose receive
+	// offloads (GRO, LRO, rx-gro-hw, rx-gro-list) merge packets; refused
+	// by default (docs/capture.md, "Coalescing").
+	AllowCoalescing bool `yaml:"allow_coalescing"`
 }
 
 // Config is the capture section of a daemon's configuration.
@@ -89,6 +101,7 @@ func DefaultConfig() Config {
 		Identity: IdentityConfig{
 			Seed:         "change-me",
 			PayloadBytes: 32,
+			IPBytes:      DefaultIPBytes,
 			FlowKey: FlowKeyConfig{
 				SrcPrefixV4: 32, DstPrefixV4: 32, SrcPrefixV6: 128, DstPrefixV6: 128,
 				Proto: true, Ports: true,
@@ -107,13 +120,54 @@ func DefaultConfig() Config {
 	}
 }
 
-// Header budget a snap length must cover before the N payload bytes:
-// Ethernet + two VLAN tags + the largest IPv4 header + the largest TCP
-// header (an IPv6 header with no extension header is smaller).
-const headerBudget = 14 + 8 + 60 + 60
+// DefaultIPBytes is identity.ip_bytes by default: tcpdump -s 96 on
+// Ethernet (14 bytes of link header) keeps exactly 82 bytes from the IP
+// header, so header-only captures replay out of the box; an IPv4 TCP
+// packet with timestamps still hashes 30 payload bytes.
+const DefaultIPBytes = 82
 
-// MinSnaplen is the smallest snap length that keeps headers plus N payload bytes.
-func (c IdentityConfig) MinSnaplen() int { return headerBudget + c.PayloadBytes }
+// Bounds of identity.ip_bytes: an IPv6 header and a UDP header fit in the
+// smallest. Below MinAdvisedIPBytes an IPv6 UDP packet hashes fewer than
+// 16 payload bytes, and packets that differ only further on (no IPv6
+// identification field tells them apart) share an identity, which the
+// sketches see as loss; error messages never advise less. The largest is
+// far beyond any header stack plus MaxPayloadBytes and keeps link header
+// + ip_bytes below 65535, the snap length of a -s 0 capture file.
+const (
+	MinIPBytes        = 48
+	MinAdvisedIPBytes = 64
+	MaxIPBytes        = 4096
+)
+
+// LinkHeaderLen is the length of the link header a capture of link type
+// lt puts before the IP header (without VLAN tags or MPLS labels, which
+// add 4 bytes each), or -1 where it is not known.
+func LinkHeaderLen(lt layers.LinkType) int {
+	switch lt {
+	case layers.LinkTypeEthernet:
+		return 14
+	case layers.LinkTypeLinuxSLL:
+		return 16
+	case layers.LinkTypeLinuxSLL2:
+		return 20
+	case layers.LinkTypeRaw, layers.LinkTypeIPv4, layers.LinkTypeIPv6, 12:
+		return 0
+	case layers.LinkTypeNull, layers.LinkTypeLoop:
+		return 4
+	}
+	return -1
+}
+
+// MinSnaplen is the smallest snap length that gives every packet of link
+// type lt (without VLAN tags) the identity a whole-packet capture gives
+// it: the link header + identity.ip_bytes.
+func (c IdentityConfig) MinSnaplen(lt layers.LinkType) int {
+	return max(LinkHeaderLen(lt), 0) + c.IPBytes
+}
+
+// liveLinkBudget is the link header a live libpcap capture's snaplen must
+// cover before identity.ip_bytes: Ethernet with two VLAN tags.
+const liveLinkBudget = 14 + 8
 
 // Validate checks every key; errors name the YAML key under "capture.".
 func (c Config) Validate() error {
@@ -125,6 +179,9 @@ func (c Config) Validate() error {
 	}
 	if id.PayloadBytes < 0 || id.PayloadBytes > MaxPayloadBytes {
 		bad("identity.payload_bytes", "%d is outside 0..%d", id.PayloadBytes, MaxPayloadBytes)
+	}
+	if id.IPBytes < MinIPBytes || id.IPBytes > MaxIPBytes {
+		bad("identity.ip_bytes", "%d is outside %d..%d", id.IPBytes, MinIPBytes, MaxIPBytes)
 	}
 	fk := id.FlowKey
 	for _, p := range []struct {
@@ -190,9 +247,9 @@ func (s SourceConfig) validate(id IdentityConfig) []error {
 	default:
 		bad("kind", "%q: want file, afpacket or pcap", s.Kind)
 	}
-	if s.Kind == "pcap" && s.Snaplen < id.MinSnaplen() {
-		bad("snaplen", "%d is too short for headers (%d bytes budget) + identity.payload_bytes (%d): need at least %d",
-			s.Snaplen, headerBudget, id.PayloadBytes, id.MinSnaplen())
+	if s.Kind == "pcap" && s.Snaplen < liveLinkBudget+id.IPBytes {
+		bad("snaplen", "%d is too short for a link header with two VLAN tags (%d bytes) + identity.ip_bytes (%d): need at least %d",
+			s.Snaplen, liveLinkBudget, id.IPBytes, liveLinkBudget+id.IPBytes)
 	}
 	if s.Kind == "afpacket" {
 		if s.Workers < 1 || s.Workers > 256 {
@@ -227,6 +284,7 @@ func (c Config) FingerprintFields() map[string]string {
 		"capture.hash_version":                    strconv.Itoa(HashVersion),
 		"capture.identity.seed":                   seedDigest(id.Seed),
 		"capture.identity.payload_bytes":          strconv.Itoa(id.PayloadBytes),
+		"capture.identity.ip_bytes":               strconv.Itoa(id.IPBytes),
 		"capture.identity.flow_key.src_prefix_v4": strconv.Itoa(fk.SrcPrefixV4),
 		"capture.identity.flow_key.dst_prefix_v4": strconv.Itoa(fk.DstPrefixV4),
 		"capture.identity.flow_key.src_prefix_v6": strconv.Itoa(fk.SrcPrefixV6),

@@ -60,8 +60,13 @@ func TestPcapSnaplenRefused(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Source = DefaultConfig().Source
 	cfg.Source.Kind, cfg.Source.Interface, cfg.Source.Snaplen = "pcap", "lo", 100
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "capture.source.snaplen") {
-		t.Errorf("snaplen 100 with payload_bytes 32: %v", err)
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "capture.source.snaplen") || !strings.Contains(err.Error(), "need at least 104") {
+		t.Fatalf("snaplen 100 with ip_bytes 82: %v", err)
+	}
+	cfg.Source.Snaplen = 104 // the advice
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("snaplen 104: %v", err)
 	}
 }
 

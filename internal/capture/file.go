@@ -25,6 +25,7 @@ type fileSource struct {
 	links   []layers.LinkType // pcapng: per interface
 	snaplen int
 	ng      *pcapgo.NgReader
+	path    string
 }
 
 // pcapng section header block type; pcap magics are checked by pcapgo.
@@ -42,7 +43,7 @@ func OpenFile(path string) (Source, error) {
 		f.Close()
 		return nil, fmt.Errorf("capture: %s: too short to be a pcap or pcapng file: %w", path, err)
 	}
-	s := &fileSource{f: f}
+	s := &fileSource{f: f, path: path}
 	if bytes.Equal(magic, pcapngMagic) {
 		ng, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{})
 		if err != nil {
@@ -232,3 +233,6 @@ func (s *fileSource) Close() error {
 	}
 	return s.f.Close()
 }
+
+// Path is the file's path.
+func (s *fileSource) Path() string { return s.path }

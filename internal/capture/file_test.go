@@ -200,19 +200,57 @@ func TestFileErrors(t *testing.T) {
 	if _, err := OpenFile(filepath.Join(dir, "missing.pcap")); err == nil {
 		t.Error("missing file opened")
 	}
-	// A file captured with a snap length too short for headers + N bytes is refused at start.
-	short := filepath.Join(dir, "short.pcap")
-	f, _ := os.Create(short)
-	w := pcapgo.NewWriterNanos(f)
-	w.WriteFileHeader(96, layers.LinkTypeEthernet)
-	f.Close()
-	src, err := OpenFile(short)
-	if err != nil {
-		t.Fatal(err)
+	// A file whose snap length cannot hold the link header + ip_bytes is
+	// refused at start; tcpdump -s 96 on Ethernet holds the default.
+	for _, tc := range []struct {
+		snap int
+		lt   layers.LinkType
+		ok   bool
+	}{{96, layers.LinkTypeEthernet, true}, {95, layers.LinkTypeEthernet, false}, {64, layers.LinkTypeEthernet, false},
+		{82, layers.LinkTypeRaw, true}, {97, layers.LinkTypeLinuxSLL, false}, {98, layers.LinkTypeLinuxSLL, true}} {
+		short := filepath.Join(dir, fmt.Sprintf("short-%d-%d.pcap", tc.snap, tc.lt))
+		f, _ := os.Create(short)
+		w := pcapgo.NewWriterNanos(f)
+		w.WriteFileHeader(uint32(tc.snap), tc.lt)
+		f.Close()
+		src, err := OpenFile(short)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = CheckSnaplen(src, DefaultConfig().Identity)
+		src.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("snap length %d on %v: %v, want accepted %v", tc.snap, tc.lt, err, tc.ok)
+		}
 	}
-	defer src.Close()
-	if err := CheckSnaplen(src, IdentityConfig{PayloadBytes: 32}); err == nil {
-		t.Error("snap length 96 accepted for 32 payload bytes")
+	// Tagged frames: the check reads the link header off the first frames.
+	base := basePackets()["v4-tcp"]
+	for _, tc := range []struct {
+		vlans []uint16
+		snap  int
+		ok    bool
+	}{{nil, 96, true}, {[]uint16{100}, 96, false}, {[]uint16{100}, 100, true}, {[]uint16{5, 6}, 100, false}, {[]uint16{5, 6}, 104, true}} {
+		b := base
+		b.vlans = tc.vlans
+		frame := b.frame(t)
+		path := filepath.Join(dir, fmt.Sprintf("tagged-%d-%d.pcap", len(tc.vlans), tc.snap))
+		f, _ := os.Create(path)
+		w := pcapgo.NewWriterNanos(f)
+		w.WriteFileHeader(uint32(tc.snap), layers.LinkTypeEthernet)
+		w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: min(len(frame), tc.snap), Length: len(frame)}, frame[:min(len(frame), tc.snap)])
+		f.Close()
+		src, err := OpenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = CheckSnaplen(src, DefaultConfig().Identity)
+		src.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("%d tags, snap length %d: %v, want accepted %v", len(tc.vlans), tc.snap, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("tcpdump -s %d", 96+4*len(tc.vlans))) {
+			t.Errorf("%d tags: %v, want the advice tcpdump -s %d", len(tc.vlans), err, 96+4*len(tc.vlans))
+		}
 	}
 }
 

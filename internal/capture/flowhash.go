@@ -112,7 +112,7 @@ func mulFold(x, y uint64) uint64 {
 	return hi ^ lo
 }
 
-// hash is the flow hash of k (hash version 1).
+// hash is the flow hash of k (unchanged since hash version 1).
 func (h *flowHasher) hash(k *FlowKey) uint64 {
 	// bytes 0..5 of the wire form: family, protocol, ports big endian
 	fam := uint64(4)

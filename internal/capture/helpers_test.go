@@ -228,8 +228,16 @@ func specSeed(use, seed string) uint64 {
 }
 
 // spec computes the expected (unaggregated) flow key and packet hash from
-// the fields, following the documented layout (hash version 1).
+// the fields, following the documented layout (hash version 2) with the
+// default identity.ip_bytes.
 func (p pk) spec(t testing.TB, seed string, n int) (FlowKey, uint64, uint64) {
+	t.Helper()
+	return p.specB(t, seed, n, DefaultIPBytes)
+}
+
+// specB is spec with identity.ip_bytes = bound; the packet's headers
+// must fit in it.
+func (p pk) specB(t testing.TB, seed string, n, bound int) (FlowKey, uint64, uint64) {
 	t.Helper()
 	proto := p.protoNum()
 	var sport, dport uint16
@@ -281,10 +289,17 @@ func (p pk) spec(t testing.TB, seed string, n int) (FlowKey, uint64, uint64) {
 		l4 = binary.BigEndian.AppendUint16(l4, p.icmpSeq)
 		l4len = 8
 	}
-	payload := p.payload
-	if len(payload) > n {
-		payload = payload[:n]
+	ipHdr := 20
+	if p.v6 {
+		ipHdr = 40 + len(p.v6ext)
+	} else if p.ihlOpts {
+		ipHdr = 24
 	}
+	if ipHdr+l4len > bound {
+		t.Fatalf("spec: headers of %d bytes exceed ip_bytes %d", ipHdr+l4len, bound)
+	}
+	payload := p.payload
+	payload = payload[:min(len(payload), n, bound-ipHdr-l4len)]
 	if p.v6 {
 		b = append(b, 6)
 		s16, d16 := src.As16(), dst.As16()

@@ -57,36 +57,19 @@ func newVeth(t *testing.T) *vethPair {
 	run(t, "ip", "link", "set", v.ifB, "netns", v.nsB)
 	run(t, "ip", "-n", v.nsA, "link", "set", v.ifA, "up")
 	run(t, "ip", "-n", v.nsB, "link", "set", v.ifB, "up")
+	// The kernel reports the carrier (IFF_RUNNING) a little after the
+	// link is set up; a source opened before would count an outage.
+	for _, e := range [][2]string{{v.nsA, v.ifA}, {v.nsB, v.ifB}} {
+		waitFor(t, e[1]+" running", func() bool {
+			out, _ := exec.Command("ip", "-n", e[0], "-o", "link", "show", "dev", e[1]).Output()
+			return strings.Contains(string(out), "LOWER_UP") && strings.Contains(string(out), "state UP")
+		})
+	}
 	return v
 }
 
-// inNetns runs fn on a thread moved into namespace ns; sockets made there
-// stay in ns.
-func inNetns(ns string, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open("/var/run/netns/" + ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns %s: %w", ns, err)
-	}
-	ferr := fn()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("setns back: %w (thread left locked, it dies with the goroutine)", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+// inNetns runs fn on a thread moved into namespace ns.
+func inNetns(ns string, fn func() error) error { return testutil.InNetns(ns, fn) }
 
 // sendFrames writes raw frames on ifname inside ns.
 func sendFrames(t *testing.T, ns, ifname string, frames [][]byte) {

@@ -30,13 +30,14 @@ const (
 	ReasonNonIP                  // not IPv4/IPv6 (ARP, LLDP, ...)
 	ReasonTruncated              // capture ends inside the headers
 	ReasonMalformed              // header fields contradict each other or the frame
-	ReasonShortSnap              // headers fine, but fewer than min(N, payload) payload bytes captured
+	ReasonShortSnap              // headers fine, but fewer payload bytes captured than identity hashes
 	ReasonUnsupportedLink        // link type this parser does not decode
 	ReasonNotSelected            // parsed, but no select rule matched
+	ReasonLongHeaders            // IP + L4 headers longer than identity.ip_bytes
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"ok", "non_ip", "truncated", "malformed", "short_snap", "unsupported_link", "not_selected"}
+var reasonNames = [numReasons]string{"ok", "non_ip", "truncated", "malformed", "short_snap", "unsupported_link", "not_selected", "long_headers"}
 
 func (r Reason) String() string {
 	if r < numReasons {
@@ -55,18 +56,21 @@ type ParseCounters struct {
 	ShortSnap       uint64
 	UnsupportedLink uint64
 	NotSelected     uint64
+	LongHeaders     uint64
 }
 
 // Add returns the field-wise sum (to total the workers).
 func (c ParseCounters) Add(o ParseCounters) ParseCounters {
 	return ParseCounters{c.Parsed + o.Parsed, c.Fragments + o.Fragments, c.NonIP + o.NonIP, c.Truncated + o.Truncated,
-		c.Malformed + o.Malformed, c.ShortSnap + o.ShortSnap, c.UnsupportedLink + o.UnsupportedLink, c.NotSelected + o.NotSelected}
+		c.Malformed + o.Malformed, c.ShortSnap + o.ShortSnap, c.UnsupportedLink + o.UnsupportedLink, c.NotSelected + o.NotSelected,
+		c.LongHeaders + o.LongHeaders}
 }
 
 // ByReason returns the skip counters by reason name (for a labelled metric).
 func (c ParseCounters) ByReason() map[string]uint64 {
 	return map[string]uint64{"non_ip": c.NonIP, "truncated": c.Truncated, "malformed": c.Malformed,
-		"short_snap": c.ShortSnap, "unsupported_link": c.UnsupportedLink, "not_selected": c.NotSelected}
+		"short_snap": c.ShortSnap, "unsupported_link": c.UnsupportedLink, "not_selected": c.NotSelected,
+		"long_headers": c.LongHeaders}
 }
 
 // Sizes of the hashed sections (docs/capture.md).
@@ -80,6 +84,7 @@ const (
 // concurrent use. Parse allocates nothing.
 type Parser struct {
 	n         int
+	bound     int // identity.ip_bytes: identity reads no byte beyond it, counted from the IP header
 	flowHash  flowHasher
 	pktHash   pktHasher
 	m4s, m4d  [4]byte
@@ -104,6 +109,7 @@ func NewParser(cfg Config) (*Parser, error) {
 	id := cfg.Identity
 	p := &Parser{
 		n:         id.PayloadBytes,
+		bound:     id.IPBytes,
 		flowHash:  newFlowHasher(deriveSeed("flow", id.Seed)),
 		pktHash:   newPktHasher(deriveSeed("packet", id.Seed)),
 		keepProto: id.FlowKey.Proto,
@@ -132,7 +138,7 @@ func NewParser(cfg Config) (*Parser, error) {
 }
 
 // deriveSeed turns the shared seed string into independent 64-bit seeds
-// for the flow and the packet hash (hash version 1): the first 8 bytes,
+// for the flow and the packet hash (unchanged since hash version 1): the first 8 bytes,
 // little endian, of SHA-256("lds/capture/v1/" + use + "\x00" + seed).
 func deriveSeed(use, seed string) uint64 {
 	s := sha256.Sum256([]byte("lds/capture/v1/" + use + "\x00" + seed))
@@ -159,7 +165,7 @@ func (p *Parser) Counters() ParseCounters {
 	return ParseCounters{
 		Parsed: p.c[ReasonOK], Fragments: p.frags, NonIP: p.c[ReasonNonIP], Truncated: p.c[ReasonTruncated],
 		Malformed: p.c[ReasonMalformed], ShortSnap: p.c[ReasonShortSnap], UnsupportedLink: p.c[ReasonUnsupportedLink],
-		NotSelected: p.c[ReasonNotSelected],
+		NotSelected: p.c[ReasonNotSelected], LongHeaders: p.c[ReasonLongHeaders],
 	}
 }
 
@@ -371,6 +377,9 @@ func (p *Parser) ipv4(data []byte, wireLen, off int, f *fields) (int, Reason) {
 	if ihl < 20 || tot < ihl || tot > wireLen-off {
 		return 0, ReasonMalformed
 	}
+	if ihl > p.bound {
+		return 0, ReasonLongHeaders
+	}
 	if len(ip) < ihl {
 		return 0, ReasonTruncated
 	}
@@ -390,7 +399,7 @@ func (p *Parser) ipv4(data []byte, wireLen, off int, f *fields) (int, Reason) {
 	frag := be16(ip[6:])
 	f.fragment = frag&0x1fff != 0
 	isFrag := frag&0x3fff != 0 // MF or an offset
-	return p.l4(ip[ihl:], tot-ihl, 16, isFrag, f)
+	return p.l4(ip[ihl:], tot-ihl, ihl, 16, isFrag, f)
 }
 
 func (p *Parser) ipv6(data []byte, wireLen, off int, f *fields) (int, Reason) {
@@ -429,6 +438,9 @@ ext:
 				if pos+2 > end {
 					return 0, ReasonMalformed
 				}
+				if pos+2 > p.bound {
+					return 0, ReasonLongHeaders
+				}
 				return 0, ReasonTruncated
 			}
 			l := (int(ip[pos+1]) + 1) * 8
@@ -438,6 +450,9 @@ ext:
 			if pos+l > end {
 				return 0, ReasonMalformed
 			}
+			if pos+l > p.bound {
+				return 0, ReasonLongHeaders
+			}
 			if len(ip) < pos+l {
 				return 0, ReasonTruncated
 			}
@@ -446,6 +461,9 @@ ext:
 		case 44: // fragment
 			if pos+8 > end {
 				return 0, ReasonMalformed
+			}
+			if pos+8 > p.bound {
+				return 0, ReasonLongHeaders
 			}
 			if len(ip) < pos+8 {
 				return 0, ReasonTruncated
@@ -471,13 +489,16 @@ ext:
 	}
 	hb[35] = nh // upper-layer protocol
 	f.proto = nh
-	return p.l4(ip[pos:], end-pos, hn, isFrag, f)
+	return p.l4(ip[pos:], end-pos, pos, hn, isFrag, f)
 }
 
-// l4 hashes the L4 header (no checksum) and min(N, payload on the wire)
-// payload bytes. seg is the captured rest of the IP packet, segWire its
-// length on the wire, hn the bytes already in the hash buffer.
-func (p *Parser) l4(seg []byte, segWire, hn int, isFrag bool, f *fields) (int, Reason) {
+// l4 hashes the L4 header (no checksum) and min(N, payload on the wire,
+// ip_bytes - IP and L4 headers) payload bytes. seg is the captured rest
+// of the IP packet, segWire its length on the wire, ipHdr the length of
+// the IP header (and extension headers) before it, hn the bytes already
+// in the hash buffer. Every length it decides by comes from the headers,
+// never from the capture, so both taps hash the same bytes.
+func (p *Parser) l4(seg []byte, segWire, ipHdr, hn int, isFrag bool, f *fields) (int, Reason) {
 	hb := &p.hb
 	payOff := 0
 	if !f.fragment {
@@ -494,6 +515,9 @@ func (p *Parser) l4(seg []byte, segWire, hn int, isFrag bool, f *fields) (int, R
 			}
 			need = 0 // a first fragment too small for its L4 header: opaque
 		}
+		if need > 0 && ipHdr+need > p.bound {
+			return 0, ReasonLongHeaders
+		}
 		if need > 0 && len(seg) < need {
 			return 0, ReasonTruncated
 		}
@@ -509,6 +533,9 @@ func (p *Parser) l4(seg []byte, segWire, hn int, isFrag bool, f *fields) (int, R
 					return 0, ReasonMalformed
 				}
 				break // options run past the first fragment: opaque
+			}
+			if ipHdr+doff > p.bound {
+				return 0, ReasonLongHeaders
 			}
 			if len(seg) < doff {
 				return 0, ReasonTruncated
@@ -535,10 +562,7 @@ func (p *Parser) l4(seg []byte, segWire, hn int, isFrag bool, f *fields) (int, R
 			payOff = 8
 		}
 	}
-	take := segWire - payOff
-	if take > p.n {
-		take = p.n
-	}
+	take := min(segWire-payOff, p.n, p.bound-ipHdr-payOff)
 	if len(seg) < payOff+take {
 		return 0, ReasonShortSnap
 	}

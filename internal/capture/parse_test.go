@@ -32,22 +32,29 @@ func basePackets() map[string]pk {
 }
 
 // TestSpecLayout checks the parser against the documented byte layout,
-// computed from the packet's fields (the wire contract, hash version 1).
+// computed from the packet's fields (the wire contract, hash version 2),
+// at the default ip_bytes and at bounds that cut the payload short or not.
 func TestSpecLayout(t *testing.T) {
-	for _, n := range []int{0, 8, 32, 1024} {
-		p := testParser(t, func(c *Config) { c.Identity.PayloadBytes = n })
-		for name, b := range basePackets() {
-			t.Run(fmt.Sprintf("%s/N=%d", name, n), func(t *testing.T) {
-				wantK, wantFH, wantPH := b.spec(t, tseed, n)
-				got, r := p.Identify(b.frame(t), 0, layers.LinkTypeEthernet)
-				if r != ReasonOK {
-					t.Fatalf("skipped: %v", r)
-				}
-				if got.Key != wantK || got.FlowHash != wantFH || got.PktHash != wantPH {
-					t.Errorf("got key %v fh %x ph %x, want key %v fh %x ph %x", got.Key, got.FlowHash, got.PktHash, wantK, wantFH, wantPH)
-				}
-			})
+	for _, bound := range []int{DefaultIPBytes, 64, MaxIPBytes} {
+		for _, n := range []int{0, 8, 32, 1024} {
+			specLayout(t, n, bound)
 		}
+	}
+}
+
+func specLayout(t *testing.T, n, bound int) {
+	p := testParser(t, func(c *Config) { c.Identity.PayloadBytes, c.Identity.IPBytes = n, bound })
+	for name, b := range basePackets() {
+		t.Run(fmt.Sprintf("%s/N=%d/ip_bytes=%d", name, n, bound), func(t *testing.T) {
+			wantK, wantFH, wantPH := b.specB(t, tseed, n, bound)
+			got, r := p.Identify(b.frame(t), 0, layers.LinkTypeEthernet)
+			if r != ReasonOK {
+				t.Fatalf("skipped: %v", r)
+			}
+			if got.Key != wantK || got.FlowHash != wantFH || got.PktHash != wantPH {
+				t.Errorf("got key %v fh %x ph %x, want key %v fh %x ph %x", got.Key, got.FlowHash, got.PktHash, wantK, wantFH, wantPH)
+			}
+		})
 	}
 }
 
@@ -90,7 +97,8 @@ func TestHopInvariance(t *testing.T) {
 	v6f := v6Frag(bases["v6-udp"], 0, true, 0xdeadbeef)
 	bases["v6-frag-first"] = v6f
 	bases["v6-frag-second"] = v6Frag(bases["v6-udp"], 3, false, 0xdeadbeef)
-	p := testParser(t, nil)
+	// v6-ext's headers (40 + 24 + 20) exceed the default ip_bytes.
+	p := testParser(t, func(c *Config) { c.Identity.IPBytes = 128 })
 	for name, b := range bases {
 		base, r := p.Identify(b.frame(t), 0, layers.LinkTypeEthernet)
 		if r != ReasonOK {
@@ -179,7 +187,7 @@ func v6Frag(b pk, off uint16, more bool, id uint32) pk {
 }
 
 func TestV6ExtensionHeaders(t *testing.T) {
-	p := testParser(t, nil)
+	p := testParser(t, func(c *Config) { c.Identity.IPBytes = 128 })
 	b := basePackets()["v6-tcp"]
 	wantK, _, _ := b.spec(t, tseed, 32)
 	e1, _ := p.Identify(v6Ext(b, 0x11).frame(t), 0, layers.LinkTypeEthernet)
@@ -458,5 +466,82 @@ func TestParseAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Parse allocates %.1f per run, want 0", allocs)
+	}
+}
+
+// TestSnaplenInvariance: a packet cut to its link header + ip_bytes (a
+// header-only capture: tcpdump -s 96 on Ethernet at the default) has the
+// identity it has whole, and a packet whose headers alone exceed
+// ip_bytes is left out as long_headers however much of it was captured.
+func TestSnaplenInvariance(t *testing.T) {
+	pkts := randomPackets(3000, 21)
+	bases := basePackets()
+	for _, name := range []string{"v4-tcp", "v6-tcp", "v6-udp", "v4-icmp-echo"} {
+		pkts = append(pkts, bases[name], withVLAN(bases[name]))
+		qinq := bases[name]
+		qinq.vlans = []uint16{7, 8}
+		pkts = append(pkts, qinq, v6Ext(bases["v6-tcp"], 3))
+	}
+	for i := range pkts {
+		if i%4 == 1 {
+			pkts[i].tcpOpts = true
+		}
+	}
+	for _, bound := range []int{DefaultIPBytes, 114, MinIPBytes} {
+		for _, n := range []int{32, 1024} {
+			p := testParser(t, func(c *Config) { c.Identity.PayloadBytes, c.Identity.IPBytes = n, bound })
+			long := 0
+			for i, b := range pkts {
+				frame := b.frame(t)
+				whole, rw := p.Identify(frame, 0, layers.LinkTypeEthernet)
+				link := 14 + 4*len(b.vlans)
+				for _, extra := range []int{0, 1, 14} {
+					snap := min(len(frame), link+bound+extra)
+					cut, rc := p.Identify(frame[:snap], len(frame), layers.LinkTypeEthernet)
+					if rc != rw || cut != whole {
+						t.Fatalf("ip_bytes %d N %d packet %d (%s, %d tags) cut to %d of %d bytes: %v %x, whole: %v %x",
+							bound, n, i, b.proto, len(b.vlans), snap, len(frame), rc, cut.PktHash, rw, whole.PktHash)
+					}
+				}
+				switch rw {
+				case ReasonOK:
+				case ReasonLongHeaders:
+					long++
+				default:
+					t.Fatalf("packet %d skipped whole: %v", i, rw)
+				}
+			}
+			if bound == DefaultIPBytes && long == 0 {
+				t.Error("no packet with headers over ip_bytes: the long_headers rule went untested")
+			}
+			t.Logf("ip_bytes %d N %d: %d of %d packets left out as long_headers", bound, n, long, len(pkts))
+		}
+	}
+}
+
+// TestOutageTracker: an interval is touched when the link was down when
+// it or the one before it was emitted, or went down in between.
+func TestOutageTracker(t *testing.T) {
+	up := func(downs uint64) DropStats { return DropStats{LinkDowns: downs, Link: LinkUp} }
+	down := func(downs uint64) DropStats { return DropStats{LinkDowns: downs, Link: LinkDown} }
+	for _, tc := range []struct {
+		name string
+		seq  []DropStats
+		want []bool
+	}{
+		{"file source", []DropStats{{}, {}}, []bool{false, false}},
+		{"always up", []DropStats{up(0), up(0), up(0)}, []bool{false, false, false}},
+		{"down at start", []DropStats{down(1), down(1), up(1), up(1)}, []bool{true, true, true, false}},
+		{"flap inside one interval", []DropStats{up(0), up(1), up(1)}, []bool{false, true, false}},
+		{"down across intervals", []DropStats{up(0), down(1), down(1), up(1), up(1)}, []bool{false, true, true, true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o OutageTracker
+			for i, d := range tc.seq {
+				if got := o.Touched(d); got != tc.want[i] {
+					t.Errorf("interval %d (%+v): touched %v, want %v", i, d, got, tc.want[i])
+				}
+			}
+		})
 	}
 }

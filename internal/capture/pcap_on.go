@@ -27,6 +27,12 @@ type pcapSource struct {
 // OpenPcap opens cfg.Interface through libpcap: nanosecond precision, the
 // configured timestamp source (refused if the interface lacks it), BPF.
 func OpenPcap(cfg SourceConfig, log *slog.Logger) (Source, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkCoalescing(cfg, log.Warn); err != nil {
+		return nil, err
+	}
 	in, err := pcap.NewInactiveHandle(cfg.Interface)
 	if err != nil {
 		return nil, fmt.Errorf("capture: libpcap on %q: %w", cfg.Interface, err)
@@ -129,6 +135,14 @@ func (s *pcapSource) Close() error {
 type bpfSource struct {
 	Source
 	f *pcap.BPF
+}
+
+// Path is the path of the file under the filter, or "".
+func (s *bpfSource) Path() string {
+	if p, ok := s.Source.(pather); ok {
+		return p.Path()
+	}
+	return ""
 }
 
 func withBPF(src Source, expr string) (Source, error) {

@@ -39,7 +39,7 @@ func TestOpenReaders(t *testing.T) {
 		readers  int // 0: an error
 	}{
 		{"given", []int{65535, 0}, cfg, 2},
-		{"given, one too short", []int{65535, 96}, cfg, 0},
+		{"given, one too short", []int{65535, 95}, cfg, 0},
 		{"given, bad identity", []int{65535}, noSeed, 0},
 		{"opened", nil, cfg, 1},
 		{"opened, missing", nil, missing, 0},

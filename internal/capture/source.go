@@ -21,16 +21,59 @@ type DropStats struct {
 	Received  uint64 // packets that reached this socket, dropped ones included (TPACKET tp_packets, like tcpdump's "received by filter"); 0 where unknown
 	Kernel    uint64 // dropped by the kernel: ring or buffer full
 	Interface uint64 // dropped by the interface/driver (rx_dropped + rx_missed_errors)
+	// Oversize counts frames longer than the interface MTU plus the link
+	// header: packets coalesced before the capture (GRO, LRO). They are
+	// measured like any frame, not dropped.
+	Oversize uint64
+	// LinkDowns counts the capture interface's outages (down, no carrier
+	// or missing, including at open); Link is its state now. Live
+	// interface sources only (one worker of a fanout group reports them).
+	LinkDowns uint64
+	Link      LinkState
 }
 
-// Sub returns d - prev: the drops of one interval from two cumulative reads.
+// LinkState is a capture interface's state as a source last saw it.
+type LinkState uint8
+
+// Link states; LinkUnknown for sources without an interface (files).
+const (
+	LinkUnknown LinkState = iota
+	LinkUp
+	LinkDown
+)
+
+// Sub returns d - prev: the drops of one interval from two cumulative
+// reads. Link is d's.
 func (d DropStats) Sub(prev DropStats) DropStats {
-	return DropStats{d.Received - prev.Received, d.Kernel - prev.Kernel, d.Interface - prev.Interface}
+	return DropStats{d.Received - prev.Received, d.Kernel - prev.Kernel, d.Interface - prev.Interface,
+		d.Oversize - prev.Oversize, d.LinkDowns - prev.LinkDowns, d.Link}
 }
 
-// Add returns the sum (to total the workers).
+// Add returns the sum (to total the workers); Link is the state of the
+// one that knows it (down wins).
 func (d DropStats) Add(o DropStats) DropStats {
-	return DropStats{d.Received + o.Received, d.Kernel + o.Kernel, d.Interface + o.Interface}
+	return DropStats{d.Received + o.Received, d.Kernel + o.Kernel, d.Interface + o.Interface,
+		d.Oversize + o.Oversize, d.LinkDowns + o.LinkDowns, max(d.Link, o.Link)}
+}
+
+// OutageTracker tells which intervals a capture outage touched, from the
+// DropStats read when each interval is emitted: an interval is touched
+// when the link was down when it opened or closed, or went down in
+// between. Emission follows an interval's end by the hold time, so an
+// outage that starts in that gap also flags the interval before it (a
+// false flag, never a missed one).
+type OutageTracker struct {
+	downs   uint64
+	wasDown bool
+}
+
+// Touched reports whether the interval emitted with cumulative stats d
+// was touched by an outage.
+func (o *OutageTracker) Touched(d DropStats) bool {
+	down := d.Link == LinkDown
+	t := o.wasDown || down || d.LinkDowns != o.downs
+	o.downs, o.wasDown = d.LinkDowns, down
+	return t
 }
 
 // Source delivers raw frames.
@@ -52,18 +95,114 @@ type Source interface {
 // Snaplener is implemented by sources that know their snap length (files, libpcap).
 type Snaplener interface{ Snaplen() int }
 
-// CheckSnaplen refuses a source whose snap length cannot hold headers plus
-// identity.payload_bytes: every packet would be skipped as short_snap.
+// pather is implemented by file sources: the path they read.
+type pather interface{ Path() string }
+
+// snapSample is how many frames of a capture file CheckSnaplen looks at
+// for link headers longer than the link type's (VLAN tags, MPLS labels).
+const snapSample = 1000
+
+// CheckSnaplen refuses a source whose snap length cannot hold its link
+// header + identity.ip_bytes: its packets would be cut short at this tap
+// only and look lost. For a file, the link header is the longest among
+// its first frames (802.1Q/QinQ tags and MPLS labels included). The
+// advice in the error is what makes it pass.
 func CheckSnaplen(src Source, id IdentityConfig) error {
 	s, ok := src.(Snaplener)
 	if !ok || s.Snaplen() <= 0 {
 		return nil
 	}
-	if s.Snaplen() < id.MinSnaplen() {
-		return fmt.Errorf("capture: snap length %d is too short for headers + capture.identity.payload_bytes (%d): need at least %d; capture with a larger snap length (tcpdump -s 0) or lower payload_bytes on both ends",
-			s.Snaplen(), id.PayloadBytes, id.MinSnaplen())
+	lt := src.LinkType()
+	link := LinkHeaderLen(lt)
+	if link < 0 {
+		return nil // the parser counts its frames as unsupported_link
 	}
-	return nil
+	what := fmt.Sprintf("the %s link header (%d bytes)", lt, link)
+	if p, ok := src.(pather); ok && p.Path() != "" {
+		if seen := sampleLinkHeader(p.Path(), snapSample); seen > link {
+			link = seen
+			what = fmt.Sprintf("the %s link header with the VLAN tags or MPLS labels its first frames carry (%d bytes)", lt, link)
+		}
+	}
+	sl, need := s.Snaplen(), link+id.IPBytes
+	if sl >= need {
+		return nil
+	}
+	msg := fmt.Sprintf("capture: snap length %d is too short: %s + capture.identity.ip_bytes (%d) need %d, or packets are cut short at this tap only and look lost; capture with a snap length of at least %d (tcpdump -s %d, or -s 0 for whole packets)",
+		sl, what, id.IPBytes, need, need, need)
+	if sl-link >= MinAdvisedIPBytes {
+		msg += fmt.Sprintf(", or set capture.identity.ip_bytes: %d on both ends", sl-link)
+	}
+	return errors.New(msg)
+}
+
+// sampleLinkHeader returns the longest link header among the first n
+// frames of the capture file at path, or -1.
+func sampleLinkHeader(path string, n int) int {
+	src, err := OpenFile(path)
+	if err != nil {
+		return -1
+	}
+	defer src.Close()
+	longest := -1
+	for range n {
+		data, _, _, err := src.ReadPacket(nil)
+		if err != nil {
+			break
+		}
+		longest = max(longest, frameLinkHeader(data, src.LinkType()))
+	}
+	return longest
+}
+
+// frameLinkHeader returns the bytes before the IP header of a frame of
+// link type lt, tags and labels included, or -1 where they are not
+// captured.
+func frameLinkHeader(data []byte, lt layers.LinkType) int {
+	var et uint16
+	off := 0
+	switch lt {
+	case layers.LinkTypeEthernet:
+		if len(data) < 14 {
+			return -1
+		}
+		et, off = be16(data[12:]), 14
+	case layers.LinkTypeLinuxSLL:
+		if len(data) < 16 {
+			return -1
+		}
+		et, off = be16(data[14:]), 16
+	case layers.LinkTypeLinuxSLL2:
+		if len(data) < 20 {
+			return -1
+		}
+		et, off = be16(data[0:]), 20
+	default:
+		return LinkHeaderLen(lt)
+	}
+	for {
+		switch et {
+		case etVLAN, etQinQ, etQinQ2:
+			if len(data) < off+4 {
+				return -1
+			}
+			et = be16(data[off+2:])
+			off += 4
+		case etMPLS, etMPLSmc:
+			for {
+				if len(data) < off+4 {
+					return -1
+				}
+				bos := data[off+2]&1 != 0
+				off += 4
+				if bos {
+					return off
+				}
+			}
+		default:
+			return off
+		}
+	}
 }
 
 // OpenSources opens the configured source: one per worker for afpacket

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
@@ -29,7 +31,7 @@ import (
 
 // HashVersion names the derivation of cells from packet bytes (capture's
 // identity layout plus sketch's hash derivation). Bump it on any change.
-const HashVersion = "1"
+const HashVersion = "2"
 
 // Sketch is the `sketch:` section (contract keys of DESIGN.md §7 plus additions).
 type Sketch struct {
@@ -110,15 +112,25 @@ type SenderEntry struct {
 
 // ReceiverSection is the `receiver:` section.
 type ReceiverSection struct {
-	Listen         string        `yaml:"listen"`
-	TLS            TLSServer     `yaml:"tls"`
-	Senders        []SenderEntry `yaml:"senders"`
-	Lateness       time.Duration `yaml:"lateness"` // wait this long for the other side of an interval
-	Keep           int           `yaml:"keep"`     // intervals of results kept for the API
-	ResultsFile    string        `yaml:"results_file"`
-	MaxFrameBytes  int           `yaml:"max_frame_bytes"`
-	MaxSketchBytes int           `yaml:"max_sketch_bytes"`
-	MaxPending     int           `yaml:"max_pending"` // intervals waiting for a sender before the oldest is given up
+	Listen          string        `yaml:"listen"`
+	TLS             TLSServer     `yaml:"tls"`
+	Senders         []SenderEntry `yaml:"senders"`
+	Lateness        time.Duration `yaml:"lateness"` // wait this long for the other side of an interval
+	Keep            int           `yaml:"keep"`     // intervals of results kept for the API
+	ResultsFile     string        `yaml:"results_file"`
+	ResultsMaxBytes int64         `yaml:"results_max_bytes"` // rotate the results file before it passes this size; 0 = never
+	ResultsMaxAge   time.Duration `yaml:"results_max_age"`   // rotate it once it is this old; 0 = never
+	ResultsKeep     int           `yaml:"results_keep"`      // rotated files kept (results_file.1 .. .N)
+	ResultsFsync    bool          `yaml:"results_fsync"`     // fsync at the end of every interval
+	APIMaxRecords   int           `yaml:"api_max_records"`   // flow records the API store keeps in total, oldest intervals evicted first
+	SealedQueue     int           `yaml:"sealed_queue"`      // sealed intervals queued per sender between capture and matching
+	MaxFrameBytes   int           `yaml:"max_frame_bytes"`
+	MaxSketchBytes  int           `yaml:"max_sketch_bytes"`
+	MaxPending      int           `yaml:"max_pending"` // intervals waiting for a sender before the oldest is given up
+	// MaxIntervalSkew: a sender's interval starting further than this from
+	// the receiver's clock is refused and counted (live daemons only).
+	MaxIntervalSkew time.Duration `yaml:"max_interval_skew"`
+	MaxConnections  int           `yaml:"max_connections"` // concurrent sender connections (TCP) accepted
 }
 
 // Sender is the whole lds-sender file.
@@ -132,6 +144,7 @@ type Receiver struct {
 	Common   `yaml:",inline"`
 	Receiver ReceiverSection `yaml:"receiver"`
 	Spike    spike.Config    `yaml:"spike"`
+	Export   export.Config   `yaml:"export"`
 }
 
 // DefaultCommon returns the defaults of DESIGN.md §7.
@@ -171,9 +184,12 @@ func DefaultSender() Sender {
 
 // DefaultReceiver returns a receiver configuration with every default set.
 func DefaultReceiver() Receiver {
-	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Receiver: ReceiverSection{
+	return Receiver{Common: DefaultCommon(), Spike: spike.DefaultConfig(), Export: export.DefaultConfig(), Receiver: ReceiverSection{
 		Listen: ":7420", Lateness: 10 * time.Second, Keep: 60,
+		ResultsMaxBytes: 100 << 20, ResultsMaxAge: 24 * time.Hour, ResultsKeep: 7, ResultsFsync: true,
+		APIMaxRecords: 2 << 20, SealedQueue: 2,
 		MaxFrameBytes: 1 << 20, MaxSketchBytes: 256 << 20, MaxPending: 64,
+		MaxIntervalSkew: 5 * time.Minute, MaxConnections: 64,
 	}}
 }
 
@@ -300,8 +316,33 @@ func (c *Common) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Validate checks the sender file.
+// ExampleSeeds are the seeds published with lds (the example configs, the
+// demo and the evaluation scripts): public, so a daemon refuses them.
+var exampleSeeds = []string{"change-me", "demo-seed", "paper-eval"}
+
+// SecretSeed refuses a seed a daemon must not run with: empty, or one of
+// the seeds published with lds. With a public seed anyone can compute
+// every packet's cells and steer traffic into chosen ones.
+func (c *Common) SecretSeed() error {
+	if c.Sketch.Seed == "" {
+		return errors.New("sketch.seed: not set; generate a secret with `openssl rand -hex 16` and set the same value at both ends")
+	}
+	if slices.Contains(exampleSeeds, c.Sketch.Seed) {
+		return fmt.Errorf("sketch.seed: %q is an example published with lds, so anyone can steer packets into chosen cells; "+
+			"generate a secret with `openssl rand -hex 16` and set the same value at both ends", c.Sketch.Seed)
+	}
+	return nil
+}
+
+// Validate checks the sender file for the daemon: ValidateReplay's checks
+// and a secret seed.
 func (c *Sender) Validate() error {
+	return errors.Join(c.ValidateReplay(), c.SecretSeed())
+}
+
+// ValidateReplay checks the sender file as `ldsctl replay` uses it: a
+// replay reads captured files on one host, so it accepts the example seeds.
+func (c *Sender) ValidateReplay() error {
 	errs := []error{c.Common.Validate()}
 	s := c.Sender
 	if s.ID == "" {
@@ -331,9 +372,21 @@ func (c *Sender) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Validate checks the receiver file.
+// Validate checks the receiver file for the daemon: ValidateReplay's
+// checks, a secret seed and the interval window (which a replay does not
+// use).
 func (c *Receiver) Validate() error {
-	errs := []error{c.Common.Validate(), c.Spike.Validate()}
+	var skew error
+	if minSkew := c.Receiver.Lateness + 2*c.Interval; c.Receiver.MaxIntervalSkew < minSkew {
+		skew = fmt.Errorf("receiver.max_interval_skew: %v is below receiver.lateness + 2 x interval (%v): honest intervals would be refused", c.Receiver.MaxIntervalSkew, minSkew)
+	}
+	return errors.Join(c.ValidateReplay(), c.SecretSeed(), skew)
+}
+
+// ValidateReplay checks the receiver file as `ldsctl replay` uses it (the
+// example seeds accepted: see Sender.ValidateReplay).
+func (c *Receiver) ValidateReplay() error {
+	errs := []error{c.Common.Validate(), c.Spike.Validate(), c.Export.Validate()}
 	r := c.Receiver
 	if r.Listen == "" {
 		errs = append(errs, errors.New("receiver.listen: must be host:port"))
@@ -347,6 +400,21 @@ func (c *Receiver) Validate() error {
 	if r.Keep < 1 {
 		errs = append(errs, errors.New("receiver.keep: must be >= 1"))
 	}
+	if r.ResultsMaxBytes < 0 || (r.ResultsMaxBytes > 0 && r.ResultsMaxBytes < 64<<10) {
+		errs = append(errs, errors.New("receiver.results_max_bytes: must be 0 (never rotate by size) or >= 65536 (64 KiB)"))
+	}
+	if r.ResultsMaxAge < 0 || (r.ResultsMaxAge > 0 && r.ResultsMaxAge < time.Minute) {
+		errs = append(errs, errors.New("receiver.results_max_age: must be 0 (never rotate by age) or >= 1m"))
+	}
+	if r.ResultsKeep < 0 || r.ResultsKeep > 1000 {
+		errs = append(errs, errors.New("receiver.results_keep: must be in [0, 1000] (0 deletes the file at rotation)"))
+	}
+	if r.APIMaxRecords < 1 {
+		errs = append(errs, errors.New("receiver.api_max_records: must be >= 1 (flow records kept for /api/v1/, up to 336 bytes each)"))
+	}
+	if r.SealedQueue < 1 || r.SealedQueue > 1024 {
+		errs = append(errs, errors.New("receiver.sealed_queue: must be in [1, 1024] (each queued interval holds a sketch and a flow table)"))
+	}
 	if r.MaxFrameBytes < 64<<10 {
 		errs = append(errs, errors.New("receiver.max_frame_bytes: must be >= 64 KiB"))
 	}
@@ -355,6 +423,9 @@ func (c *Receiver) Validate() error {
 	}
 	if r.MaxPending < 2 {
 		errs = append(errs, errors.New("receiver.max_pending: must be >= 2"))
+	}
+	if r.MaxConnections < 1 {
+		errs = append(errs, errors.New("receiver.max_connections: must be >= 1"))
 	}
 	seen := map[string]bool{}
 	for i, s := range r.Senders {
@@ -373,8 +444,10 @@ func (c *Receiver) Validate() error {
 }
 
 // Fingerprint returns every setting that changes a hash, a cell or the
-// assignment of packets to intervals, as canonical key → value. The seed
-// appears only as a keyed digest.
+// assignment of packets to intervals, as canonical key → value, except the
+// seed: the wire proves that both ends hold the same seed with an HMAC
+// over fresh nonces (wire.SeedProof), and nothing derived from the seed
+// alone is ever sent.
 func (c *Common) Fingerprint() map[string]string {
 	f := map[string]string{
 		"hash_version":    HashVersion,
@@ -386,7 +459,6 @@ func (c *Common) Fingerprint() map[string]string {
 		"sketch.vlda":     strconv.Itoa(c.Sketch.VLDA),
 		"sketch.sampling": floats(c.SketchParams().Sampling, c.Sketch.Rows),
 		"sketch.bytes":    strconv.FormatBool(c.Sketch.Bytes),
-		"sketch.seed":     seedDigest(c.Sketch.Seed),
 		"lda.banks":       strconv.Itoa(c.LDA.Banks),
 		"lda.cells":       strconv.Itoa(c.LDA.Cells),
 		"capture.weights": digestYAML(c.Capture.Weights),
@@ -414,11 +486,6 @@ func floats(v []float64, rows int) string {
 		s[i] = strconv.FormatFloat(x, 'g', -1, 64)
 	}
 	return strings.Join(s, ",")
-}
-
-func seedDigest(seed string) string {
-	h := sha256.Sum256([]byte("lds-seed-fingerprint-v1\x00" + seed))
-	return hex.EncodeToString(h[:8])
 }
 
 func digestYAML(v any) string {

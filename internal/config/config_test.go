@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -61,6 +63,8 @@ func TestShippedConfigsDocumentEveryKey(t *testing.T) {
 		// interface: give it one so that validation can pass.
 		dir := t.TempDir()
 		fixed := strings.Replace(string(b), `interface: ""`, `interface: "eth1"`, 1)
+		// The daemons refuse the example seed (TestExampleSeedRefused).
+		fixed = strings.Replace(fixed, `seed: "change-me"`, `seed: "`+opensslSeed(t)+`"`, 1)
 		p := filepath.Join(dir, tc.file)
 		if err := os.WriteFile(p, []byte(fixed), 0o600); err != nil {
 			t.Fatal(err)
@@ -102,9 +106,13 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{"log:\n  level: loud\n", "log.level"},
 		{"sketch:\n  heavy: 20000\n", "sketch.heavy"},
 		{"capture:\n  classes:\n    - {name: x, dscp: 46}\n", "dscp"},
+		{"sketch:\n  seed: change-me\n", "openssl rand -hex 16"},
+		{"receiver:\n  max_interval_skew: 5s\n", "receiver.max_interval_skew"},
+		{"receiver:\n  max_connections: 0\n", "receiver.max_connections"},
 	}
 	for _, c := range cases {
 		r := DefaultReceiver()
+		r.Sketch.Seed = "3f1c0a9be47d25c8a1f6d0e2b9c47a15"
 		r.Receiver.TLS.Plaintext = true
 		r.Capture.Source.Interface = "eth1"
 		err := Decode(strings.NewReader(c.yaml), &r, "test")
@@ -117,23 +125,95 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 	}
 }
 
+// TestFingerprintDiffNamesKeys: the fingerprint names the differing
+// non-secret keys, and holds nothing derived from the seed (the seed is
+// proven on the wire with wire.SeedProof).
 func TestFingerprintDiffNamesKeys(t *testing.T) {
 	a, b := DefaultCommon(), DefaultCommon()
 	b.Sketch.Seed = "other"
 	b.Sketch.Columns = 8192
 	b.Interval *= 2
 	d := wire.DiffFingerprints(a.Fingerprint(), b.Fingerprint())
-	want := []string{"interval", "sketch.columns", "sketch.seed"}
+	want := []string{"interval", "sketch.columns"}
 	if !slices.Equal(d, want) {
-		t.Errorf("diff %v, want %v", d, want)
+		t.Errorf("diff %v, want %v (the seed is not in the fingerprint)", d, want)
 	}
-	for _, v := range a.Fingerprint() {
-		if strings.Contains(v, "change-me") {
-			t.Error("the seed must never appear in clear in the fingerprint")
+	for k, v := range a.Fingerprint() {
+		if strings.Contains(k, "seed") || strings.Contains(v, "change-me") {
+			t.Errorf("fingerprint entry %s=%s: nothing about the seed may be in it", k, v)
 		}
 	}
 	c := DefaultCommon()
 	if len(wire.DiffFingerprints(a.Fingerprint(), c.Fingerprint())) != 0 {
 		t.Error("equal configurations must not differ")
+	}
+}
+
+// opensslSeed is a seed made as the docs and the refusal say: `openssl rand -hex 16`.
+func opensslSeed(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("openssl", "rand", "-hex", "16").Output()
+	if err != nil {
+		t.Fatalf("openssl rand -hex 16 (the command the seed refusal gives): %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestExampleSeedRefused: both daemons refuse the shipped example seed, an
+// empty one and the other seeds lds publishes, naming the key and the
+// command that makes a secret one; a seed from that command is accepted;
+// replay accepts the examples (captured files, one host).
+func TestExampleSeedRefused(t *testing.T) {
+	for _, seed := range []string{"change-me", "", "demo-seed", "paper-eval"} {
+		s := DefaultSender()
+		s.Sketch.Seed = seed
+		s.Sender.TLS.Plaintext = true
+		s.Capture.Source.Interface = "eth1"
+		r := DefaultReceiver()
+		r.Sketch.Seed = seed
+		r.Receiver.TLS.Plaintext = true
+		r.Capture.Source.Interface = "eth1"
+		for name, err := range map[string]error{"sender": s.Validate(), "receiver": r.Validate()} {
+			if err == nil || !strings.Contains(err.Error(), "sketch.seed") || (seed != "" && !strings.Contains(err.Error(), "openssl rand -hex 16")) {
+				t.Errorf("%s with seed %q: %v, want a refusal naming sketch.seed and openssl rand -hex 16", name, seed, err)
+			}
+		}
+		if seed != "" {
+			if err := r.ValidateReplay(); err != nil {
+				t.Errorf("replay with seed %q: %v", seed, err)
+			}
+		}
+	}
+	seed := opensslSeed(t)
+	s := DefaultSender()
+	s.Sketch.Seed = seed
+	s.Sender.TLS.Plaintext = true
+	s.Capture.Source.Interface = "eth1"
+	r := DefaultReceiver()
+	r.Sketch.Seed = seed
+	r.Receiver.TLS.Plaintext = true
+	r.Capture.Source.Interface = "eth1"
+	if err := errors.Join(s.Validate(), r.Validate()); err != nil {
+		t.Errorf("a seed from openssl rand -hex 16 (%s) refused: %v", seed, err)
+	}
+	// The shipped files as they are: refused until the seed is replaced.
+	for _, f := range []string{"sender.yaml", "receiver.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "configs", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), f)
+		if err := os.WriteFile(p, []byte(strings.Replace(string(b), `interface: ""`, `interface: "eth1"`, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		load := LoadReceiver
+		if f == "sender.yaml" {
+			_, err = LoadSender(p)
+		} else {
+			_, err = load(p)
+		}
+		if err == nil || !strings.Contains(err.Error(), "openssl rand -hex 16") {
+			t.Errorf("shipped %s loaded as is: %v, want the seed refusal", f, err)
+		}
 	}
 }

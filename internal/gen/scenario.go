@@ -223,7 +223,7 @@ func DefaultScenario() Scenario {
 		HeavyLoss: HeavyLoss{Fraction: 0.02, P: 0.2},
 		Headers: HeaderChanges{TTLDecrement: true, MACRewrite: true, ECNCE: 0.1,
 			DSCPRemark: 0.2, VLAN: VLANPush, L4ChecksumOffload: 0.3},
-		SnapLen: 256, // lds refuses snap lengths below headers (worst case 142 B) + 32 payload bytes
+		SnapLen: 256, // lds needs the link header (+ 4 per VLAN tag) + capture.identity.ip_bytes (82)
 		Format:  "pcap",
 	}
 }
@@ -352,10 +352,10 @@ func (sc Scenario) Validate() error {
 	if sc.SnapLen < 0 || sc.ReceiverSnapLen < 0 {
 		bad("snaplen and receiver_snaplen must be >= 0")
 	}
-	// 14 Ethernet + 4 VLAN + 40 IPv6 + 20 TCP + 32 payload bytes of identity.
+	// Ethernet + the smallest capture.identity.ip_bytes lds accepts (48).
 	for _, s := range []int{sc.SnapLen, sc.ReceiverSnapLen} {
 		if s > 0 && s < minSnapLen {
-			bad("snaplen %d is too short: at least %d bytes keep headers and 32 payload bytes", s, minSnapLen)
+			bad("snaplen %d is too short: at least %d bytes (Ethernet + the smallest capture.identity.ip_bytes, 48); lds needs the link header + capture.identity.ip_bytes (default 14 + 82 = 96)", s, minSnapLen)
 		}
 	}
 	switch sc.Format {
@@ -366,7 +366,7 @@ func (sc Scenario) Validate() error {
 	return errors.Join(errs...)
 }
 
-const minSnapLen = 14 + 4 + 40 + 20 + 32
+const minSnapLen = 14 + 48
 
 func frac(v float64) bool { return v >= 0 && v <= 1 }
 

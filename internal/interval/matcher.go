@@ -1,6 +1,7 @@
 package interval
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -78,7 +79,9 @@ type Matcher struct {
 	sndB     map[int64]*retrieval.Func // sender boundary functions kept until their boundary is split
 	noPrev   map[int64]bool            // sender said (first interval since start) that interval b-1 will never come
 	done     map[int64]bool
-	doneMax  int64
+	// doneOrder holds the ids of done in the order they became final:
+	// what is forgotten goes by that order, never by the id's value.
+	doneOrder []int64
 
 	rxFirst    int64
 	rxStarted  bool
@@ -306,19 +309,26 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	delete(m.snd, id)
 	delete(m.sndSince, id)
 	m.done[id] = true
-	m.doneMax = max(m.doneMax, id)
+	m.doneOrder = append(m.doneOrder, id)
 	if !quiet {
 		emit(mt)
 	}
 }
 
-// prune forgets what no pending interval can need any more.
+// prune forgets what no pending interval can need any more: the final
+// ids beyond the last 4 x maxPending + 16 to become final, and what is
+// older than all of those. An id far from the others (a hostile sender, or
+// a clock step at either end) is one entry among them: it makes nothing
+// else look old.
 func (m *Matcher) prune() {
-	low := m.doneMax - int64(4*m.maxPending) - 16
-	for id := range m.done {
-		if id < low {
-			delete(m.done, id)
-		}
+	keep := 4*m.maxPending + 16
+	for len(m.doneOrder) > keep {
+		delete(m.done, m.doneOrder[0])
+		m.doneOrder = m.doneOrder[1:]
+	}
+	low := int64(math.MinInt64)
+	if len(m.doneOrder) == keep {
+		low = slices.Min(m.doneOrder)
 	}
 	for b := range m.sndB {
 		// The list of interval b is needed to split boundary b+1.

@@ -42,11 +42,19 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r.FrameError("a", "x")
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	r.ExportUp("ipfix", "192.0.2.10:4739", false)
+	r.ExportSent("ipfix", "192.0.2.10:4739", 1)
+	r.ExportDropped("ipfix", "192.0.2.10:4739", "queue_full", 1)
+	r.ExportError("ipfix", "192.0.2.10:4739")
+	r.ExportQueued("ipfix", "192.0.2.10:4739", 1)
+	r.CaptureHealth().Set(1, 1, true)
+	r.ResultsFileReasons([]string{"no_space"})
 	s, err := NewSender(DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	s.CaptureHealth().Set(1, 1, true)
 	s.SetClock("synced", 1, 1)
 	known := map[string]bool{}
 	for _, n := range append(ldsNames(t, r.Registry()), ldsNames(t, s.Registry())...) {

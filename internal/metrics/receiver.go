@@ -38,6 +38,8 @@ type Receiver struct {
 	d     *descs
 	now   func() time.Time // replaced in tests
 
+	health *CaptureHealth
+
 	intervals   *prometheus.CounterVec
 	spikes      *prometheus.CounterVec
 	linkSent    *prometheus.CounterVec
@@ -48,6 +50,9 @@ type Receiver struct {
 	watchCut    *prometheus.CounterVec
 	delayHist   *prometheus.HistogramVec
 	estTime     *prometheus.HistogramVec
+	exp         *exportSeries
+	resErrs     *prometheus.CounterVec
+	resDropped  prometheus.Counter
 
 	mu      sync.Mutex
 	senders map[string]*senderState
@@ -158,7 +163,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Receiver{
-		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(),
+		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(), health: newCaptureHealth(), exp: newExportSeries(),
 		reg:     prometheus.NewRegistry(),
 		senders: map[string]*senderState{},
 		clocks:  map[clockKey]clockState{},
@@ -186,13 +191,17 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		estTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_estimation_duration_seconds",
 			Help:    "Time the receiver spent estimating each interval of the sender (its rate is the share of time estimation is busy).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"sender"}),
+		resErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_results_write_errors_total",
+			Help: "Failed writes of the results file, by reason (no_space, io, open, fsync, rotate, other)."}, []string{"reason"}),
+		resDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "lds_results_dropped_records_total",
+			Help: "Flow records left out of the results file because their interval's write failed (never written in part)."}),
 	}
-	for _, c := range []prometheus.Collector{
-		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.estTime,
-		stateCollector{r},
+	for _, c := range append([]prometheus.Collector{
+		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.estTime, r.resErrs, r.resDropped,
+		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}, r.exp.collectors()...) {
 		if err := r.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("receiver metrics: registering a collector: %w", err)
 		}
@@ -410,6 +419,24 @@ func (r *Receiver) EstimationDuration(sender string, d time.Duration) {
 // FrameError counts a refused frame; reason must come from a fixed set.
 func (r *Receiver) FrameError(sender, reason string) {
 	r.frameErrs.WithLabelValues(sender, reason).Inc()
+}
+
+// CaptureHealth is the capture interface's oversize-frame and link series.
+func (r *Receiver) CaptureHealth() *CaptureHealth { return r.health }
+
+// ResultsFileReasons creates the write error series of reasons at 0, so
+// that rate() and increase() work from the first error.
+func (r *Receiver) ResultsFileReasons(reasons []string) {
+	for _, reason := range reasons {
+		r.resErrs.WithLabelValues(reason)
+	}
+}
+
+// ResultsWriteError counts one failed write of the results file and the
+// records it dropped.
+func (r *Receiver) ResultsWriteError(reason string, dropped int) {
+	r.resErrs.WithLabelValues(reason).Inc()
+	r.resDropped.Add(float64(dropped))
 }
 
 // CaptureCounters sets the receiver capture's cumulative totals: packets

@@ -103,6 +103,8 @@ func TestReceiverGolden(t *testing.T) {
 	r.SetClock("sender", "a", "holdover", 1200, 5000)
 	r.SetClock("receiver", "", "synced", -300, 4000)
 	r.CaptureCounters(123456, map[string]uint64{"kernel": 7, "truncated": 2})
+	r.ResultsFileReasons([]string{"no_space", "io"})
+	r.ResultsWriteError("no_space", 250)
 
 	fh, err := os.Open("testdata/receiver.prom")
 	if err != nil {
@@ -382,6 +384,11 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})
+	r.ExportUp("kafka", "k1:9092", true)
+	r.ExportSent("kafka", "k1:9092", 3)
+	r.ExportDropped("kafka", "k1:9092", "send_error", 1)
+	r.ExportError("kafka", "k1:9092")
+	r.ExportQueued("kafka", "k1:9092", 2)
 	s, err := NewSender(DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ type Sender struct {
 	buffer, connected            prometheus.Gauge
 
 	captureDescs *descs
+	health       *CaptureHealth
 	ptpOffset    *prometheus.Desc
 	ptpErr       *prometheus.Desc
 	ptpState     *prometheus.Desc
@@ -52,13 +53,14 @@ func NewSender(cfg Config, log *slog.Logger) (*Sender, error) {
 		buffer:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "lds_sender_buffered_intervals", Help: "Intervals held awaiting an acknowledgement."}),
 		connected:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "lds_sender_connected", Help: "1 while the stream to the receiver is up, else 0."}),
 		captureDescs: newDescs(),
+		health:       newCaptureHealth(),
 		ptpOffset:    prometheus.NewDesc("lds_ptp_offset_seconds", "PTP offset from the grandmaster reported by ptp4l.", nil, nil),
 		ptpErr:       prometheus.NewDesc("lds_ptp_error_bound_seconds", "Bound on this clock's error.", nil, nil),
 		ptpState:     prometheus.NewDesc("lds_ptp_state", "1 for the current PTP state (only the current state has a series).", []string{"state"}, nil),
 	}
 	for _, c := range []prometheus.Collector{
 		s.sent, s.acked, s.resent, s.dropped, s.bytes, s.buffer, s.connected,
-		senderCollector{s},
+		senderCollector{s}, s.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -69,6 +71,9 @@ func NewSender(cfg Config, log *slog.Logger) (*Sender, error) {
 	return s, nil
 }
 
+// CaptureHealth is the capture interface's oversize-frame and link series.
+func (s *Sender) CaptureHealth() *CaptureHealth { return s.health }
+
 // Registry returns the private registry to serve.
 func (s *Sender) Registry() *prometheus.Registry { return s.reg }
 
@@ -77,6 +82,10 @@ func (s *Sender) IntervalSent(bytes int) { s.sent.Inc(); s.addBytes(bytes) }
 
 // IntervalResent counts an interval sent again after a reconnect.
 func (s *Sender) IntervalResent(bytes int) { s.resent.Inc(); s.addBytes(bytes) }
+
+// SentBytes counts n bytes of frames written to the stream (the wire
+// client's ClientStats.BytesSent).
+func (s *Sender) SentBytes(n uint64) { s.bytes.Add(float64(n)) }
 
 // IntervalAcked counts an acknowledgement.
 func (s *Sender) IntervalAcked() { s.acked.Inc() }

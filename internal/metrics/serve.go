@@ -26,6 +26,10 @@ func Serve(ctx context.Context, cfg Config, reg *prometheus.Registry, extra map[
 	return ServeListener(ctx, l, cfg, reg, extra, log)
 }
 
+// WriteTimeout bounds how long the HTTP server (/metrics and the
+// receiver's /api/v1/) takes to write one response.
+const WriteTimeout = 30 * time.Second
+
 // ServeListener is Serve on a listener the caller opened (tests use port 0).
 // It closes l. With l nil it is Serve: the daemons take a listener from
 // their options where one is given.
@@ -66,7 +70,10 @@ func ServeListener(ctx context.Context, l net.Listener, cfg Config, reg *prometh
 			fmt.Fprintln(w, "lds:", p)
 		}
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// A client that reads slowly cannot hold a response (and its
+	// goroutine) for longer than WriteTimeout.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: WriteTimeout, IdleTimeout: 2 * time.Minute}
 	webConfig := cfg.WebConfig
 	flags := &web.FlagConfig{WebConfigFile: &webConfig}
 	done := make(chan error, 1)

@@ -22,6 +22,10 @@ type Estimation struct {
 	// workers leave, so that an estimation burst does not take CPU from
 	// the capture rings.
 	Workers int
+	// MaxFlows caps the candidates (sketch.max_flows): the sender's heavy
+	// keys join the receiver's flows only while fewer are listed, and at
+	// most Heavy of them (sketch.heavy), whatever the sender sent.
+	MaxFlows, Heavy int
 }
 
 // Clock is both ends' clock verdict for an interval.
@@ -42,7 +46,11 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 	}
 	// Candidates: every flow the receiver saw, plus the sender's heaviest
 	// keys (a flow that lost every packet is only known from those).
-	keys := make([]capture.FlowKey, 0, mt.Flows.Len()+len(mt.Snd.Heavy))
+	heavy := mt.Snd.Heavy
+	if e.MaxFlows > 0 {
+		heavy = heavy[:min(len(heavy), e.Heavy, max(0, e.MaxFlows-mt.Flows.Len()))]
+	}
+	keys := make([]capture.FlowKey, 0, mt.Flows.Len()+len(heavy))
 	hashes := make([]uint64, 0, cap(keys))
 	weights := map[uint64]float64{}
 	for i := range mt.Flows.Flows {
@@ -50,7 +58,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		keys = append(keys, f.Key)
 		hashes = append(hashes, f.FlowHash)
 	}
-	for _, k := range mt.Snd.Heavy {
+	for _, k := range heavy {
 		if h := e.FlowHash(k); mt.Flows.Lookup(k, h) == nil {
 			keys = append(keys, k)
 			hashes = append(hashes, h)

@@ -36,8 +36,11 @@ type faultFixture struct {
 	// [b*T - guard, b*T + max_delay): the ones a receiver must place with the
 	// sender's boundary list of interval b-1.
 	nearBoundary map[int64]uint64
+	clock        func() time.Time // the receiver's clock for its interval window (nil: none, replay)
 }
 
+// newFaultFixture generates a 5 s trace and the configuration of its runs;
+// set clock before startReceiver for a receiver with an interval window.
 func newFaultFixture(t *testing.T) *faultFixture {
 	t.Helper()
 	dir := t.TempDir()
@@ -242,7 +245,7 @@ func (f *faultFixture) startReceiver(t *testing.T, lis net.Listener, src capture
 	cfg.Receiver.ResultsFile = resultsFile
 	run := &rxRun{pub: newPublished(), done: make(chan error, 1)}
 	rx, err := New(cfg, Options{Version: "test", Sources: []capture.Source{src}, Listener: lis, NoHTTP: true,
-		Replay: true, CaptureStart: f.start, OnInterval: run.pub.add}, testLogger(t, "receiver"))
+		Replay: true, CaptureStart: f.start, OnInterval: run.pub.add, Clock: f.clock}, testLogger(t, "receiver"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +280,7 @@ func (r *rxRun) wait(t *testing.T, d time.Duration) {
 
 func (f *faultFixture) client(t *testing.T, addr string) *wire.Client {
 	t.Helper()
-	c, err := wire.NewClient(wire.ClientConfig{Addr: addr, SenderID: "tap-a", Version: "test", Fingerprint: f.cfg.Fingerprint(),
+	c, err := wire.NewClient(wire.ClientConfig{Addr: addr, SenderID: "tap-a", Version: "test", Fingerprint: f.cfg.Fingerprint(), Seed: f.cfg.Sketch.Seed,
 		ResendBuffer: 32, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 		Keepalive: 30 * time.Second, RPCTimeout: 3 * time.Second, ChunkBytes: 16 << 10}, testLogger(t, "sender"))
 	if err != nil {

@@ -103,6 +103,7 @@ func startLive(t *testing.T, rxCtx, txCtx context.Context, sc gen.Scenario, rc c
 		t.Fatal(err)
 	}
 	rc.Receiver.TLS.Plaintext = true
+	rc.Sketch.Seed = testSeed
 	rc.Capture.Source.Kind, rc.Capture.Source.File = "file", b
 	if err := rc.Validate(); err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func startLive(t *testing.T, rxCtx, txCtx context.Context, sc gen.Scenario, rc c
 		t.Fatal(err)
 	}
 	rx, err := receiver.New(rc, receiver.Options{Sources: []capture.Source{open(rxCtx, b)}, Listener: lis, NoHTTP: true,
-		CaptureStart: sc.StartNS, OnInterval: func(iv *results.Interval) {
+		CaptureStart: sc.StartNS, Clock: traceClock(sc.StartNS), OnInterval: func(iv *results.Interval) {
 			l.mu.Lock()
 			l.got[iv.Interval] = iv
 			l.mu.Unlock()

@@ -47,6 +47,7 @@ func TestTwoSendersWithTheirOwnSelection(t *testing.T) {
 	splitBySource(t, a, parts, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/9"), netip.MustParsePrefix("10.128.0.0/9")})
 
 	rc := config.DefaultReceiver()
+	rc.Sketch.Seed = testSeed
 	rc.Receiver.TLS.Plaintext = true
 	rc.Receiver.Lateness = 3 * time.Second
 	rc.PTP.Enabled = false
@@ -63,7 +64,7 @@ func TestTwoSendersWithTheirOwnSelection(t *testing.T) {
 	}
 	var mu sync.Mutex
 	got := map[string][]results.FlowRecord{}
-	rx, err := receiver.New(rc, receiver.Options{Sources: []capture.Source{srcB}, Listener: lis, NoHTTP: true, CaptureStart: start,
+	rx, err := receiver.New(rc, receiver.Options{Sources: []capture.Source{srcB}, Listener: lis, NoHTTP: true, CaptureStart: start, Clock: traceClock(start),
 		OnInterval: func(iv *results.Interval) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -47,6 +47,7 @@ func TestRealPrometheusScrapesReceiver(t *testing.T) {
 	}
 
 	rc := config.DefaultReceiver()
+	rc.Sketch.Seed = testSeed
 	rc.Receiver.TLS.Plaintext = true
 	rc.Receiver.Lateness = 2 * time.Second
 	rc.PTP.Enabled = false
@@ -63,7 +64,7 @@ func TestRealPrometheusScrapesReceiver(t *testing.T) {
 	}
 	first := readFirstTS(t, a)
 	start := first / int64(time.Second) * int64(time.Second)
-	rx, err := receiver.New(rc, receiver.Options{Sources: []capture.Source{srcB}, Listener: grpcLis, HTTPListener: httpLis, CaptureStart: start}, log)
+	rx, err := receiver.New(rc, receiver.Options{Sources: []capture.Source{srcB}, Listener: grpcLis, HTTPListener: httpLis, CaptureStart: start, Clock: traceClock(start)}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

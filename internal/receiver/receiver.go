@@ -13,8 +13,11 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -24,6 +27,7 @@ import (
 	"github.com/lds-net/lds/internal/api"
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
@@ -54,6 +58,13 @@ type Options struct {
 	CaptureStart int64
 	// OnInterval is called with every finalized interval (after publishing).
 	OnInterval func(*results.Interval)
+	// Clock is the receiver's clock for receiver.max_interval_skew (nil:
+	// the wall clock, and no window in a replay; tests that stream old
+	// captures set the captures' time).
+	Clock func() time.Time
+	// ExportBlocking: the exporters wait for room instead of dropping
+	// (replay: a backfill from files loses nothing). Never live.
+	ExportBlocking bool
 }
 
 // Receiver is the downstream daemon's pipeline.
@@ -69,6 +80,7 @@ type Receiver struct {
 	store   *api.Store
 	jsonl   *api.JSONLWriter
 	spikes  *spike.Detector
+	export  *export.Set // nil: no exporter configured
 	ptp     *ptp.Checker
 	senders []*senderState
 	byID    sync.Map // sender id -> *senderState
@@ -125,13 +137,16 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	}
 	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
-			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers},
+			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy},
 		estConc: estConc,
-		store:   api.NewStore(cfg.Receiver.Keep), done: make(chan struct{})}
+		store:   api.NewBoundedStore(cfg.Receiver.Keep, cfg.Receiver.APIMaxRecords), done: make(chan struct{})}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
 		return nil, err
 	}
 	if r.spikes, err = spike.New(cfg.Spike); err != nil {
+		return nil, err
+	}
+	if r.export, err = export.New(cfg.Export, export.Options{Blocking: opt.ExportBlocking, IntervalNS: p.T}, r.metrics, log); err != nil {
 		return nil, err
 	}
 	if !opt.Replay {
@@ -150,7 +165,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		}
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
-			sealed: make(chan *interval.Sealed, 256), in: make(chan senderMsg, 16)})
+			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), in: make(chan senderMsg, 16)})
 	}
 	return r, nil
 }
@@ -175,12 +190,30 @@ func (r *Receiver) Run(ctx context.Context) error {
 		start = time.Now().UnixNano()
 	}
 	if r.cfg.Receiver.ResultsFile != "" {
-		w, err := api.NewJSONLWriter(r.cfg.Receiver.ResultsFile)
+		w, err := r.openResults()
 		if err != nil {
-			return fmt.Errorf("receiver.results_file: %w", err)
+			return err
 		}
 		r.jsonl = w
 		defer w.Close()
+	}
+	if !r.opt.Replay {
+		// SIGHUP reopens the results file (logrotate's create mode, or
+		// systemctl reload); without a file it is ignored, never fatal.
+		hup, stopHUP := make(chan os.Signal, 1), make(chan struct{})
+		signal.Notify(hup, syscall.SIGHUP)
+		defer close(stopHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-hup:
+					r.ReopenResults()
+				case <-stopHUP:
+					return
+				}
+			}
+		}()
 	}
 	lis := r.opt.Listener
 	if lis == nil {
@@ -189,6 +222,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
 		}
 	}
+	lis = wire.LimitConnections(lis, r.cfg.Receiver.MaxConnections)
 	creds, err := r.serverCreds(lis.Addr().String())
 	if err != nil {
 		return err
@@ -198,13 +232,30 @@ func (r *Receiver) Run(ctx context.Context) error {
 	for _, e := range r.cfg.Receiver.Senders {
 		senders[e.ID] = true
 	}
+	var now func() time.Time
+	switch {
+	case r.opt.Clock != nil:
+		now = r.opt.Clock
+	case r.opt.Replay:
+		// A replay's intervals are as old as its captures: no window.
+	default:
+		now = time.Now
+	}
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
-		Fingerprint: r.cfg.Fingerprint(), Params: r.params, Senders: senders, Version: r.opt.Version,
+		Fingerprint: r.cfg.Fingerprint(), Seed: r.cfg.Sketch.Seed, Params: r.params, Senders: senders, Version: r.opt.Version,
+		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew,
 		Limits: wire.Limits{MaxSketchBytes: r.cfg.Receiver.MaxSketchBytes, MaxCells: r.params.Sketch.Rows*r.params.Sketch.Columns + 1<<22,
 			MaxClasses: r.params.Classes},
 	}, r, r.log))
 
 	defer close(r.done)
+	// The exporters run beside the pipeline, never inside its errgroup: an
+	// export failure cannot stop the receiver. They stop (and flush) after
+	// the last interval is published.
+	expCtx, expStop := context.WithCancel(context.Background())
+	expDone := make(chan struct{})
+	go func() { defer close(expDone); r.export.Run(expCtx) }()
+	defer func() { expStop(); <-expDone }()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		<-gctx.Done()
@@ -260,6 +311,38 @@ func (r *Receiver) Run(ctx context.Context) error {
 
 var errDone = errors.New("replay finished")
 
+// openResults opens receiver.results_file with its rotation, durability
+// and error counting; a replay writes one file, never rotated or synced.
+func (r *Receiver) openResults() (*api.JSONLWriter, error) {
+	rc := r.cfg.Receiver
+	opt := api.JSONLOptions{MaxBytes: rc.ResultsMaxBytes, MaxAge: rc.ResultsMaxAge, Keep: rc.ResultsKeep, Fsync: rc.ResultsFsync,
+		OnError: r.metrics.ResultsWriteError}
+	if r.opt.Replay {
+		opt.MaxBytes, opt.MaxAge, opt.Fsync = 0, 0, false
+	}
+	r.metrics.ResultsFileReasons([]string{api.ReasonNoSpace, api.ReasonIO, api.ReasonOpen, api.ReasonFsync, api.ReasonRotate, api.ReasonOther})
+	w, err := api.OpenJSONL(rc.ResultsFile, opt)
+	if err != nil {
+		return nil, fmt.Errorf("receiver.results_file: %w", err)
+	}
+	return w, nil
+}
+
+// ReopenResults closes and reopens the results file, what SIGHUP does: after
+// an outside rotation moved it away, writing goes on in a new file at
+// receiver.results_file.
+func (r *Receiver) ReopenResults() {
+	if r.jsonl == nil {
+		r.log.Info("SIGHUP: no results file to reopen")
+		return
+	}
+	if err := r.jsonl.Reopen(); err != nil {
+		r.log.Error("reopening the results file; retried at the next interval", "err", err)
+		return
+	}
+	r.log.Info("results file reopened", "path", r.cfg.Receiver.ResultsFile)
+}
+
 func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, error) {
 	t := r.cfg.Receiver.TLS
 	if t.Plaintext {
@@ -283,6 +366,7 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
 	builders := make([]*interval.RxBuilder, len(r.senders))
 	emitters := make([]func(*interval.Sealed), len(r.senders))
+	outages := make([]capture.OutageTracker, len(r.senders))
 	for i, s := range r.senders {
 		var err error
 		// The decoding estimator needs each flow's packets per cell.
@@ -291,6 +375,9 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			return err
 		}
 		emitters[i] = func(sl *interval.Sealed) {
+			if st, err := rd.Source().Stats(); err == nil && outages[i].Touched(st) {
+				sl.Partial = true // the capture interface was down during it
+			}
 			select {
 			case s.sealed <- sl:
 			case <-ctx.Done():
@@ -384,6 +471,9 @@ func (r *Receiver) publishCapture(worker int, rd *capture.Reader) {
 	drops := tot.parse.ByReason()
 	drops["kernel"], drops["interface"] = tot.drops.Kernel, tot.drops.Interface
 	r.metrics.CaptureCounters(tot.parse.Parsed, drops)
+	if tot.drops.Link != capture.LinkUnknown {
+		r.metrics.CaptureHealth().Set(tot.drops.Oversize, tot.drops.LinkDowns, tot.drops.Link == capture.LinkUp)
+	}
 }
 
 // matchLoop owns one sender entry's matcher.
@@ -601,6 +691,7 @@ func (r *Receiver) publish(iv *results.Interval) {
 				r.log.Error("writing results file", "err", err)
 			}
 		}
+		r.export.Publish(iv) // never blocks the daemon: a full exporter drops and counts
 	}
 	if r.opt.OnInterval != nil {
 		r.opt.OnInterval(iv)

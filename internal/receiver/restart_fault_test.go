@@ -188,7 +188,7 @@ func TestReceiverDropsResentDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(wire.ServerOptions(nil, f.cfg.Receiver.MaxFrameBytes)...)
-	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{Fingerprint: f.cfg.Fingerprint(), Params: f.params,
+	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{Fingerprint: f.cfg.Fingerprint(), Seed: f.cfg.Sketch.Seed, Params: f.params,
 		Version: "test", Limits: wire.Limits{MaxSketchBytes: f.cfg.Receiver.MaxSketchBytes,
 			MaxCells: f.params.Sketch.Rows*f.params.Sketch.Columns + 1<<22, MaxClasses: f.params.Classes}}, h, testLogger(t, "faults")))
 	go func() { _ = srv.Serve(faultLis) }()
@@ -368,8 +368,14 @@ func TestReceiverVoidsSeqGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	chal, err := st.Recv()
+	if err != nil || chal.GetChallenge() == nil {
+		t.Fatalf("no Challenge: %v", err)
+	}
+	nonce := make([]byte, wire.NonceBytes)
 	if err := st.Send(&ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_Hello{Hello: &ldsv1.Hello{SenderId: "tap-a",
-		Fingerprint: f.cfg.Fingerprint(), Instance: 7}}}); err != nil {
+		Fingerprint: f.cfg.Fingerprint(), Instance: 7, Nonce: nonce,
+		SeedProof: wire.SeedProof(f.cfg.Sketch.Seed, chal.GetChallenge().GetNonce(), nonce, "tap-a")}}}); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := st.Recv(); err != nil || m.GetHelloAck() == nil {

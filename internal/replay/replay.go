@@ -47,6 +47,9 @@ type Summary struct {
 	// (sketch chunks and boundary lists), the cost lds pays.
 	SketchBytes uint64
 	Elapsed     time.Duration
+	// Exported and ExportDropped count the flow records the export
+	// section's exporters sent and dropped (all zero without exporters).
+	Exported, ExportDropped float64
 }
 
 // Load reads a replay configuration: a receiver file (or defaults), with
@@ -64,7 +67,7 @@ func Load(path string) (config.Receiver, error) {
 	c.PTP.Enabled = false
 	// The captures come from the command line, not from capture.source.
 	c.Capture.Source.Kind, c.Capture.Source.File = "file", "(replay: --sender-pcap / --receiver-pcap)"
-	return c, c.Validate()
+	return c, c.ValidateReplay()
 }
 
 func loadInto(path string, c *config.Receiver) error {
@@ -109,7 +112,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	var mu sync.Mutex
 	last := time.Now()
 	rx, err := receiver.New(rc, receiver.Options{Version: opt.Version, Sources: []capture.Source{sb}, Listener: lis,
-		NoHTTP: true, Replay: true, CaptureStart: start,
+		NoHTTP: true, Replay: true, CaptureStart: start, ExportBlocking: true,
 		OnInterval: func(iv *results.Interval) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -135,7 +138,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	sc.Sender.Receiver = lis.Addr().String()
 	sc.Sender.TLS.Plaintext = true
 	sc.Sender.ResendBuffer = max(sc.Sender.ResendBuffer, rc.Receiver.MaxPending)
-	if err := sc.Validate(); err != nil {
+	if err := sc.ValidateReplay(); err != nil {
 		return sum, err
 	}
 	tx, err := sender.New(sc, sender.Options{Version: opt.Version, Sources: []capture.Source{sa}, NoHTTP: true,
@@ -147,6 +150,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	g.Go(func() error { return rx.Run(gctx) })
 	g.Go(func() error { return tx.Run(gctx) })
 	err = g.Wait()
+	sum.Exported, sum.ExportDropped = rx.Metrics().ExportTotals()
 	if opt.Progress != nil {
 		fmt.Fprintf(opt.Progress, "\rreplay: %d intervals final, %d flow records, %.1fs\n", total(sum.Intervals), sum.Flows, time.Since(t0).Seconds())
 	}

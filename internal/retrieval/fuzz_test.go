@@ -2,6 +2,7 @@ package retrieval
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 )
 
@@ -20,7 +21,17 @@ func FuzzUnmarshal(f *testing.F) {
 	}
 	f.Add([]byte{Version, 0xff, 0xff, 0xff, 0x7f}, 1<<30)
 	f.Fuzz(func(t *testing.T, b []byte, limit int) {
-		fn, err := Unmarshal(b, limit)
+		var fn *Func
+		var err error
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		fn, err = Unmarshal(b, limit)
+		runtime.ReadMemStats(&m1)
+		// The table is as long as the bytes received: the key count in
+		// the header never makes the decoder allocate more.
+		if got := m1.TotalAlloc - m0.TotalAlloc; got > 2*uint64(len(b))+4096 {
+			t.Fatalf("decoding %d bytes allocated %d bytes", len(b), got)
+		}
 		if err != nil {
 			return
 		}
@@ -33,4 +44,19 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 		fn.Get(0x1234) // must not panic
 	})
+}
+
+// TestMaxEncodedLen: the encoding of every size is within MaxEncodedLen.
+func TestMaxEncodedLen(t *testing.T) {
+	sizes := []int{0, 1, 2, 3, 7, 100, 1000, 5000, 1 << 16, 1<<20 + 3, 1<<22 + 1<<14, 1 << 26}
+	for n := range 300 {
+		sizes = append(sizes, n)
+	}
+	for _, n := range sizes {
+		l := layoutFor(n)
+		enc := 1 + uvarintLen(uint64(n)) + 8 + int((uint64(l.arrayLen)+7)/8)
+		if enc > MaxEncodedLen(n) {
+			t.Errorf("%d keys encode to %d bytes, bound %d", n, enc, MaxEncodedLen(n))
+		}
+	}
 }

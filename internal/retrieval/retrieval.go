@@ -83,6 +83,14 @@ func newFunc(n int, seed uint64) *Func {
 		arrayLen: l.arrayLen, bits: make([]uint64, (uint64(l.arrayLen)+63)/64)}
 }
 
+// MaxEncodedLen bounds the encoding of a function of at most n keys:
+// version, key count, seed, and a table of at most 5.9 bits a key (the
+// size factor at the smallest sizes) plus three segments of up to 2^18
+// bits.
+func MaxEncodedLen(n int) int {
+	return 1 + binary.MaxVarintLen64 + 8 + (59*max(n, 0)/10+3<<18)/8 + 1
+}
+
 // Len is the number of keys the function was built from.
 func (f *Func) Len() int { return f.n }
 

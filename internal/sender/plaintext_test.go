@@ -28,6 +28,7 @@ func TestPlaintextRefusedOffLoopback(t *testing.T) {
 		t.Run(tc.receiver, func(t *testing.T) {
 			cfg := config.DefaultSender()
 			cfg.Sender.ID = "tap-a"
+			cfg.Sketch.Seed = "6b0e2f91c4d7a358e1f0b2c9d4a76e13"
 			cfg.Sender.Receiver = tc.receiver
 			cfg.Sender.TLS.Plaintext = true
 			cfg.PTP.Enabled = false

@@ -75,7 +75,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 	}
 	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc}
 	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID,
-		Version: opt.Version, Fingerprint: cfg.Fingerprint(), ResendBuffer: cfg.Sender.ResendBuffer,
+		Version: opt.Version, Fingerprint: cfg.Fingerprint(), Seed: cfg.Sketch.Seed, ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
 		RPCTimeout: cfg.Sender.RPCTimeout, ChunkBytes: cfg.Sender.ChunkBytes, FailFast: opt.FailFast}, log)
 	if err != nil {
@@ -186,9 +186,13 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	// ship drains out until it is closed, so emitting never blocks for
 	// long. Capture health rides along with each interval, read here on
 	// the worker's own goroutine.
+	var outage capture.OutageTracker
 	emit := func(si *interval.SenderInterval) {
 		si.Counters = rd.Parser().Counters()
 		si.Drops, _ = rd.Source().Stats()
+		if outage.Touched(si.Drops) {
+			si.Partial = true // the capture interface was down during it
+		}
 		out <- si
 	}
 	var pkt capture.Packet
@@ -251,6 +255,9 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
 		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
+		if si.Drops.Link != capture.LinkUnknown {
+			s.metrics.CaptureHealth().Set(si.Drops.Oversize, si.Drops.LinkDowns, si.Drops.Link == capture.LinkUp)
+		}
 		err := s.client.Submit(si, meta) // encodes: the sketches are free after it
 		si.Release()
 		return err
@@ -275,32 +282,43 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 	return nil
 }
 
-// watchClient mirrors the client's counters into the metrics.
+// watchClient mirrors the client's counters into the metrics, every second
+// and once more when it stops (a replay's last interval counts too).
 func (s *Sender) watchClient(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var last wire.ClientStats
 	for {
+		stop := false
 		select {
 		case <-ctx.Done():
-			return nil
+			stop = true
 		case <-t.C:
 		}
-		st := s.client.Stats()
-		for range st.Sent - last.Sent {
-			s.metrics.IntervalSent(0)
+		last = s.mirror(last)
+		if stop {
+			return nil
 		}
-		for range st.Acked - last.Acked {
-			s.metrics.IntervalAcked()
-		}
-		for range st.Dropped - last.Dropped {
-			s.metrics.IntervalDropped()
-		}
-		for range st.Resent - last.Resent {
-			s.metrics.IntervalResent(0)
-		}
-		s.metrics.BufferDepth(st.Buffered)
-		s.metrics.Connected(st.Connected)
-		last = st
 	}
+}
+
+// mirror adds what the client counted since last to the metrics.
+func (s *Sender) mirror(last wire.ClientStats) wire.ClientStats {
+	st := s.client.Stats()
+	for range st.Sent - last.Sent {
+		s.metrics.IntervalSent(0)
+	}
+	for range st.Acked - last.Acked {
+		s.metrics.IntervalAcked()
+	}
+	for range st.Dropped - last.Dropped {
+		s.metrics.IntervalDropped()
+	}
+	for range st.Resent - last.Resent {
+		s.metrics.IntervalResent(0)
+	}
+	s.metrics.SentBytes(st.BytesSent - last.BytesSent)
+	s.metrics.BufferDepth(st.Buffered)
+	s.metrics.Connected(st.Connected)
+	return st
 }

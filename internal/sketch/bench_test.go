@@ -121,7 +121,7 @@ func BenchmarkEncode(b *testing.B) {
 		b.Run(fmt.Sprintf("Unmarshal_%dx%d", p.Rows, p.Columns), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := UnmarshalLDS(enc, 0); err != nil {
+				if _, err := UnmarshalLDS(enc, snd.Params()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -156,7 +156,7 @@ func BenchmarkLDSEncoding(b *testing.B) {
 	})
 	b.Run("unmarshal", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := UnmarshalLDS(enc, 0); err != nil {
+			if _, err := UnmarshalLDS(enc, l.Params()); err != nil {
 				b.Fatal(err)
 			}
 		}

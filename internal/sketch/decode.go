@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Receiver-side decoding (DESIGN.md section 4, "Beyond the paper"; the math
-// is in docs/decode.md). The receiver counted every packet it put into its
+// Receiver-side decoding (the model, the choices behind it and their
+// measurements are in docs/decode.md). The receiver counted every packet it put into its
 // sketch, so for each candidate flow it knows how many of its packets sit in
 // each of its R·k cells. On a usable cell (same packet set at both ends)
 //
@@ -78,21 +78,22 @@ const noiseFloor = 1.0
 
 // stepTolFraction: a delay solve has converged when no flow's mean moves
 // by more than this fraction of τ (the spread of flow means) in three
-// iterations running; far below any error the estimates have, and what
+// iterations running. That is far below any error the estimates have;
 // ill-conditioned systems (weighted flows, elephants at the paper's load)
-// need hundreds of iterations to reach, where well-conditioned ones
-// (sampled rows, k > 1) get there in tens. 10⁻⁴ until 2026-11-22: 3·10⁻⁴
-// leaves TestDecodeSimulated the same to four digits and the paper-trace
-// tables the same (docs/decode.md, "Time"), with fewer iterations (k = 5:
-// 49 → 45, k = 1: 164 → 138 on the benchmark).
+// need hundreds of iterations to reach it, well-conditioned ones (sampled
+// rows, k > 1) tens. A step test, not a relative residual: with weights
+// the heavy flows dominate the residual, which then stops the solve early.
+// A smaller fraction only costs iterations (the paper-shaped trace and
+// TestDecodeSimulated come out the same); a larger one starts to move the
+// simulation's errors (docs/decode.md, "Delay").
 const stepTolFraction = 3e-4
 
 // delayPreIter bounds the first delay solve: it only has to centre the
 // sign sums and give τ² its spread (the final solve continues from it).
 // varIter bounds the variance solve, whose own noise (a χ²₁ per cell)
-// swamps anything finer. Both were 20 until 2026-11-22; 10 and 10 give the
-// same accuracy or better on the paper-shaped trace and the simulation
-// (docs/decode.md, "Time").
+// swamps anything finer. More iterations of either buy no accuracy on the
+// paper-shaped trace or in TestDecodeSimulated; fewer variance iterations
+// start to cost some (docs/decode.md, "Delay").
 const (
 	delayPreIter = 10
 	varIter      = 10
@@ -140,9 +141,10 @@ func (o DecodeOptions) normalized() DecodeOptions {
 // Flows are renumbered internally (perm: internal -> caller's index, inv:
 // the reverse) in order of their number of equations, flows with none last
 // (nA flows have at least one): the solver's per-flow loops then have
-// runs of equal trip counts, which the branch predictor follows (2.2x
-// faster conjugate gradients than in the caller's order), and flows with
-// no equation stay out of the solver.
+// runs of equal trip counts, which the branch predictor follows (the
+// conjugate gradients run about twice as fast as in the caller's order;
+// docs/decode.md, "Time"), and flows with no equation stay out of the
+// solver.
 type lsDecoder struct {
 	snd, rcv *LDS
 	rows, k  int
@@ -272,8 +274,8 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 	// cloning in the worker would read pe while worker 0 already writes
 	// its scratch. The flows go out in runs claimed as goroutines free up,
 	// so that build's goroutine takes a share of what is left when it is
-	// done (at the paper's load each takes 25–30 ms of CPU). Each flow's
-	// estimate is the same whoever computes it.
+	// done (at the paper's load the two cost about the same CPU). Each
+	// flow's estimate is the same whoever computes it.
 	nEst := warmWorkers
 	if together {
 		nEst++
@@ -334,8 +336,8 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		// The solve holds one worker; the others share the identification
 		// and the loss EM. With one left, the loss EM runs on it first and
 		// then the identification: at k = 5 the two take about as long as
-		// the solve (14 + 26 against ~40 ms of CPU), and a third goroutine
-		// would only take turns on the same two cores.
+		// the solve (docs/decode.md, "Time"), and a third goroutine would
+		// only take turns on the same two cores.
 		d.prepDelay(out, true)
 		var idFailed, lossFailed any
 		var running atomic.Int32
@@ -397,8 +399,8 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 		// Stddev stays the paper's per-cell sign-hash estimate (from the
 		// warm start): on the paper-shaped trace at the paper's load the
 		// decoded variances (d.varF, used for the noise model) collapse to
-		// 0 for most mid-size flows (median error 100 % vs 70 %), and at
-		// 10x memory they are no better (docs/RESULTS.md).
+		// 0 for most mid-size flows, and at 10x memory they are no better
+		// (docs/RESULTS.md §5).
 		e.CI95 = nan
 		if d.post[f] <= identifiedFraction*d.priorVar(f) {
 			e.Identified = true
@@ -788,9 +790,10 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	return nil
 }
 
-// prior sets μ (the interval's mean delay over the usable cells), τ² (the
-// spread of flow means, robustly from the warm start's better-sampled
-// flows) and σ̄² (a typical packet delay variance).
+// prior sets μ (the interval's mean delay over the usable cells), a first
+// τ² (the spread of flow means: robustly from the warm start's
+// better-sampled flows; respread refines it) and σ̄² (a typical packet
+// delay variance).
 func (d *lsDecoder) prior(warm []FlowEstimate) {
 	var sy, sn float64
 	for c := range d.cY {

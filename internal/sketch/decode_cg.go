@@ -40,11 +40,10 @@ func (d *lsDecoder) newCGParts(coef, wgt, lambda, x []float64, fs, ec []int32) *
 	// The halves must take the same time, or the first goroutine at each
 	// of the four barriers waits, and past pairSpin parks (a wake-up costs
 	// ~100 µs). With the short runs' own loops (scatter) the scatter and
-	// the gather cost about an entry each whatever a flow's equation count
-	// (0.9–1.3 ns an entry for one to nine equations at k = 5): halves of
-	// equal entries come out within 1 %. The old model, an entry plus four
-	// per flow, now put ~14 % more on one half (pcg50 on two goroutines
-	// 24 ms at equal entries, 37–39 ms with a flow's cost at ±1 entry).
+	// the gather cost about the same per entry whatever a flow's equation
+	// count, so halves of equal entries come out within 1 %; charging a
+	// flow even one entry more or less unbalances them past the spin
+	// (docs/decode.md, "Time").
 	cost := func(f int) int { return int(fs[f]) }
 	half := cost(nF) / 2
 	mid := sort.Search(nF, func(f int) bool { return cost(f) >= half })

@@ -93,11 +93,11 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 	// where it holds, the warm start's (the paper's per-cell sign-hash
 	// estimates, inflated by collisions) where the decoded variances have
 	// collapsed. At the paper's load without sampling most decoded
-	// variances fall to 0 (a few sign sums per flow): σ̄ then fell to its
-	// 1 ns floor, the delay equations looked exact where they are not, and
-	// decode lost a factor of ten for flows of 1000+ packets; with sampled
-	// rows under loss the decoded σ̄ is the better one (10–99 packets:
-	// 13.5 % against 19.1 % with the warm σ̄). docs/decode.md.
+	// variances fall to 0 (a few sign sums per flow): taking their median
+	// would put σ̄ at its 1 ns floor, the delay equations would look exact
+	// where they are not, and flows of 1000+ packets would lose a factor
+	// of ten in accuracy. With sampled rows under loss the decoded σ̄ is the
+	// better one (docs/decode.md, "Delay").
 	if len(typical) >= 5 {
 		if dm := medianInPlace(typical); dm >= sigCollapse*d.sig2 {
 			d.sig2 = max(1, dm)
@@ -494,19 +494,8 @@ func quadInv(S, a []float64, L int) float64 {
 	return info
 }
 
-// solveLoss shares each cell's count deficit (sender minus receiver) among
-// the flows in it, consistently across rows (docs/decode.md, "Loss"). With
-// independent loss, the packets a flow lost in a cell are about θ_f times
-// those it delivered there (θ_f = the flow's loss odds), whatever the row's
-// sampling or vLDA offset, so deficits are Poisson with mean
-// Σ_f w_f·n_fc·θ_f. The maximum-likelihood θ is found by EM (share each
-// deficit in proportion to w_f·n_fc·θ_f, then θ_f = shares / delivered);
-// θ_f never exceeds the paper's count-min bound. Flows the receiver never
-// saw are in the same system with coefficient w_f·p_r/k and ℓ_f itself as
-// the unknown. Only flows whose count-min bound is positive take part, and
-// only the rows with p = 1 when there are any.
-// lossIter bounds the loss EM's iterations. 50 until 2026-11-22: the EM
-// converges slowly (it used all 50 on the 150k-flow benchmark), but what
+// lossIter bounds the loss EM's iterations. The EM converges slowly (on
+// the 150k-flow benchmark it uses every iteration it is allowed), but what
 // it moves after 25 does not show in accuracy: TestDecodeSimulated's mean
 // absolute loss errors agree within 0.01–0.03 packets for 25, 50, 100 and
 // 200 iterations.
@@ -525,6 +514,17 @@ func scaleOdds(seen bool, recv float64) float64 {
 	return 1
 }
 
+// solveLoss shares each cell's count deficit (sender minus receiver) among
+// the flows in it, consistently across rows (docs/decode.md, "Loss"). With
+// independent loss, the packets a flow lost in a cell are about θ_f times
+// those it delivered there (θ_f = the flow's loss odds), whatever the row's
+// sampling or vLDA offset, so deficits are Poisson with mean
+// Σ_f w_f·n_fc·θ_f. The maximum-likelihood θ is found by EM (share each
+// deficit in proportion to w_f·n_fc·θ_f, then θ_f = shares / delivered);
+// θ_f never exceeds the paper's count-min bound. Flows the receiver never
+// saw are in the same system with coefficient w_f·p_r/k and ℓ_f itself as
+// the unknown. Only flows whose count-min bound is positive take part, and
+// only the rows with p = 1 when there are any.
 func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []float64 {
 	k, C := d.k, d.cols
 	out := make([]float64, len(flows))
@@ -669,8 +669,8 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	// A candidate with no entry in a cell with a deficit gets num = 0 in
 	// every iteration: it takes its final value, the prior's share (seen)
 	// or 0 (never seen), in the first and keeps it. Only the others iterate
-	// (27k of the 54k candidates with a positive bound in the benchmark's
-	// 150k flows at 0.1 % loss: 25 → 11 ms); their first iteration's
+	// (about half of the candidates with a positive bound in the
+	// benchmark's 150k flows at 0.1 % loss); their first iteration's
 	// largest step includes the fixed ones', so the stopping rule sees
 	// what it saw over every candidate and the result is bit for bit that
 	// of iterating them all.

@@ -37,6 +37,20 @@ const (
 	ldaMinCell    = 4
 )
 
+// MaxEncodedLDS bounds the encoding of any sketch of parameters p: the
+// header, and per cell six Rice-coded values (at most 65 bits each under
+// the best parameter, which the encoder always picks) and a 4-byte digest.
+// The receiver refuses more bytes for an LDS before buffering them.
+func MaxEncodedLDS(p Params) int {
+	return 64 + 8*p.Rows + 6 + (p.Rows*p.Columns*(6*65+32)+7)/8
+}
+
+// MaxEncodedLDA bounds the encoding of any aggregator of parameters p
+// (three Rice-coded columns and a digest per cell).
+func MaxEncodedLDA(p LDAParams) int {
+	return 48 + 3 + (p.Banks*p.Cells*(3*65+32)+7)/8
+}
+
 // DigestBits is the width of a cell's digest (Cell.D, LDACell.D): the top
 // bits of the packet hash.
 const DigestBits = 32
@@ -228,12 +242,14 @@ func (d *decoder) bounded(field string, lo, hi uint64) int {
 	return int(min(v, hi))
 }
 
-// UnmarshalLDS decodes a sketch, refusing one of more than maxCells cells
-// (maxCells <= 0 means MaxCells). Every dimension and count is checked
-// before memory is allocated for it; it never panics.
-func UnmarshalLDS(b []byte, maxCells int) (*LDS, error) {
-	if maxCells <= 0 || maxCells > MaxCells {
-		maxCells = MaxCells
+// UnmarshalLDS decodes a sketch that must have exactly the parameters
+// want, the dimensions both ends agreed on: a header that says anything
+// else is refused before anything is allocated, so what a decode allocates
+// is bounded by want (one sketch of want's size) and by len(b) (the
+// columns of the cells present), whatever b holds. It never panics.
+func UnmarshalLDS(b []byte, want Params) (*LDS, error) {
+	if err := want.Validate(); err != nil {
+		return nil, fmt.Errorf("decode LDS: the agreed parameters: %w", err)
 	}
 	d := &decoder{b: b, what: "LDS"}
 	d.header(ldsMagic)
@@ -250,22 +266,26 @@ func UnmarshalLDS(b []byte, maxCells int) (*LDS, error) {
 		return nil, d.err
 	}
 	p.Bytes = flags&1 != 0
-	if p.Rows*p.Columns > maxCells {
-		d.fail("%d x %d = %d cells exceeds the limit of %d", p.Rows, p.Columns, p.Rows*p.Columns, maxCells)
+	if p.Rows != want.Rows || p.Columns != want.Columns || p.VLDA != want.VLDA || p.Bytes != want.Bytes {
+		d.fail("header says %d x %d cells, vlda %d, bytes %v; the agreed sketch is %d x %d, vlda %d, bytes %v",
+			p.Rows, p.Columns, p.VLDA, p.Bytes, want.Rows, want.Columns, want.VLDA, want.Bytes)
 		return nil, d.err
 	}
 	if d.remaining() < 8*p.Rows {
 		d.fail("sampling rates: need %d bytes, have %d", 8*p.Rows, d.remaining())
 		return nil, d.err
 	}
-	p.Sampling = make([]float64, p.Rows)
-	for i := range p.Sampling {
-		p.Sampling[i] = math.Float64frombits(d.u64("sampling"))
+	for i := 0; i < p.Rows; i++ {
+		r, w := math.Float64frombits(d.u64("sampling")), 1.0
+		if i < len(want.Sampling) {
+			w = want.Sampling[i]
+		}
+		if r != w {
+			d.fail("row %d samples at %v, the agreed sketch.sampling is %v", i, r, w)
+			return nil, d.err
+		}
 	}
-	if err := p.Validate(); err != nil {
-		d.fail("invalid parameters: %v", err)
-		return nil, d.err
-	}
+	p.Sampling = append([]float64(nil), want.Sampling...)
 	total := p.Rows * p.Columns
 	minCell := ldsMinCell
 	if p.Bytes {
@@ -370,11 +390,12 @@ func (a *LDA) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-// UnmarshalLDA decodes an aggregator of at most maxCells cells (<= 0 means
-// MaxLDABanks*MaxLDACells), checking before allocating; it never panics.
-func UnmarshalLDA(b []byte, maxCells int) (*LDA, error) {
-	if maxCells <= 0 || maxCells > MaxLDABanks*MaxLDACells {
-		maxCells = MaxLDABanks * MaxLDACells
+// UnmarshalLDA decodes an aggregator that must have exactly the agreed
+// parameters want, checked before allocating (as UnmarshalLDS); it never
+// panics.
+func UnmarshalLDA(b []byte, want LDAParams) (*LDA, error) {
+	if err := want.Validate(); err != nil {
+		return nil, fmt.Errorf("decode LDA: the agreed parameters: %w", err)
 	}
 	d := &decoder{b: b, what: "LDA"}
 	d.header(ldaMagic)
@@ -384,15 +405,11 @@ func UnmarshalLDA(b []byte, maxCells int) (*LDA, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if err := p.Validate(); err != nil {
-		d.fail("invalid parameters: %v", err)
+	if p != want {
+		d.fail("header says %d banks x %d cells, the agreed lda.banks/lda.cells are %d x %d", p.Banks, p.Cells, want.Banks, want.Cells)
 		return nil, d.err
 	}
 	total := p.Banks * p.Cells
-	if total > maxCells {
-		d.fail("%d x %d = %d cells exceeds the limit of %d", p.Banks, p.Cells, total, maxCells)
-		return nil, d.err
-	}
 	m := d.varint("mean timestamp")
 	n := d.uvarint("cell count")
 	if d.err == nil && (n > uint64(total) || n > uint64(d.remaining()/ldaMinCell)) {

@@ -19,9 +19,8 @@ type Estimator string
 const (
 	// EstimatorPaper is the LDS paper's Fig. 6 (EstimatePaper).
 	EstimatorPaper Estimator = "paper"
-	// EstimatorDecode is the receiver-side least-squares decoder of
-	// DESIGN.md section 4; it is implemented outside this file by a later
-	// issue and only named here so configuration can refer to it.
+	// EstimatorDecode is the receiver-side least-squares decoder
+	// (EstimateDecode, docs/decode.md).
 	EstimatorDecode Estimator = "decode"
 )
 

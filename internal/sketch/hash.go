@@ -48,8 +48,8 @@ func modMagic(d uint64) uint64 { return ^uint64(0)/d + 1 }
 // fastMod is a % d for a, d < 2^32 (d > 0), M = modMagic(d): exact
 // (Lemire, Kaser and Kurz, "Faster remainder by direct computation", 2019)
 // with two multiplications where a 64-bit division costs tens of cycles.
-// The flows' columns (double hashing, DESIGN.md §2) take two remainders a
-// packet, a sizeable part of a sketch update.
+// The flows' columns (double hashing, docs/sketch.md, "Hash derivation")
+// take two remainders a packet, a sizeable part of a sketch update.
 func fastMod(a, M, d uint64) uint64 {
 	hi, _ := bits.Mul64(M*a, d)
 	return hi

@@ -129,12 +129,12 @@ func TestLDAMergeEncode(t *testing.T) {
 		t.Fatal("merged LDAs differ from one over all packets")
 	}
 	b, _ := one.MarshalBinary()
-	back, err := UnmarshalLDA(b, 0)
+	back, err := UnmarshalLDA(b, p)
 	if err != nil || !back.Equal(one) {
 		t.Fatalf("round trip: %v", err)
 	}
-	if _, err := UnmarshalLDA(b, 100); err == nil {
-		t.Fatal("accepted 192 cells with a cap of 100")
+	if _, err := UnmarshalLDA(b, LDAParams{Banks: p.Banks, Cells: p.Cells / 2}); err == nil || !strings.Contains(err.Error(), "agreed") {
+		t.Fatalf("accepted an aggregator of other dimensions than the agreed ones: %v", err)
 	}
 	other, _ := NewLDA(LDAParams{Banks: 2, Cells: 64})
 	if m.Merge(other) == nil {
@@ -151,28 +151,36 @@ func TestLDAMergeEncode(t *testing.T) {
 	}
 }
 
+// FuzzUnmarshalLDA: as FuzzUnmarshalLDS, for the aggregator.
 func FuzzUnmarshalLDA(f *testing.F) {
-	a, _ := NewLDA(LDAParams{Banks: 2, Cells: 8})
+	agreed := LDAParams{Banks: 2, Cells: 8}
+	a, _ := NewLDA(agreed)
 	for i := uint64(0); i < 20; i++ {
 		a.Update(i*0x9e3779b97f4a7c15, int64(i)*1000)
 	}
 	b, _ := a.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte("LDAk\x02\x20\x80\x80\x40\x00"))
+	f.Add(hostileLDAHeader())
 	f.Add([]byte{})
+	base := allocBytes(func() { _, _ = NewLDA(agreed) })
 	f.Fuzz(func(t *testing.T, data []byte) {
-		const maxCells = 4096
-		x, err := UnmarshalLDA(data, maxCells)
+		var x *LDA
+		var err error
+		got := allocBytes(func() { x, err = UnmarshalLDA(data, agreed) })
+		if limit := decodeAllowance(base, len(data)); got > limit {
+			t.Fatalf("decoding %d bytes allocated %d bytes, more than the agreed aggregator allows (%d)", len(data), got, limit)
+		}
 		if err != nil {
 			return
 		}
-		if len(x.cells) > maxCells {
-			t.Fatalf("decoded %d cells past the cap", len(x.cells))
+		if x.Params() != agreed {
+			t.Fatalf("decoded %+v, agreed %+v", x.Params(), agreed)
 		}
 		again, err := x.MarshalBinary()
 		if err != nil || string(again) != string(data) {
 			// The encoding is canonical up to varint padding.
-			y, err := UnmarshalLDA(again, maxCells)
+			y, err := UnmarshalLDA(again, agreed)
 			if err != nil || !y.Equal(x) {
 				t.Fatalf("re-encoding does not round-trip: %v", err)
 			}

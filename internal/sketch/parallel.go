@@ -98,13 +98,12 @@ type pairSync struct {
 	dead  atomic.Bool // a goroutine panicked: the other must not wait for it
 }
 
-// pairSpin bounds a waiter's spinning. Waking a parked goroutine took
-// ~100 µs here, so spinning must cover the usual imbalance of two halves
-// (tens of µs in the conjugate gradients); much longer wastes the core a
-// goroutine that is not running at all needs (a replay of 10 intervals of
-// 38k flows, estimated two at a time on two cores: 1.8–2.1 s with 50 µs,
-// as before the halves; 1.8–2.4 s with 300 µs; 2.5–3.2 s spinning
-// without bound).
+// pairSpin bounds a waiter's spinning. Waking a parked goroutine takes
+// ~100 µs, so spinning must cover the usual imbalance of two halves (tens
+// of µs in the conjugate gradients); much longer wastes the core that a
+// goroutine which is not running at all needs, as when a replay estimates
+// two intervals at a time on two cores (docs/decode.md, "Time", has the
+// replay's times with 50 µs, 300 µs and no bound).
 const pairSpin = 50 * time.Microsecond
 
 // errPartnerDied is the panic of a goroutine whose partner panicked while

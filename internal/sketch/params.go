@@ -25,7 +25,8 @@ type Params struct {
 	Bytes    bool      // keep a byte counter per cell
 }
 
-// DefaultParams is 4 x 4096, k = 1, no sampling (DESIGN.md section 7).
+// DefaultParams is 4 x 4096, k = 1, no sampling (the defaults of the
+// sketch.* keys in configs/sender.yaml and configs/receiver.yaml).
 func DefaultParams() Params {
 	return Params{Rows: 4, Columns: 4096, VLDA: 1, Sampling: []float64{1, 1, 1, 1}}
 }

@@ -81,7 +81,8 @@ func NewPKI(dir string, serverIP net.IP) (*PKI, error) {
 	if err := leaf(2, ReceiverServerName, x509.ExtKeyUsageServerAuth, []string{ReceiverServerName}, []net.IP{serverIP}, p.ServerCert, p.ServerKey); err != nil {
 		return nil, err
 	}
-	if err := leaf(3, "lds-sender.testbed", x509.ExtKeyUsageClientAuth, nil, nil, p.ClientCert, p.ClientKey); err != nil {
+	// The receiver binds sender.id to a name of the client certificate.
+	if err := leaf(3, "lds-sender.testbed", x509.ExtKeyUsageClientAuth, []string{senderID}, nil, p.ClientCert, p.ClientKey); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lds-net/lds/internal/interval"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
@@ -27,7 +28,8 @@ type ClientConfig struct {
 	Creds        credentials.TransportCredentials // nil = plaintext (loopback only)
 	SenderID     string
 	Version      string
-	Fingerprint  map[string]string
+	Fingerprint  map[string]string // every shared setting but the seed
+	Seed         string            // sketch.seed: proven in Hello, never sent
 	ResendBuffer int
 	BackoffMin   time.Duration
 	BackoffMax   time.Duration
@@ -39,7 +41,10 @@ type ClientConfig struct {
 	FailFast bool
 }
 
-// ClientStats are the client's counters (for metrics).
+// ClientStats are the client's counters (for metrics). BytesSent is the
+// protobuf size (proto.Size) of every frame written to a stream, Hello and
+// resent intervals included: what the receiver's gRPC layer hands over,
+// without gRPC's 5-byte message prefix, HTTP/2 or TLS framing.
 type ClientStats struct {
 	Sent, Acked, Resent, Dropped, BytesSent uint64
 	Buffered                                int
@@ -49,7 +54,6 @@ type ClientStats struct {
 type pending struct {
 	id     int64
 	frames []*ldsv1.SenderFrame
-	bytes  int
 	sent   bool // sent on the current stream
 	tries  int
 	sentAt time.Time
@@ -92,19 +96,13 @@ func (c *Client) Submit(si *interval.SenderInterval, meta interval.SenderMeta) e
 	if err != nil {
 		return err
 	}
-	n := 0
-	for _, f := range frames {
-		if ch := f.GetChunk(); ch != nil {
-			n += len(ch.Data)
-		}
-	}
 	c.mu.Lock()
 	if len(c.buf) >= c.cfg.ResendBuffer {
 		c.log.Warn("resend buffer full: dropping the oldest unacknowledged interval", "interval", c.buf[0].id, "buffer", c.cfg.ResendBuffer)
 		c.buf = c.buf[1:]
 		c.stats.Dropped++
 	}
-	c.buf = append(c.buf, &pending{id: si.ID, frames: frames, bytes: n})
+	c.buf = append(c.buf, &pending{id: si.ID, frames: frames})
 	c.stats.Buffered = len(c.buf)
 	c.mu.Unlock()
 	c.poke()
@@ -179,6 +177,57 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
+// handshake reads the receiver's Challenge, sends Hello with the seed
+// proof, and reads HelloAck, all within the RPC timeout.
+func (c *Client) handshake(st ldsv1.SketchExchange_StreamClient) (*ldsv1.HelloAck, error) {
+	type reply struct {
+		f   *ldsv1.ReceiverFrame
+		err error
+	}
+	ch := make(chan reply, 1)
+	recv := func() { f, err := st.Recv(); ch <- reply{f, err} }
+	timeout := time.NewTimer(c.cfg.RPCTimeout)
+	defer timeout.Stop()
+	wait := func(what string) (*ldsv1.ReceiverFrame, error) {
+		go recv()
+		select {
+		case r := <-ch:
+			return r.f, r.err
+		case <-timeout.C:
+			return nil, fmt.Errorf("no %s from %s within %v", what, c.cfg.Addr, c.cfg.RPCTimeout)
+		}
+	}
+	f, err := wait("Challenge")
+	if err != nil {
+		if status.Code(err) == codes.Unknown {
+			// An older receiver waits for Hello and never challenges; a
+			// busy one may only be slow: retried, with the hint.
+			err = fmt.Errorf("%w: a busy receiver, or an older lds receiver, which sends none (it waits for Hello; %w)", err, ErrIncompatible)
+		}
+		return nil, err
+	}
+	chal := f.GetChallenge()
+	if chal == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "receiver %s sent no Challenge before %T (an older lds receiver): %v", c.cfg.Addr, f.Body, ErrIncompatible)
+	}
+	nonce := newNonce()
+	hello := &ldsv1.SenderFrame{Seq: 0, Body: &ldsv1.SenderFrame_Hello{Hello: &ldsv1.Hello{
+		SenderId: c.cfg.SenderID, SoftwareVersion: c.cfg.Version, Fingerprint: c.cfg.Fingerprint, Instance: c.instance,
+		Nonce: nonce, SeedProof: SeedProof(c.cfg.Seed, chal.Nonce, nonce, c.cfg.SenderID)}}}
+	if err := st.Send(hello); err != nil {
+		return nil, err
+	}
+	c.sentBytes(hello)
+	if f, err = wait("HelloAck"); err != nil {
+		return nil, err
+	}
+	ack := f.GetHelloAck()
+	if ack == nil {
+		return nil, errors.New("receiver answered Hello without HelloAck")
+	}
+	return ack, nil
+}
+
 func refusal(code codes.Code) bool {
 	return code == codes.FailedPrecondition || code == codes.PermissionDenied || code == codes.Unauthenticated
 }
@@ -191,30 +240,9 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 	if err != nil {
 		return false, err
 	}
-	seq := uint64(0)
-	if err := st.Send(&ldsv1.SenderFrame{Seq: seq, Body: &ldsv1.SenderFrame_Hello{Hello: &ldsv1.Hello{
-		SenderId: c.cfg.SenderID, SoftwareVersion: c.cfg.Version, Fingerprint: c.cfg.Fingerprint, Instance: c.instance}}}); err != nil {
+	ack, err := c.handshake(st)
+	if err != nil {
 		return false, err
-	}
-	// The handshake has its own deadline.
-	helloCh := make(chan error, 1)
-	var ack *ldsv1.HelloAck
-	go func() {
-		f, err := st.Recv()
-		if err == nil {
-			if ack = f.GetHelloAck(); ack == nil {
-				err = errors.New("receiver answered Hello without HelloAck")
-			}
-		}
-		helloCh <- err
-	}()
-	select {
-	case err := <-helloCh:
-		if err != nil {
-			return false, err
-		}
-	case <-time.After(c.cfg.RPCTimeout):
-		return false, fmt.Errorf("no HelloAck from %s within %v", c.cfg.Addr, c.cfg.RPCTimeout)
 	}
 	if ack.BoundaryFormat != BoundaryFormat {
 		// An older receiver would refuse (or worse, misread) every
@@ -266,6 +294,7 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 	}()
 	tick := time.NewTicker(c.cfg.RPCTimeout / 4)
 	defer tick.Stop()
+	seq := uint64(0)
 	for {
 		// Send everything not yet sent on this stream, oldest first.
 		for {
@@ -288,10 +317,10 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 					}
 					return false, err
 				}
+				c.sentBytes(f)
 			}
 			c.mu.Lock()
 			c.stats.Sent++
-			c.stats.BytesSent += uint64(p.bytes)
 			c.mu.Unlock()
 		}
 		c.mu.Lock()
@@ -306,6 +335,15 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 		c.mu.Unlock()
 		if finished {
 			_ = st.CloseSend()
+			// Wait for the receiver to end the stream: it has then read
+			// our end of it. Cancelling at once (the deferred cancel) can
+			// reach it first, and a busy receiver then reads a broken
+			// stream instead of a finished one (and a replay waits for
+			// the sender's end forever).
+			select {
+			case <-recvErr:
+			case <-time.After(c.cfg.RPCTimeout):
+			}
 			return true, nil
 		}
 		if overdue != nil {
@@ -345,6 +383,14 @@ func (c *Client) refused(err error) {
 			return
 		}
 	}
+}
+
+// sentBytes counts a frame written to the stream.
+func (c *Client) sentBytes(f *ldsv1.SenderFrame) {
+	n := uint64(proto.Size(f))
+	c.mu.Lock()
+	c.stats.BytesSent += n
+	c.mu.Unlock()
 }
 
 func (c *Client) nextUnsent() *pending {

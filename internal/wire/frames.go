@@ -101,6 +101,10 @@ type Limits struct {
 	MaxSketchBytes int // per interval, all chunks together
 	MaxCells       int // per decoded sketch
 	MaxClasses     int
+	// InWindow, when set, says whether an interval id is near enough to
+	// the receiver's clock; an interval it refuses is skipped: its chunks
+	// are neither checked nor held, and its End yields OutOfWindow.
+	InWindow func(id int64) bool
 }
 
 // Assembler checks the frames of one stream after Hello and rebuilds
@@ -112,6 +116,7 @@ type Assembler struct {
 	nextSeq uint64
 	cur     *ldsv1.Start
 	voided  bool
+	skip    bool // the open interval is outside the window
 	blobs   map[blobKey][]byte
 	total   int
 }
@@ -145,6 +150,10 @@ type Result struct {
 	// Voided first. A gap that ate the End of one interval and the Start of
 	// the next voids both: count len(VoidedIDs), not one per Result.
 	VoidedIDs []int64
+	// OutOfWindow: interval SkippedID was outside Limits.InWindow and
+	// was dropped unread (on its End).
+	OutOfWindow bool
+	SkippedID   int64
 }
 
 func voided(ids ...int64) *Result {
@@ -175,13 +184,15 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 		}
 		// A gap just before a Start cost only frames of earlier intervals.
 		a.cur, a.total, a.voided = b.Start, 0, false
+		a.skip = a.lim.InWindow != nil && !a.lim.InWindow(b.Start.Interval)
 		clear(a.blobs)
 		return res, nil
 	case *ldsv1.SenderFrame_Chunk:
-		if a.voided {
-			// The interval in progress (if any) is lost: its chunks are
-			// neither checked nor held, so a gap never turns into an error
-			// or into memory spent on data that will be thrown away.
+		if a.voided || (a.skip && a.cur != nil) {
+			// The interval in progress (if any) is lost or refused: its
+			// chunks are neither checked nor held, so a gap never turns
+			// into an error or into memory spent on data that will be
+			// thrown away.
 			return nil, nil
 		}
 		if a.cur == nil {
@@ -205,6 +216,12 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 			return nil, fmt.Errorf("frame seq %d: interval %d sent %d sketch bytes, more than its Start announced (%d)", f.Seq, a.cur.Interval, a.total, a.cur.TotalBytes)
 		}
 		k := blobKey{c.Kind, c.Class}
+		// No blob grows beyond the encoding of the largest one the agreed
+		// dimensions allow.
+		if limit := a.blobLimit(c.Kind); len(a.blobs[k])+len(c.Data) > limit {
+			return nil, fmt.Errorf("frame seq %d: interval %d: %v blob of class %d exceeds %d bytes, the most the agreed dimensions encode to: %w",
+				f.Seq, a.cur.Interval, c.Kind, c.Class, limit, ErrTooLarge)
+		}
 		a.blobs[k] = append(a.blobs[k], c.Data...)
 		return nil, nil
 	case *ldsv1.SenderFrame_End:
@@ -228,11 +245,28 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 		}
 		start := a.cur
 		a.cur = nil
+		if a.skip {
+			a.skip = false
+			return &Result{OutOfWindow: true, SkippedID: start.Interval}, nil
+		}
 		return a.build(start, e)
 	case *ldsv1.SenderFrame_Hello:
 		return nil, fmt.Errorf("frame seq %d: a second Hello on one stream", f.Seq)
 	default:
 		return nil, fmt.Errorf("frame seq %d: empty frame", f.Seq)
+	}
+}
+
+// blobLimit is the largest encoding of one blob of kind that the agreed
+// dimensions (and the cell limit, for the boundary function) allow.
+func (a *Assembler) blobLimit(kind ldsv1.ChunkKind) int {
+	switch kind {
+	case ldsv1.ChunkKind_CHUNK_KIND_LDS:
+		return sketch.MaxEncodedLDS(a.p.Sketch)
+	case ldsv1.ChunkKind_CHUNK_KIND_LDA:
+		return sketch.MaxEncodedLDA(a.p.LDA)
+	default:
+		return retrieval.MaxEncodedLen(a.lim.MaxCells)
 	}
 }
 
@@ -242,12 +276,12 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 	if !ok {
 		return nil, fmt.Errorf("interval %d: no LDS chunk", id)
 	}
-	l, err := sketch.UnmarshalLDS(ldsB, a.lim.MaxCells)
+	// The decoders get the agreed dimensions and refuse any other header
+	// before allocating: a few header bytes cannot make the receiver
+	// allocate more than one sketch of the agreed size.
+	l, err := sketch.UnmarshalLDS(ldsB, a.p.Sketch)
 	if err != nil {
 		return nil, fmt.Errorf("interval %d: LDS: %w", id, err)
-	}
-	if !l.Params().Equal(a.p.Sketch) {
-		return nil, fmt.Errorf("interval %d: LDS dimensions differ from the agreed configuration", id)
 	}
 	sk := &interval.Sketches{LDS: l, LDA: make([]*sketch.LDA, a.p.Classes), ClassPackets: make([]uint64, a.p.Classes)}
 	for c := range sk.LDA {
@@ -255,18 +289,18 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 		if !ok {
 			return nil, fmt.Errorf("interval %d: no LDA chunk for class %d", id, c)
 		}
-		if sk.LDA[c], err = sketch.UnmarshalLDA(b, a.lim.MaxCells); err != nil {
+		// The estimator pairs the two ends' aggregators cell by cell.
+		if sk.LDA[c], err = sketch.UnmarshalLDA(b, a.p.LDA); err != nil {
 			return nil, fmt.Errorf("interval %d: LDA class %d: %w", id, c, err)
 		}
-		// The estimator pairs the two ends' aggregators cell by cell.
-		if got := sk.LDA[c].Params(); got != a.p.LDA {
-			return nil, fmt.Errorf("interval %d: LDA class %d has %d banks x %d cells, the agreed lda.banks/lda.cells are %d x %d",
-				id, c, got.Banks, got.Cells, a.p.LDA.Banks, a.p.LDA.Cells)
-		}
 	}
-	// The key count is bounded like the old list's and the table must be
-	// exactly as long as the count implies: checked before allocating.
-	bnd, err := retrieval.Unmarshal(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0}], a.lim.MaxCells)
+	// The key count is bounded by End.boundary_count (itself within the
+	// cell limit) and the table must be exactly as long as the count
+	// implies: checked before allocating.
+	if e.BoundaryCount > uint64(a.lim.MaxCells) {
+		return nil, fmt.Errorf("interval %d: End announces %d boundary keys, more than the limit of %d", id, e.BoundaryCount, a.lim.MaxCells)
+	}
+	bnd, err := retrieval.Unmarshal(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0}], int(e.BoundaryCount))
 	if err != nil {
 		return nil, fmt.Errorf("interval %d: boundary function: %w", id, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/sketch"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -243,6 +244,12 @@ func TestAssemblerRefuses(t *testing.T) {
 		limitFn func(*Limits)
 	}{
 		{"chunk without Start", func() []*ldsv1.SenderFrame { return renumber(good()[1:]) }, "no Start", false, nil},
+		{"LDS blob larger than the agreed dimensions encode to", func() []*ldsv1.SenderFrame {
+			fr := good()
+			chunk(fr, 1).Data = make([]byte, sketch.MaxEncodedLDS(p.Sketch)+1)
+			start(fr).TotalBytes = 1 << 20
+			return fr
+		}, "the most the agreed dimensions encode to", true, nil},
 		{"End without Start", func() []*ldsv1.SenderFrame { return renumber(good()[len(good())-1:]) }, "without Start", false, nil},
 		{"Start while open", func() []*ldsv1.SenderFrame {
 			fr := good()
@@ -281,7 +288,7 @@ func TestAssemblerRefuses(t *testing.T) {
 			lp := testParams()
 			lp.Sketch.Columns = 32
 			return otherDims(lp)
-		}, "LDS dimensions differ", false, nil},
+		}, "the agreed sketch is 3 x 64", false, nil},
 		{"LDA of other dimensions", func() []*ldsv1.SenderFrame {
 			lp := testParams()
 			lp.LDA.Cells = 8
@@ -316,7 +323,7 @@ func TestAssemblerRefuses(t *testing.T) {
 		}, "boundary function: retrieval: encoding version 9", false, nil},
 		{"boundary function over the key limit", func() []*ldsv1.SenderFrame {
 			return encodeAll(t, 1<<20, makeInterval(t, p, 7, 10000, 9))
-		}, "keys exceed the limit 192", false,
+		}, "more than the limit of 192", false,
 			func(l *Limits) { l.MaxCells = p.Sketch.Rows * p.Sketch.Columns }},
 		{"boundary list of an older sender", func() []*ldsv1.SenderFrame {
 			fr := good()

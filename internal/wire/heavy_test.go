@@ -17,6 +17,7 @@ import (
 func TestEndFitsWithMostHeavyKeys(t *testing.T) {
 	c := config.DefaultReceiver()
 	c.Sketch.Heavy = 10000
+	c.Sketch.Seed = "3f1c0a9be47d25c8a1f6d0e2b9c47a15"
 	c.Capture.Source.Interface = "eth1"
 	c.Receiver.TLS.Plaintext = true
 	if err := c.Validate(); err != nil {

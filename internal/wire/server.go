@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"context"
+	"crypto/hmac"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,8 +13,10 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -40,12 +44,27 @@ type Handler interface {
 
 // ServerConfig says what the receiver accepts.
 type ServerConfig struct {
+	// Fingerprint is every shared setting but the seed (config.Common.Fingerprint).
 	Fingerprint map[string]string
-	Params      interval.Params
-	Limits      Limits
-	Senders     map[string]bool // allowed sender ids; empty = any
-	Version     string
+	// Seed is sketch.seed: checked through Hello.seed_proof, never sent.
+	Seed    string
+	Params  interval.Params
+	Limits  Limits
+	Senders map[string]bool // allowed sender ids; empty = any (the certificate binding still applies)
+	Version string
+	// HelloTimeout bounds the wait for Hello after the stream opens (0: DefaultHelloTimeout).
+	HelloTimeout time.Duration
+	// Now is the receiver's clock for the interval window (MaxSkew); nil
+	// disables the window (replay: the captures carry their own time).
+	Now func() time.Time
+	// MaxSkew is receiver.max_interval_skew: an interval whose start is
+	// further than this from Now is refused (not buffered, not matched),
+	// acknowledged so that the sender forgets it, and counted.
+	MaxSkew time.Duration
 }
+
+// DefaultHelloTimeout is how long a new stream may take to send Hello.
+const DefaultHelloTimeout = 10 * time.Second
 
 // Server implements the SketchExchange service.
 type Server struct {
@@ -53,11 +72,23 @@ type Server struct {
 	cfg ServerConfig
 	h   Handler
 	log *slog.Logger
+
+	mu     sync.Mutex
+	active map[string]*activeStream // sender id -> its current stream
+}
+
+// activeStream is one sender's stream that passed Hello.
+type activeStream struct {
+	replaced chan struct{} // closed when a newer stream of the sender takes over
+	done     chan struct{} // closed once the stream's handler calls are over
 }
 
 // NewServer makes the service; register it on a grpc.Server.
 func NewServer(cfg ServerConfig, h Handler, log *slog.Logger) *Server {
-	return &Server{cfg: cfg, h: h, log: log}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = DefaultHelloTimeout
+	}
+	return &Server{cfg: cfg, h: h, log: log, active: map[string]*activeStream{}}
 }
 
 // DiffFingerprints names, sorted, the keys whose values differ between two
@@ -78,30 +109,59 @@ func DiffFingerprints(a, b map[string]string) []string {
 	return keys
 }
 
-// Stream serves one sender.
+// errReplaced ends a stream whose sender opened a newer one.
+var errReplaced = errors.New("replaced by a newer stream of the same sender")
+
+// Stream serves one sender: Challenge, Hello (within HelloTimeout), then
+// intervals until the stream ends or a newer stream of the same sender
+// replaces it.
 func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
-	first, err := st.Recv()
+	ctx := st.Context()
+	challenge := newNonce()
+	if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Challenge{Challenge: &ldsv1.Challenge{Nonce: challenge}}}); err != nil {
+		return err
+	}
+	// One goroutine reads, so that waiting for a frame can end on a
+	// deadline or on a replacement. It ends with the stream, when the
+	// handler has returned.
+	frames, recvErr := make(chan *ldsv1.SenderFrame), make(chan error, 1)
+	go func() {
+		for {
+			f, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case frames <- f:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var first *ldsv1.SenderFrame
+	t := time.NewTimer(s.cfg.HelloTimeout)
+	defer t.Stop()
+	select {
+	case first = <-frames:
+	case err := <-recvErr:
+		return err
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-t.C:
+		s.h.FrameError("", "hello_timeout")
+		return status.Errorf(codes.DeadlineExceeded, "no Hello within %v of opening the stream", s.cfg.HelloTimeout)
+	}
+	hello, err := s.checkHello(ctx, first, challenge)
 	if err != nil {
 		return err
 	}
-	hello := first.GetHello()
-	if hello == nil || first.Seq != 0 {
-		s.h.FrameError("", "no_hello")
-		return status.Errorf(codes.InvalidArgument, "the first frame must be Hello with seq 0 (got seq %d, %T)", first.Seq, first.Body)
-	}
 	id := hello.SenderId
-	if id == "" || len(id) > 128 {
-		s.h.FrameError("", "bad_sender_id")
-		return status.Error(codes.InvalidArgument, "Hello.sender_id must be 1-128 characters")
+	me, err := s.claim(id)
+	if err != nil {
+		return err
 	}
-	if len(s.cfg.Senders) > 0 && !s.cfg.Senders[id] {
-		s.h.FrameError(id, "unknown_sender")
-		return status.Errorf(codes.PermissionDenied, "sender %q is not in receiver.senders", id)
-	}
-	if d := DiffFingerprints(s.cfg.Fingerprint, hello.Fingerprint); len(d) > 0 {
-		s.h.FrameError(id, "config_mismatch")
-		return status.Errorf(codes.FailedPrecondition, "configuration of sender %q differs from the receiver's in: %s (both ends must use the same values)", id, strings.Join(d, ", "))
-	}
+	defer s.release(id, me)
 	have, err := s.h.Connected(id, hello.Instance)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "sender %q: %v", id, err)
@@ -112,20 +172,119 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 		return err
 	}
 	s.log.Info("sender connected", "sender", id, "version", hello.SoftwareVersion)
-	err = s.serve(id, st)
+	err = s.serve(id, st, frames, recvErr, me.replaced)
 	s.h.Disconnected(id, err)
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		return nil
+	case errors.Is(err, errReplaced):
+		s.log.Info("sender opened a new stream: ending its previous one", "sender", id)
+		return status.Errorf(codes.Aborted, "sender %q: %v", id, err)
 	}
 	return err
 }
 
-func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer) error {
-	a := NewAssembler(s.cfg.Params, s.cfg.Limits)
+// checkHello checks the first frame: a Hello whose sender id the client
+// certificate names, listed in receiver.senders (if any), with the same
+// fingerprint and a valid seed proof. A frame error names a sender only
+// once its id is established: an id a client merely claims never becomes
+// a metric label.
+func (s *Server) checkHello(ctx context.Context, first *ldsv1.SenderFrame, challenge []byte) (*ldsv1.Hello, error) {
+	hello := first.GetHello()
+	if hello == nil || first.Seq != 0 {
+		s.h.FrameError("", "no_hello")
+		return nil, status.Errorf(codes.InvalidArgument, "the first frame must be Hello with seq 0 (got seq %d, %T)", first.Seq, first.Body)
+	}
+	id := hello.SenderId
+	if id == "" || len(id) > 128 {
+		s.h.FrameError("", "bad_sender_id")
+		return nil, status.Error(codes.InvalidArgument, "Hello.sender_id must be 1-128 characters")
+	}
+	if err := checkIdentity(peerCertificate(ctx), id); err != nil {
+		s.h.FrameError("", "identity_mismatch")
+		s.log.Warn("refused a sender whose id its certificate does not name", "err", err)
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	}
+	if len(s.cfg.Senders) > 0 && !s.cfg.Senders[id] {
+		s.h.FrameError("", "unknown_sender")
+		return nil, status.Errorf(codes.PermissionDenied, "sender %q is not in receiver.senders", id)
+	}
+	if len(hello.SeedProof) == 0 || len(hello.Nonce) != NonceBytes {
+		s.h.FrameError(id, "config_mismatch")
+		return nil, status.Errorf(codes.FailedPrecondition, "sender %q sent no seed proof with a %d-byte nonce (an older lds sender): %v", id, NonceBytes, ErrIncompatible)
+	}
+	d := DiffFingerprints(s.cfg.Fingerprint, hello.Fingerprint)
+	if !hmac.Equal(hello.SeedProof, SeedProof(s.cfg.Seed, challenge, hello.Nonce, id)) {
+		d = append(d, "sketch.seed")
+		slices.Sort(d)
+	}
+	if len(d) > 0 {
+		s.h.FrameError(id, "config_mismatch")
+		return nil, status.Errorf(codes.FailedPrecondition, "configuration of sender %q differs from the receiver's in: %s (both ends must use the same values)", id, strings.Join(d, ", "))
+	}
+	return hello, nil
+}
+
+// claim makes this stream the sender's current one. An earlier stream of
+// the same (authenticated) sender is stale, its peer gone or restarted:
+// it is ended, and claim waits until its handler calls are over.
+func (s *Server) claim(id string) (*activeStream, error) {
+	me := &activeStream{replaced: make(chan struct{}), done: make(chan struct{})}
+	s.mu.Lock()
+	old := s.active[id]
+	s.active[id] = me
+	if old != nil {
+		close(old.replaced)
+	}
+	s.mu.Unlock()
+	if old == nil {
+		return me, nil
+	}
+	t := time.NewTimer(s.cfg.HelloTimeout)
+	defer t.Stop()
+	select {
+	case <-old.done:
+		return me, nil
+	case <-me.replaced:
+		close(me.done)
+		return nil, status.Errorf(codes.Aborted, "sender %q: %v", id, errReplaced)
+	case <-t.C:
+		s.release(id, me)
+		return nil, status.Errorf(codes.Unavailable, "sender %q: its previous stream did not end within %v", id, s.cfg.HelloTimeout)
+	}
+}
+
+// release ends this stream's turn as the sender's current one.
+func (s *Server) release(id string, me *activeStream) {
+	s.mu.Lock()
+	if s.active[id] == me {
+		delete(s.active, id)
+	}
+	s.mu.Unlock()
+	select {
+	case <-me.done:
+	default:
+		close(me.done)
+	}
+}
+
+func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <-chan *ldsv1.SenderFrame, recvErr <-chan error, replaced <-chan struct{}) error {
+	lim := s.cfg.Limits
+	if s.cfg.Now != nil && s.cfg.MaxSkew > 0 {
+		lim.InWindow = func(iv int64) bool { return InWindow(iv, s.cfg.Params.T, s.cfg.Now(), s.cfg.MaxSkew) }
+	}
+	a := NewAssembler(s.cfg.Params, lim)
 	for {
-		f, err := st.Recv()
-		if err != nil {
+		var f *ldsv1.SenderFrame
+		select {
+		case f = <-frames:
+		case err := <-recvErr:
 			return err
+		case <-replaced:
+			return errReplaced
+		case <-st.Context().Done():
+			// The reader stops handing frames over once the stream is done.
+			return status.FromContextError(st.Context().Err()).Err()
 		}
 		res, err := a.Frame(f)
 		if err != nil {
@@ -146,31 +305,70 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer) error {
 		if res == nil {
 			continue
 		}
-		if err := s.h.Interval(id, res); err != nil {
-			return status.Errorf(codes.Unavailable, "sender %q: %v", id, err)
+		if res.OutOfWindow {
+			// Refused without being buffered or matched; acknowledged so
+			// that the sender does not resend it forever.
+			s.h.FrameError(id, "interval_out_of_window")
+			s.log.Warn("refused an interval outside receiver.max_interval_skew of this receiver's clock (is either clock stepped?)",
+				"sender", id, "interval", res.SkippedID, "interval_start", time.Unix(0, res.SkippedID*s.cfg.Params.T).UTC(),
+				"receiver_clock", s.cfg.Now().UTC(), "max_interval_skew", s.cfg.MaxSkew)
+		} else {
+			if err := s.h.Interval(id, res); err != nil {
+				return status.Errorf(codes.Unavailable, "sender %q: %v", id, err)
+			}
+			if res.VoidedOK {
+				continue // not acknowledged: the sender resends it after a reconnect
+			}
 		}
-		if res.VoidedOK {
-			continue // not acknowledged: the sender resends it after a reconnect
+		ackID := res.SkippedID
+		if res.Interval != nil {
+			ackID = res.Interval.ID
 		}
-		if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Ack{Ack: &ldsv1.Ack{Interval: res.Interval.ID}}}); err != nil {
+		if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Ack{Ack: &ldsv1.Ack{Interval: ackID}}}); err != nil {
 			return err
 		}
 	}
 }
 
+// InWindow reports whether interval id (of length t ns) starts within
+// maxSkew of now, or ends within it: [now - maxSkew - t, now + maxSkew].
+func InWindow(id, t int64, now time.Time, maxSkew time.Duration) bool {
+	n, k := now.UnixNano(), int64(maxSkew)
+	// id*t would overflow for hostile ids: compare in interval units.
+	lo, hi := (n-k)/t-1, (n+k)/t
+	return id >= lo && id <= hi
+}
+
 // ServerOptions builds the grpc.Server options: credentials, frame limit,
-// keepalive accepted from senders.
+// at most MaxStreamsPerConn streams on one connection, a TLS handshake
+// deadline, connections without a stream closed after MaxConnIdle, and the
+// keepalive pings accepted from senders (at most one per 10 s: a sender's
+// sender.keepalive must be >= 10s; more frequent pings end the connection).
 func ServerOptions(creds credentials.TransportCredentials, maxFrame int) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxFrame),
+		grpc.MaxConcurrentStreams(MaxStreamsPerConn),
+		grpc.ConnectionTimeout(DefaultHelloTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: MaxConnIdle}),
 	}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
 	return opts
 }
+
+// LimitConnections caps the connections served at once from lis
+// (receiver.max_connections): Accept waits while n are open, so further
+// senders wait in the kernel's listen backlog until one closes.
+func LimitConnections(lis net.Listener, n int) net.Listener { return netutil.LimitListener(lis, n) }
+
+// MaxStreamsPerConn bounds the streams of one connection: a sender uses
+// one at a time (a reconnect's new stream may briefly overlap the old).
+const MaxStreamsPerConn = 4
+
+// MaxConnIdle closes a connection that has had no stream this long.
+const MaxConnIdle = 2 * time.Minute
 
 // ServerTLS loads mTLS credentials: the receiver's certificate and the CA
 // that signs sender certificates (RequireAndVerifyClientCert).

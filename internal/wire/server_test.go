@@ -32,6 +32,11 @@ type recHandler struct {
 	frameErrs  []string
 	disconnect []error
 	have       []int64
+	errSenders []string // the sender label of every FrameError
+	// exclusive refuses a Connected while the same sender is connected,
+	// as the receiver does.
+	exclusive bool
+	live      map[string]bool
 	// onInterval, when set, runs before an interval is recorded; an error ends the stream.
 	onInterval func(sender string, id int64) error
 }
@@ -41,6 +46,15 @@ func newRecHandler() *recHandler { return &recHandler{got: map[string][]*interva
 func (h *recHandler) Connected(sender string, _ uint64) ([]int64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.exclusive {
+		if h.live[sender] {
+			return nil, errors.New("already connected")
+		}
+		if h.live == nil {
+			h.live = map[string]bool{}
+		}
+		h.live[sender] = true
+	}
 	h.connected = append(h.connected, sender)
 	return slices.Clone(h.have), nil
 }
@@ -63,15 +77,17 @@ func (h *recHandler) Interval(sender string, r *Result) error {
 	return nil
 }
 
-func (h *recHandler) Disconnected(_ string, err error) {
+func (h *recHandler) Disconnected(sender string, err error) {
 	h.mu.Lock()
+	delete(h.live, sender)
 	h.disconnect = append(h.disconnect, err)
 	h.mu.Unlock()
 }
 
-func (h *recHandler) FrameError(_, reason string) {
+func (h *recHandler) FrameError(sender, reason string) {
 	h.mu.Lock()
 	h.frameErrs = append(h.frameErrs, reason)
+	h.errSenders = append(h.errSenders, sender)
 	h.mu.Unlock()
 }
 
@@ -163,8 +179,35 @@ func waitErr(t *testing.T, ch chan error, d time.Duration) error {
 	}
 }
 
+// testStream is a hand-made stream that answers the receiver's Challenge:
+// a Hello sent without a seed proof gets a nonce and the proof for seed.
+type testStream struct {
+	ldsv1.SketchExchange_StreamClient
+	conn      *grpc.ClientConn
+	seed      string
+	challenge []byte
+	chalErr   error
+	read      bool
+}
+
+func (s *testStream) Send(f *ldsv1.SenderFrame) error {
+	if h := f.GetHello(); h != nil && h.SeedProof == nil {
+		if !s.read {
+			s.read = true
+			r, err := s.SketchExchange_StreamClient.Recv()
+			s.challenge, s.chalErr = r.GetChallenge().GetNonce(), err
+		}
+		if s.chalErr != nil {
+			return s.chalErr
+		}
+		h.Nonce = newNonce()
+		h.SeedProof = SeedProof(s.seed, s.challenge, h.Nonce, h.SenderId)
+	}
+	return s.SketchExchange_StreamClient.Send(f)
+}
+
 // rawStream opens a stream with a plain gRPC client, for hand-made frames.
-func rawStream(t *testing.T, ctx context.Context, addr string, creds credentials.TransportCredentials) ldsv1.SketchExchange_StreamClient {
+func rawStream(t *testing.T, ctx context.Context, addr string, creds credentials.TransportCredentials) *testStream {
 	t.Helper()
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -178,7 +221,7 @@ func rawStream(t *testing.T, ctx context.Context, addr string, creds credentials
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return &testStream{SketchExchange_StreamClient: st, conn: conn}
 }
 
 func hello(id string, fp map[string]string) *ldsv1.SenderFrame {
@@ -258,7 +301,7 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRecHandler()
 			cfg := serverConfig()
-			cfg.Fingerprint = base.Fingerprint()
+			cfg.Fingerprint, cfg.Seed = base.Fingerprint(), base.Sketch.Seed
 			addr, _ := startServer(t, nil, cfg, h, nil, 1<<20)
 			snd := base
 			snd.Sketch.Sampling = slices.Clone(base.Sketch.Sampling)
@@ -268,6 +311,7 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			st := rawStream(t, ctx, addr, nil)
+			st.seed = snd.Sketch.Seed
 			if err := st.Send(hello("s1", snd.Fingerprint())); err != nil {
 				t.Fatal(err)
 			}
@@ -285,7 +329,7 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 			}
 
 			// What the sender's client does with it (FailFast: gives up, saying why).
-			c, err := NewClient(ClientConfig{Addr: addr, SenderID: "s1", Fingerprint: snd.Fingerprint(), ResendBuffer: 4,
+			c, err := NewClient(ClientConfig{Addr: addr, SenderID: "s1", Fingerprint: snd.Fingerprint(), Seed: snd.Sketch.Seed, ResendBuffer: 4,
 				BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, RPCTimeout: 2 * time.Second,
 				ChunkBytes: 1024, FailFast: true}, testLog(t))
 			if err != nil {
@@ -362,9 +406,10 @@ func (o *oldReceiver) Stream(st ldsv1.SketchExchange_StreamServer) error {
 	}
 }
 
-// TestSenderRefusesOlderReceiver: a sender whose receiver does not name
-// this build's boundary format in HelloAck stops before sending any
-// interval, with an error naming both formats and the remedy.
+// TestSenderRefusesOlderReceiver: a sender whose receiver sends no
+// Challenge (an older build waits for Hello) sends it nothing, and keeps
+// retrying (a receiver that is only busy looks the same) with a warning
+// naming the remedy.
 func TestSenderRefusesOlderReceiver(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -375,19 +420,26 @@ func TestSenderRefusesOlderReceiver(t *testing.T) {
 	ldsv1.RegisterSketchExchangeServer(srv, old)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	c, err := NewClient(clientConfig(lis.Addr().String(), "s1"), testLog(t))
+	cfg := clientConfig(lis.Addr().String(), "s1")
+	cfg.RPCTimeout = 200 * time.Millisecond
+	var logs lockedBuffer
+	c, err := NewClient(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Submit(makeInterval(t, testParams(), 9, 100, 1), testMeta()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = waitErr(t, runClient(ctx, c), 5*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "reads boundary format none") || !strings.Contains(err.Error(), BoundaryFormat) ||
-		!strings.Contains(err.Error(), "run the same lds version") {
-		t.Errorf("client Run = %v, want a refusal naming both boundary formats", err)
+	done := runClient(ctx, c)
+	waitFor(t, "the warning about a missing Challenge", 20*time.Second, func() bool {
+		l := logs.String()
+		return strings.Contains(l, "no Challenge") && strings.Contains(l, "older lds receiver") && strings.Contains(l, "run the same lds version")
+	})
+	cancel()
+	if err := waitErr(t, done, 20*time.Second); err != nil {
+		t.Errorf("client Run = %v after its context ended", err)
 	}
 	old.mu.Lock()
 	defer old.mu.Unlock()
@@ -723,4 +775,22 @@ func TestNewClientValidates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockedBuffer is an io.Writer for a logger shared by goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -108,7 +108,8 @@ func TestMTLS(t *testing.T) {
 	ca := newTestCA(t, dir, "lds")
 	other := newTestCA(t, dir, "other")
 	srvCert, srvKey := ca.issue(t, dir, "receiver", true)
-	goodCert, goodKey := ca.issue(t, dir, "sender-good", false)
+	goodCert, goodKey := ca.issue(t, dir, "s1", false) // the certificate names sender s1
+	s2Cert, s2Key := ca.issue(t, dir, "s2", false)
 	badCert, badKey := other.issue(t, dir, "sender-other-ca", false)
 
 	creds, err := ServerTLS(srvCert, srvKey, ca.file)
@@ -160,8 +161,9 @@ func TestMTLS(t *testing.T) {
 			defer conn.Close()
 			// The first error of opening the stream, sending Hello, reading HelloAck.
 			var f *ldsv1.ReceiverFrame
-			st, err := ldsv1.NewSketchExchangeClient(conn).Stream(ctx)
+			raw, err := ldsv1.NewSketchExchangeClient(conn).Stream(ctx)
 			if err == nil {
+				st := &testStream{SketchExchange_StreamClient: raw}
 				if err = st.Send(hello("s1", serverConfig().Fingerprint)); err == nil || errors.Is(err, io.EOF) {
 					f, err = st.Recv()
 				}
@@ -190,7 +192,7 @@ func TestMTLS(t *testing.T) {
 
 	// The sender's own client, end to end over mTLS.
 	cfg := clientConfig(addr, "s2")
-	cfg.Creds = clientTLS(t, goodCert, goodKey, ca.file)
+	cfg.Creds = clientTLS(t, s2Cert, s2Key, ca.file)
 	c, err := NewClient(cfg, testLog(t))
 	if err != nil {
 		t.Fatal(err)

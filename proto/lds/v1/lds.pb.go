@@ -1,6 +1,7 @@
 // The lds wire protocol (DESIGN.md §5). One bidirectional stream per sender:
-// the sender sends Hello, then per interval Start, Chunk..., End; the
-// receiver answers HelloAck once and Ack per interval. Every SenderFrame
+// the receiver sends Challenge first; the sender answers Hello, then sends
+// per interval Start, Chunk..., End; the receiver answers HelloAck once and
+// Ack per interval. Every SenderFrame
 // carries seq, rising by one per frame within a stream (Hello is seq 0); a
 // gap voids the interval it falls in.
 
@@ -210,17 +211,25 @@ func (*SenderFrame_Chunk) isSenderFrame_Body() {}
 
 func (*SenderFrame_End) isSenderFrame_Body() {}
 
-// Hello opens a stream. The receiver compares the fingerprint field by field
-// and refuses the stream, naming the differing keys, if any differ.
+// Hello opens a stream, after the receiver's Challenge. The receiver
+// compares the fingerprint field by field and checks seed_proof, and
+// refuses the stream, naming the differing keys, if any differ.
 type Hello struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	SenderId        string                 `protobuf:"bytes,1,opt,name=sender_id,json=senderId,proto3" json:"sender_id,omitempty"`
 	SoftwareVersion string                 `protobuf:"bytes,2,opt,name=software_version,json=softwareVersion,proto3" json:"software_version,omitempty"`
-	// Canonical key -> value of every setting that changes a hash or a cell
-	// (the seed only as a keyed digest, never in clear).
+	// Canonical key -> value of every setting that changes a hash or a cell,
+	// except the seed (see seed_proof).
 	Fingerprint map[string]string `protobuf:"bytes,3,rep,name=fingerprint,proto3" json:"fingerprint,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Random per process start: lets the receiver tell a reconnect from a restart.
-	Instance      uint64 `protobuf:"varint,4,opt,name=instance,proto3" json:"instance,omitempty"`
+	Instance uint64 `protobuf:"varint,4,opt,name=instance,proto3" json:"instance,omitempty"`
+	// 32 random bytes drawn by the sender for this stream.
+	Nonce []byte `protobuf:"bytes,10,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// HMAC-SHA256 keyed with sketch.seed over "lds-seed-proof/v2", 0x00,
+	// Challenge.nonce, Hello.nonce, sender_id (wire.SeedProof): proves the
+	// sender holds the receiver's seed without revealing anything a
+	// mismatch would let anyone test offline.
+	SeedProof     []byte `protobuf:"bytes,11,opt,name=seed_proof,json=seedProof,proto3" json:"seed_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -283,6 +292,65 @@ func (x *Hello) GetInstance() uint64 {
 	return 0
 }
 
+func (x *Hello) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *Hello) GetSeedProof() []byte {
+	if x != nil {
+		return x.SeedProof
+	}
+	return nil
+}
+
+// Challenge is the receiver's first frame on every stream.
+type Challenge struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nonce         []byte                 `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"` // 32 random bytes, fresh per stream
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Challenge) Reset() {
+	*x = Challenge{}
+	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Challenge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Challenge) ProtoMessage() {}
+
+func (x *Challenge) ProtoReflect() protoreflect.Message {
+	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Challenge.ProtoReflect.Descriptor instead.
+func (*Challenge) Descriptor() ([]byte, []int) {
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Challenge) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
 type Start struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Interval int64                  `protobuf:"varint,1,opt,name=interval,proto3" json:"interval,omitempty"`
@@ -295,7 +363,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	mi := &file_lds_v1_lds_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +375,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	mi := &file_lds_v1_lds_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +388,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{2}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Start) GetInterval() int64 {
@@ -356,7 +424,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_lds_v1_lds_proto_msgTypes[3]
+	mi := &file_lds_v1_lds_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +436,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[3]
+	mi := &file_lds_v1_lds_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +449,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{3}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Chunk) GetKind() ChunkKind {
@@ -427,7 +495,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_lds_v1_lds_proto_msgTypes[4]
+	mi := &file_lds_v1_lds_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +507,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[4]
+	mi := &file_lds_v1_lds_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +520,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{4}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClockStatus) GetState() string {
@@ -515,7 +583,7 @@ type Totals struct {
 
 func (x *Totals) Reset() {
 	*x = Totals{}
-	mi := &file_lds_v1_lds_proto_msgTypes[5]
+	mi := &file_lds_v1_lds_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +595,7 @@ func (x *Totals) String() string {
 func (*Totals) ProtoMessage() {}
 
 func (x *Totals) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[5]
+	mi := &file_lds_v1_lds_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +608,7 @@ func (x *Totals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Totals.ProtoReflect.Descriptor instead.
 func (*Totals) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{5}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Totals) GetPackets() uint64 {
@@ -575,7 +643,7 @@ type Drops struct {
 
 func (x *Drops) Reset() {
 	*x = Drops{}
-	mi := &file_lds_v1_lds_proto_msgTypes[6]
+	mi := &file_lds_v1_lds_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +655,7 @@ func (x *Drops) String() string {
 func (*Drops) ProtoMessage() {}
 
 func (x *Drops) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[6]
+	mi := &file_lds_v1_lds_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +668,7 @@ func (x *Drops) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drops.ProtoReflect.Descriptor instead.
 func (*Drops) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{6}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Drops) GetKernel() uint64 {
@@ -633,7 +701,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_lds_v1_lds_proto_msgTypes[7]
+	mi := &file_lds_v1_lds_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +713,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[7]
+	mi := &file_lds_v1_lds_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +726,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{7}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FlowKey) GetKey() []byte {
@@ -682,7 +750,7 @@ type End struct {
 
 func (x *End) Reset() {
 	*x = End{}
-	mi := &file_lds_v1_lds_proto_msgTypes[8]
+	mi := &file_lds_v1_lds_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +762,7 @@ func (x *End) String() string {
 func (*End) ProtoMessage() {}
 
 func (x *End) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[8]
+	mi := &file_lds_v1_lds_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +775,7 @@ func (x *End) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use End.ProtoReflect.Descriptor instead.
 func (*End) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{8}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *End) GetInterval() int64 {
@@ -758,6 +826,7 @@ type ReceiverFrame struct {
 	//
 	//	*ReceiverFrame_HelloAck
 	//	*ReceiverFrame_Ack
+	//	*ReceiverFrame_Challenge
 	Body          isReceiverFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -765,7 +834,7 @@ type ReceiverFrame struct {
 
 func (x *ReceiverFrame) Reset() {
 	*x = ReceiverFrame{}
-	mi := &file_lds_v1_lds_proto_msgTypes[9]
+	mi := &file_lds_v1_lds_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +846,7 @@ func (x *ReceiverFrame) String() string {
 func (*ReceiverFrame) ProtoMessage() {}
 
 func (x *ReceiverFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[9]
+	mi := &file_lds_v1_lds_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +859,7 @@ func (x *ReceiverFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiverFrame.ProtoReflect.Descriptor instead.
 func (*ReceiverFrame) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{9}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReceiverFrame) GetBody() isReceiverFrame_Body {
@@ -818,6 +887,15 @@ func (x *ReceiverFrame) GetAck() *Ack {
 	return nil
 }
 
+func (x *ReceiverFrame) GetChallenge() *Challenge {
+	if x != nil {
+		if x, ok := x.Body.(*ReceiverFrame_Challenge); ok {
+			return x.Challenge
+		}
+	}
+	return nil
+}
+
 type isReceiverFrame_Body interface {
 	isReceiverFrame_Body()
 }
@@ -830,9 +908,15 @@ type ReceiverFrame_Ack struct {
 	Ack *Ack `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
 }
 
+type ReceiverFrame_Challenge struct {
+	Challenge *Challenge `protobuf:"bytes,10,opt,name=challenge,proto3,oneof"`
+}
+
 func (*ReceiverFrame_HelloAck) isReceiverFrame_Body() {}
 
 func (*ReceiverFrame_Ack) isReceiverFrame_Body() {}
+
+func (*ReceiverFrame_Challenge) isReceiverFrame_Body() {}
 
 type HelloAck struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -848,7 +932,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_lds_v1_lds_proto_msgTypes[10]
+	mi := &file_lds_v1_lds_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +944,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[10]
+	mi := &file_lds_v1_lds_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +957,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{10}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HelloAck) GetReceiverVersion() string {
@@ -906,7 +990,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	mi := &file_lds_v1_lds_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1002,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	mi := &file_lds_v1_lds_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1015,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{11}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ack) GetInterval() int64 {
@@ -952,15 +1036,21 @@ const file_lds_v1_lds_proto_rawDesc = "" +
 	"\x05start\x18\x03 \x01(\v2\r.lds.v1.StartH\x00R\x05start\x12%\n" +
 	"\x05chunk\x18\x04 \x01(\v2\r.lds.v1.ChunkH\x00R\x05chunk\x12\x1f\n" +
 	"\x03end\x18\x05 \x01(\v2\v.lds.v1.EndH\x00R\x03endB\x06\n" +
-	"\x04body\"\xed\x01\n" +
+	"\x04body\"\xa2\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tsender_id\x18\x01 \x01(\tR\bsenderId\x12)\n" +
 	"\x10software_version\x18\x02 \x01(\tR\x0fsoftwareVersion\x12@\n" +
 	"\vfingerprint\x18\x03 \x03(\v2\x1e.lds.v1.Hello.FingerprintEntryR\vfingerprint\x12\x1a\n" +
-	"\binstance\x18\x04 \x01(\x04R\binstance\x1a>\n" +
+	"\binstance\x18\x04 \x01(\x04R\binstance\x12\x14\n" +
+	"\x05nonce\x18\n" +
+	" \x01(\fR\x05nonce\x12\x1d\n" +
+	"\n" +
+	"seed_proof\x18\v \x01(\fR\tseedProof\x1a>\n" +
 	"\x10FingerprintEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"!\n" +
+	"\tChallenge\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\fR\x05nonce\"Z\n" +
 	"\x05Start\x12\x1a\n" +
 	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x14\n" +
 	"\x05flags\x18\x02 \x01(\rR\x05flags\x12\x1f\n" +
@@ -1000,10 +1090,12 @@ const file_lds_v1_lds_proto_rawDesc = "" +
 	"\x05clock\x18\x03 \x01(\v2\x13.lds.v1.ClockStatusR\x05clock\x12#\n" +
 	"\x05drops\x18\x04 \x01(\v2\r.lds.v1.DropsR\x05drops\x12%\n" +
 	"\x05heavy\x18\x05 \x03(\v2\x0f.lds.v1.FlowKeyR\x05heavy\x12%\n" +
-	"\x0eboundary_count\x18\x06 \x01(\x04R\rboundaryCount\"i\n" +
+	"\x0eboundary_count\x18\x06 \x01(\x04R\rboundaryCount\"\x9c\x01\n" +
 	"\rReceiverFrame\x12/\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x10.lds.v1.HelloAckH\x00R\bhelloAck\x12\x1f\n" +
-	"\x03ack\x18\x02 \x01(\v2\v.lds.v1.AckH\x00R\x03ackB\x06\n" +
+	"\x03ack\x18\x02 \x01(\v2\v.lds.v1.AckH\x00R\x03ack\x121\n" +
+	"\tchallenge\x18\n" +
+	" \x01(\v2\x11.lds.v1.ChallengeH\x00R\tchallengeB\x06\n" +
 	"\x04body\"r\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10receiver_version\x18\x01 \x01(\tR\x0freceiverVersion\x12\x12\n" +
@@ -1033,45 +1125,47 @@ func file_lds_v1_lds_proto_rawDescGZIP() []byte {
 }
 
 var file_lds_v1_lds_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lds_v1_lds_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_lds_v1_lds_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_lds_v1_lds_proto_goTypes = []any{
 	(ChunkKind)(0),        // 0: lds.v1.ChunkKind
 	(*SenderFrame)(nil),   // 1: lds.v1.SenderFrame
 	(*Hello)(nil),         // 2: lds.v1.Hello
-	(*Start)(nil),         // 3: lds.v1.Start
-	(*Chunk)(nil),         // 4: lds.v1.Chunk
-	(*ClockStatus)(nil),   // 5: lds.v1.ClockStatus
-	(*Totals)(nil),        // 6: lds.v1.Totals
-	(*Drops)(nil),         // 7: lds.v1.Drops
-	(*FlowKey)(nil),       // 8: lds.v1.FlowKey
-	(*End)(nil),           // 9: lds.v1.End
-	(*ReceiverFrame)(nil), // 10: lds.v1.ReceiverFrame
-	(*HelloAck)(nil),      // 11: lds.v1.HelloAck
-	(*Ack)(nil),           // 12: lds.v1.Ack
-	nil,                   // 13: lds.v1.Hello.FingerprintEntry
-	nil,                   // 14: lds.v1.Drops.ParseEntry
+	(*Challenge)(nil),     // 3: lds.v1.Challenge
+	(*Start)(nil),         // 4: lds.v1.Start
+	(*Chunk)(nil),         // 5: lds.v1.Chunk
+	(*ClockStatus)(nil),   // 6: lds.v1.ClockStatus
+	(*Totals)(nil),        // 7: lds.v1.Totals
+	(*Drops)(nil),         // 8: lds.v1.Drops
+	(*FlowKey)(nil),       // 9: lds.v1.FlowKey
+	(*End)(nil),           // 10: lds.v1.End
+	(*ReceiverFrame)(nil), // 11: lds.v1.ReceiverFrame
+	(*HelloAck)(nil),      // 12: lds.v1.HelloAck
+	(*Ack)(nil),           // 13: lds.v1.Ack
+	nil,                   // 14: lds.v1.Hello.FingerprintEntry
+	nil,                   // 15: lds.v1.Drops.ParseEntry
 }
 var file_lds_v1_lds_proto_depIdxs = []int32{
 	2,  // 0: lds.v1.SenderFrame.hello:type_name -> lds.v1.Hello
-	3,  // 1: lds.v1.SenderFrame.start:type_name -> lds.v1.Start
-	4,  // 2: lds.v1.SenderFrame.chunk:type_name -> lds.v1.Chunk
-	9,  // 3: lds.v1.SenderFrame.end:type_name -> lds.v1.End
-	13, // 4: lds.v1.Hello.fingerprint:type_name -> lds.v1.Hello.FingerprintEntry
+	4,  // 1: lds.v1.SenderFrame.start:type_name -> lds.v1.Start
+	5,  // 2: lds.v1.SenderFrame.chunk:type_name -> lds.v1.Chunk
+	10, // 3: lds.v1.SenderFrame.end:type_name -> lds.v1.End
+	14, // 4: lds.v1.Hello.fingerprint:type_name -> lds.v1.Hello.FingerprintEntry
 	0,  // 5: lds.v1.Chunk.kind:type_name -> lds.v1.ChunkKind
-	14, // 6: lds.v1.Drops.parse:type_name -> lds.v1.Drops.ParseEntry
-	6,  // 7: lds.v1.End.totals:type_name -> lds.v1.Totals
-	5,  // 8: lds.v1.End.clock:type_name -> lds.v1.ClockStatus
-	7,  // 9: lds.v1.End.drops:type_name -> lds.v1.Drops
-	8,  // 10: lds.v1.End.heavy:type_name -> lds.v1.FlowKey
-	11, // 11: lds.v1.ReceiverFrame.hello_ack:type_name -> lds.v1.HelloAck
-	12, // 12: lds.v1.ReceiverFrame.ack:type_name -> lds.v1.Ack
-	1,  // 13: lds.v1.SketchExchange.Stream:input_type -> lds.v1.SenderFrame
-	10, // 14: lds.v1.SketchExchange.Stream:output_type -> lds.v1.ReceiverFrame
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 6: lds.v1.Drops.parse:type_name -> lds.v1.Drops.ParseEntry
+	7,  // 7: lds.v1.End.totals:type_name -> lds.v1.Totals
+	6,  // 8: lds.v1.End.clock:type_name -> lds.v1.ClockStatus
+	8,  // 9: lds.v1.End.drops:type_name -> lds.v1.Drops
+	9,  // 10: lds.v1.End.heavy:type_name -> lds.v1.FlowKey
+	12, // 11: lds.v1.ReceiverFrame.hello_ack:type_name -> lds.v1.HelloAck
+	13, // 12: lds.v1.ReceiverFrame.ack:type_name -> lds.v1.Ack
+	3,  // 13: lds.v1.ReceiverFrame.challenge:type_name -> lds.v1.Challenge
+	1,  // 14: lds.v1.SketchExchange.Stream:input_type -> lds.v1.SenderFrame
+	11, // 15: lds.v1.SketchExchange.Stream:output_type -> lds.v1.ReceiverFrame
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_lds_v1_lds_proto_init() }
@@ -1085,9 +1179,10 @@ func file_lds_v1_lds_proto_init() {
 		(*SenderFrame_Chunk)(nil),
 		(*SenderFrame_End)(nil),
 	}
-	file_lds_v1_lds_proto_msgTypes[9].OneofWrappers = []any{
+	file_lds_v1_lds_proto_msgTypes[10].OneofWrappers = []any{
 		(*ReceiverFrame_HelloAck)(nil),
 		(*ReceiverFrame_Ack)(nil),
+		(*ReceiverFrame_Challenge)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1095,7 +1190,7 @@ func file_lds_v1_lds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lds_v1_lds_proto_rawDesc), len(file_lds_v1_lds_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,7 @@
 // The lds wire protocol (DESIGN.md §5). One bidirectional stream per sender:
-// the sender sends Hello, then per interval Start, Chunk..., End; the
-// receiver answers HelloAck once and Ack per interval. Every SenderFrame
+// the receiver sends Challenge first; the sender answers Hello, then sends
+// per interval Start, Chunk..., End; the receiver answers HelloAck once and
+// Ack per interval. Every SenderFrame
 // carries seq, rising by one per frame within a stream (Hello is seq 0); a
 // gap voids the interval it falls in.
 

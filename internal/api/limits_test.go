@@ -1,0 +1,129 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lds-net/lds/internal/results"
+)
+
+// bigStore holds one interval of n flows with random packets, loss and
+// delays (some without a delay).
+func bigStore(n int) (*Store, []results.FlowRecord) {
+	r := rand.New(rand.NewPCG(3, 4))
+	flows := make([]results.FlowRecord, n)
+	for i := range flows {
+		var d *float64
+		if r.IntN(5) > 0 {
+			d = f(float64(r.IntN(50)) * 1000)
+		}
+		flows[i] = rec("a", 100, fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), "192.0.2.7", 6,
+			float64(r.IntN(100)), float64(r.IntN(3)), d)
+	}
+	s := NewStore(2)
+	s.Add(&results.Interval{Sender: "a", Interval: 100, StartNS: 100e9, Outcome: results.OutcomeMatched, Flows: slices.Clone(flows)})
+	return s, flows
+}
+
+// TestFlowsLimitSelectsTheFirst: with limit below the number of flows,
+// each order answers exactly the first limit flows of a full sort (many
+// ties: the flow key breaks them), and total counts them all.
+func TestFlowsLimitSelectsTheFirst(t *testing.T) {
+	s, flows := bigStore(5000)
+	h := s.Handler()
+	for sortBy, less := range flowOrders() {
+		for _, limit := range []int{1, 37, 4999, 5000} {
+			code, body := do(t, h, http.MethodGet, fmt.Sprintf("/api/v1/flows?sort=%s&limit=%d", sortBy, limit))
+			if code != http.StatusOK {
+				t.Fatalf("%s limit %d: %d %s", sortBy, limit, code, body)
+			}
+			var ans FlowsAnswer
+			if err := json.Unmarshal(body, &ans); err != nil {
+				t.Fatalf("%s limit %d: %v", sortBy, limit, err)
+			}
+			all := make([]*results.FlowRecord, len(flows))
+			for i := range flows {
+				all[i] = &flows[i]
+			}
+			slices.SortFunc(all, less)
+			if ans.Total != len(flows) || len(ans.Flows) != limit {
+				t.Fatalf("%s limit %d: total %d, %d flows", sortBy, limit, ans.Total, len(ans.Flows))
+			}
+			for i := range ans.Flows {
+				if less(ans.Flows[i], all[i]) != 0 {
+					t.Fatalf("%s limit %d: flow %d is %+v, want %+v", sortBy, limit, i, ans.Flows[i], all[i])
+				}
+			}
+		}
+	}
+}
+
+// TestFlowsMemoryFollowsLimit: answering limit=10 over 200k stored flows
+// allocates a small fraction of what the stored flows take (the old
+// answer sorted and buffered all of them).
+func TestFlowsMemoryFollowsLimit(t *testing.T) {
+	s, _ := bigStore(200_000)
+	h := s.Handler()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/api/v1/flows?limit=10&sort=delay", nil))
+	runtime.ReadMemStats(&m1)
+	if rr.Code != http.StatusOK || !strings.Contains(rr.Body.String(), `"total":200000`) {
+		t.Fatalf("answer %d %.200s", rr.Code, rr.Body.String())
+	}
+	got := m1.TotalAlloc - m0.TotalAlloc
+	t.Logf("limit=10 over 200000 flows: %d bytes allocated", got)
+	if got > 256<<10 {
+		t.Errorf("allocated %d bytes for 10 flows", got)
+	}
+}
+
+// blockingWriter blocks the handler in Write until release is closed.
+type blockingWriter struct {
+	httptest.ResponseRecorder
+	writing chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingWriter) Write(p []byte) (int, error) {
+	b.once.Do(func() { close(b.writing) })
+	<-b.release
+	return len(p), nil
+}
+
+// TestConcurrencyCap: while MaxConcurrent answers are being written, one
+// more request gets 503 with Retry-After; once they finish it is served.
+func TestConcurrencyCap(t *testing.T) {
+	h := testStore().Handler()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range MaxConcurrent {
+		w := &blockingWriter{ResponseRecorder: *httptest.NewRecorder(), writing: make(chan struct{}), release: release}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/flows", nil))
+		}()
+		<-w.writing
+	}
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/api/v1/flows", nil))
+	if rr.Code != http.StatusServiceUnavailable || rr.Header().Get("Retry-After") == "" {
+		t.Errorf("request beyond the cap: %d (Retry-After %q), want 503 with Retry-After", rr.Code, rr.Header().Get("Retry-After"))
+	}
+	close(release)
+	wg.Wait()
+	if code, _ := do(t, h, http.MethodGet, "/api/v1/flows"); code != http.StatusOK {
+		t.Errorf("after the others finished: %d", code)
+	}
+}

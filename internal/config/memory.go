@@ -1,0 +1,192 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"unsafe"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/sketch"
+)
+
+// Sizes behind the memory bound (docs/PERFORMANCE.md, "Memory"), in bytes.
+// Where the type is at hand its size is taken from it; the others are
+// upper bounds of the structures that hold them, named where they live.
+const (
+	// flowTableBytes is one tracked flow in interval.FlowTable: its
+	// FlowStat (88 B) with the slice's append growth up to 2×, and 2 to
+	// 4 open-addressing slots of 16 B (load between 1/4 and 1/2). The
+	// composition counters (4·R·k B) come on top.
+	flowTableBytes = 2*88 + 4*16
+	// recordBytes is one published flow record: results.FlowRecord
+	// (192 B), its two address strings (at most 48 B each for IPv6) and up
+	// to six float pointers (8 B each from the runtime's tiny allocator).
+	recordBytes = 192 + 2*48 + 6*8
+	// estimatePaperBytes and estimateDecodeBytes are one candidate flow's
+	// working memory during estimation: keys, hashes, compositions and
+	// estimates (paper); decode adds its solver state (docs/decode.md;
+	// `go test -bench EstimateDecode -benchmem ./internal/sketch/`
+	// allocates 132 MB in all for 150k flows, ~880 B a flow).
+	estimatePaperBytes  = 256
+	estimateDecodeBytes = 1024
+	// heavySlotBytes is one slot of the sender's heavy-flow table (16 B
+	// slot plus its 56 B key, at load 1/4) and heavyKeyBytes one ranked key.
+	heavySlotBytes = 4 * (16 + 56)
+	heavyKeyBytes  = 64
+	// boundaryKeyBytes is one packet hash at a boundary: the sender's
+	// key lists (8 B) and the boundary function built from them.
+	boundaryKeyBytes = 16
+	// spikeFlowBytes is one baseline of the spike detector.
+	spikeFlowBytes = 512
+	// resultsBufferBytes is the results file writer's buffer: a chunk of
+	// whole lines (api.writeChunk) and the line that passed it.
+	resultsBufferBytes = 4<<20 + 64<<10
+	// RuntimeBaseBytes is the daemon's memory before any interval: the
+	// binary, the Go runtime, gRPC, the HTTP server and their buffers.
+	RuntimeBaseBytes = 64 << 20
+)
+
+// MemoryInput is what the bound needs beyond the configuration.
+type MemoryInput struct {
+	// PPS is the highest packet rate at the tap. Only the packets held
+	// at interval boundaries follow it: rate × (max_delay + guard) a
+	// boundary at the receiver, twice that at the sender. Everything else
+	// is bounded by configuration.
+	PPS float64
+	// Replay: the receiver's pipeline as `ldsctl replay` runs it
+	// (estimating Procs intervals at once); otherwise the live daemon (one).
+	Replay bool
+	Procs  int
+}
+
+// MemoryTerm is one part of a bound: N items of Each bytes.
+type MemoryTerm struct {
+	What string
+	N    int64
+	Each int64
+}
+
+// Bytes is the term's total.
+func (t MemoryTerm) Bytes() int64 { return t.N * t.Each }
+
+// MemoryBound is a daemon's worst-case memory: the live heap is at most
+// Live; with the Go collector's default GOGC=100 the heap may reach twice
+// the live data before it is collected, so the resident set stays under
+// Peak = RuntimeBaseBytes + 2 × Live.
+type MemoryBound struct {
+	Terms []MemoryTerm
+	Live  int64
+	Peak  int64
+}
+
+func newBound(terms []MemoryTerm) MemoryBound {
+	b := MemoryBound{Terms: terms}
+	for _, t := range terms {
+		b.Live += t.Bytes()
+	}
+	b.Peak = RuntimeBaseBytes + 2*b.Live
+	return b
+}
+
+// sketchBytes is one interval's LDS and LDA sketches.
+func (c *Common) sketchBytes() int64 {
+	cell := int64(unsafe.Sizeof(sketch.Cell{}))
+	if c.Sketch.Bytes {
+		cell += 8
+	}
+	classes := int64(len(c.Capture.Classes) + 1)
+	lds := int64(c.Sketch.Rows) * int64(c.Sketch.Columns) * cell
+	lda := classes * int64(c.LDA.Banks) * int64(c.LDA.Cells) * int64(unsafe.Sizeof(sketch.LDACell{}))
+	return lds + lda
+}
+
+// boundaryPackets is the packets within the hold window of one boundary
+// at rate pps.
+func (c *Common) boundaryPackets(pps float64) int64 {
+	return int64(math.Ceil(pps * (c.MaxDelay + c.Guard).Seconds()))
+}
+
+// MemoryBound is the receiver's worst-case memory (docs/PERFORMANCE.md,
+// "Memory"). Every receiver interval in flight holds the sketches, a flow
+// table of up to sketch.max_flows flows and its boundary's held packets;
+// they sit in the capture workers (two open each), the sealed queue,
+// the matcher (at most max_pending, and live no more than lateness
+// allows), and the estimation pipeline.
+func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
+	r := c.Receiver
+	senders := int64(max(1, len(r.Senders)))
+	workers := int64(c.Capture.Source.Workers)
+	conc := int64(1)
+	if in.Replay {
+		conc = int64(max(1, in.Procs))
+	}
+	maxFlows := int64(c.Sketch.MaxFlows)
+	sk := c.sketchBytes()
+	held := c.boundaryPackets(in.PPS) * int64(unsafe.Sizeof(capture.Packet{}))
+	table := maxFlows * (flowTableBytes + 4*int64(c.Sketch.Rows*c.Sketch.VLDA))
+	// Intervals waiting for the sender: one sealed a T live, given up
+	// after lateness; max_pending in any case.
+	waitRx := int64(r.MaxPending)
+	if !in.Replay {
+		waitRx = min(waitRx, int64(math.Ceil(float64(r.Lateness)/float64(c.Interval)))+2)
+	}
+	// The estimation pipeline: conc intervals estimated (queued for
+	// publishing in order), one being published, one being handed in.
+	jobs := conc + 2
+	est := int64(estimatePaperBytes)
+	if c.Sketch.Estimator == "decode" {
+		est = estimateDecodeBytes
+	}
+	heavy := int64(c.Sketch.Heavy)
+	senderIv := sk + heavy*heavyKeyBytes + 2*c.boundaryPackets(in.PPS)*boundaryKeyBytes
+	stored := max(int64(r.APIMaxRecords), maxFlows)
+	return newBound([]MemoryTerm{
+		{"receiver intervals open in the capture workers (2 per worker per sender)", senders * workers * 2, sk + table + 2*held},
+		{"sealed intervals queued for matching (receiver.sealed_queue + 1 per worker)", senders * (int64(r.SealedQueue) + workers), sk + table + 2*held},
+		{"worker parts waiting to be merged", senders * (workers - 1), sk + table + 2*held},
+		{"receiver intervals waiting for their sender (min(max_pending, lateness/interval + 2) live)", senders * waitRx, sk + table + 2*held},
+		{"sender intervals waiting for the receiver's (max_pending)", senders * int64(r.MaxPending), senderIv},
+		{"sketch frames being assembled (max_sketch_bytes per stream)", senders, int64(r.MaxSketchBytes)},
+		{"matched intervals in estimation and publishing", senders * jobs, 2*sk + table},
+		{"candidate flows being estimated (sketch.max_flows, " + c.Sketch.Estimator + ")", senders * conc * maxFlows, est},
+		{"flow records estimated, not yet stored", senders * (conc + 1) * maxFlows, recordBytes},
+		{"flow records in the API store (max(api_max_records, max_flows))", stored, recordBytes},
+		{"spike baselines (spike.max_flows)", int64(c.Spike.MaxFlows), spikeFlowBytes},
+		{"results file write buffer (whole lines, 4 MiB)", 1, resultsBufferBytes},
+	})
+}
+
+// MemoryBound is the sender's worst-case memory: intervals open in the
+// capture workers, finished ones queued for encoding, and the encoded
+// ones kept until acknowledged (sender.resend_buffer).
+func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
+	workers := int64(c.Capture.Source.Workers)
+	heavy := int64(c.Sketch.Heavy)
+	bkeys := 2 * c.boundaryPackets(in.PPS)
+	// An encoded interval is never larger than the one it encodes.
+	iv := c.sketchBytes() + heavy*heavyKeyBytes + bkeys*boundaryKeyBytes
+	return newBound([]MemoryTerm{
+		{"intervals open in the capture workers (2 per worker)", workers * 2, iv},
+		{"heavy-flow tables (sketch.heavy per worker)", workers * heavy, heavySlotBytes},
+		{"finished intervals queued for encoding (8 + 1 per worker) and merging", 8 + 2*workers, iv},
+		{"encoded intervals kept until acknowledged (sender.resend_buffer)", int64(c.Sender.ResendBuffer), iv},
+	})
+}
+
+// WriteMemoryBound prints b as a table.
+func WriteMemoryBound(w io.Writer, name string, b MemoryBound) {
+	fmt.Fprintf(w, "%s worst-case memory:\n", name)
+	for _, t := range b.Terms {
+		fmt.Fprintf(w, "  %10s  %d × %s  %s\n", mib(t.Bytes()), t.N, mib(t.Each), t.What)
+	}
+	fmt.Fprintf(w, "  %10s  live (sum)\n  %10s  peak resident: %s + 2 × live (GOGC=100)\n", mib(b.Live), mib(b.Peak), mib(RuntimeBaseBytes))
+}
+
+func mib(b int64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(b)/(1<<20)), ".0") + " MiB"
+}
