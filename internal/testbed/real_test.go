@@ -25,8 +25,8 @@ const (
 	enforceDefaultsCongested = false
 	// enforceGRORefusal: the daemons refuse a capture interface with GRO
 	// or LRO on, naming `ethtool -K IF gro off lro off` (issue 16 item 3,
-	// branch h16cap).
-	enforceGRORefusal = false
+	// branch h16cap, merged).
+	enforceGRORefusal = true
 )
 
 func enforced(c bool) bool { return c || os.Getenv("LDS_REAL_ENFORCE_ALL") == "1" }
@@ -217,7 +217,8 @@ func lowDelay(opt RealOptions) RealOptions {
 }
 
 // TestRealGRORefused: with GRO on at the taps, both daemons must refuse to
-// start and say which ethtool command turns it off.
+// start and say which ethtool command turns it off; after that command
+// they must start.
 func TestRealGRORefused(t *testing.T) {
 	needLive(t, realTools...)
 	opt := realOptions(t, pairDefaults)
@@ -237,6 +238,12 @@ func TestRealGRORefused(t *testing.T) {
 			t.Logf("NOT ENFORCED (enforceGRORefusal = false until GRO detection is merged): %s with gro on: exited %v (%v), refused with the ethtool command: %v",
 				r.Daemon, r.Exited, r.ExitErr, refused)
 			continue
+		}
+		if refused {
+			t.Logf("%s refused with gro on: %s", r.Daemon, refusalLine(r.Log))
+			if !r.AdviceWorks {
+				t.Errorf("%s: after the advised `%s` it still does not run; log:\n%s", r.Daemon, r.Advice, r.AdviceLog)
+			}
 		}
 		if !refused {
 			t.Errorf("%s with gro on at its tap: exited %v (%v); want a refusal naming `ethtool -K`; log:\n%s", r.Daemon, r.Exited, r.ExitErr, r.Log)
@@ -287,4 +294,14 @@ func TestRealLong(t *testing.T) {
 		opt := sub(lowDelay(realOptions(t, pairDefaults)), "low-delay")
 		checkAcceptance(t, runReal(t, opt, "low delay").Pairs[0])
 	})
+}
+
+// refusalLine is the log line that names ethtool -K.
+func refusalLine(log string) string {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "ethtool -K") {
+			return l
+		}
+	}
+	return ""
 }

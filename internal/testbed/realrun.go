@@ -671,6 +671,12 @@ type Refusal struct {
 	Exited  bool   // the process ended within the wait
 	ExitErr error  // its exit status (nil: exit 0)
 	Log     string // its log
+	// Advice is the ethtool command the refusal named; AdviceWorks says
+	// the daemon, started again after running it, kept running (else
+	// AdviceLog is its log).
+	Advice      string
+	AdviceWorks bool
+	AdviceLog   string
 }
 
 // RunRealGRO builds the topology with `gro on` at both taps, starts the
@@ -720,7 +726,42 @@ func RunRealGRO(ctx context.Context, opt RealOptions, pr RealPair, wait time.Dur
 			return out, ctx.Err()
 		}
 		r.Log = tail(p.log, 4000)
+		if r.Exited {
+			if err := followAdvice(ctx, ps, d.ns, d.name+"-"+pr.Name+"-advised", &r, filepath.Join(opt.BinDir, d.name), d.cfg); err != nil {
+				return out, err
+			}
+		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+var ethtoolAdviceRe = regexp.MustCompile(`ethtool -K (\S+)((?: [a-z-]+ off)+)`)
+
+// followAdvice runs the ethtool command a refusal names, in the daemon's
+// namespace, starts the daemon again and records whether it keeps
+// running for a few seconds (the advice was true).
+func followAdvice(ctx context.Context, ps *procSet, ns, name string, r *Refusal, bin, cfg string) error {
+	m := ethtoolAdviceRe.FindStringSubmatch(r.Log)
+	if m == nil {
+		return nil
+	}
+	r.Advice = m[0]
+	if err := nsRun(ns, strings.Fields(m[0])...); err != nil {
+		return err
+	}
+	p, err := ps.start(ns, name, bin, "--config", cfg)
+	if err != nil {
+		return err
+	}
+	select {
+	case e := <-p.done:
+		p.done <- e
+		r.AdviceLog = tail(p.log, 2000)
+	case <-time.After(5 * time.Second):
+		r.AdviceWorks = true
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
