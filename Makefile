@@ -8,9 +8,9 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # under the race detector (cgo: gcc).
 RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/
 # Debian packages the tests use for real components (installed when run as root).
-DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct iperf3 curl iputils-ping
+DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl iperf3 iputils-ping
 
-.PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live e2e-real
+.PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live e2e-deploy e2e-real
 
 all: build
 
@@ -29,7 +29,10 @@ test: deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed on:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	CGO_ENABLED=0 $(GO) build ./...
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -v '/deploy/systemd$$')
+	# The two-host deployment (two systemd-booted containers) on its own, so
+	# that its load does not overlap the timing-sensitive live tests.
+	$(GO) test -count=1 -timeout 15m ./deploy/systemd/
 	$(GO) test -count=1 -timeout 10m -tags pcap ./internal/capture/...
 	# The packages with goroutines of their own, again under the race detector.
 	$(GO) test -race -count=1 -timeout 10m $(RACE_PKGS)
@@ -60,8 +63,17 @@ generate:
 install: build
 	install -d $(DESTDIR)/usr/local/bin $(DESTDIR)/etc/lds $(DESTDIR)/etc/systemd/system
 	install -m 0755 $(BIN)/lds-sender $(BIN)/lds-receiver $(BIN)/ldsctl $(DESTDIR)/usr/local/bin/
-	install -m 0644 -b configs/sender.yaml configs/receiver.yaml $(DESTDIR)/etc/lds/
+	# An existing (edited) configuration is kept: the new example goes beside it as .new.
+	@for f in sender.yaml receiver.yaml; do \
+		if [ -e $(DESTDIR)/etc/lds/$$f ]; then \
+			install -m 0644 configs/$$f $(DESTDIR)/etc/lds/$$f.new && echo "kept $(DESTDIR)/etc/lds/$$f; the new example is $$f.new"; \
+		else install -m 0644 configs/$$f $(DESTDIR)/etc/lds/; fi; \
+	done
 	install -m 0644 deploy/systemd/lds-sender.service deploy/systemd/lds-receiver.service $(DESTDIR)/etc/systemd/system/
+	# Debian's ptp4l@.service: hand ptp4l's root-only management socket to group lds (docs/ptp.md).
+	install -d $(DESTDIR)/usr/local/lib/lds $(DESTDIR)/etc/systemd/system/ptp4l@.service.d
+	install -m 0755 deploy/systemd/lds-ptp4l-socket $(DESTDIR)/usr/local/lib/lds/
+	install -m 0644 deploy/systemd/ptp4l@.service.d/lds.conf $(DESTDIR)/etc/systemd/system/ptp4l@.service.d/
 
 # eval-paper: the LDS paper's experiments at paper scale (minutes; not in CI).
 eval-paper: build
@@ -75,6 +87,12 @@ e2e-live: build
 # LDS_REAL_SECONDS of traffic per run, default 120).
 e2e-real: build
 	@bash scripts/e2e-real.sh
+
+# e2e-deploy: the README's two-host deployment on two Debian 12 hosts booted
+# with systemd-nspawn (root; `make test` runs it too). LDS_DEPLOY_DIR=DIR
+# keeps the hosts' files (journals in DIR/lds-*/var/log/journal).
+e2e-deploy:
+	$(GO) test -count=1 -v -timeout 15m -run TestTwoHostDeployment ./deploy/systemd/
 
 # bench-live: lds-sender against tcpdump on a real veth at the highest rate (root).
 bench-live: build

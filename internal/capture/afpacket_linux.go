@@ -150,7 +150,9 @@ func (s *afSource) open(st linkState) error {
 	if err != nil {
 		return fmt.Errorf("capture: AF_PACKET socket for %q (needs CAP_NET_RAW): %w", cfg.Interface, err)
 	}
+	s.mu.Lock() // Stats reads fd and ifBase from another goroutine
 	s.fd = fd
+	s.mu.Unlock()
 	s.blk, s.held, s.left = 0, false, 0
 	s.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN | unix.POLLERR}
 	fail := func(what string, err error) error {
@@ -192,7 +194,10 @@ func (s *afSource) open(st linkState) error {
 			return fail(fmt.Sprintf("PACKET_FANOUT group %d (another process using the same group id? set capture.source.fanout_group)", s.group), err)
 		}
 	}
-	s.ifBase, _ = readIfDrops(cfg.Interface)
+	ifBase, _ := readIfDrops(cfg.Interface)
+	s.mu.Lock()
+	s.ifBase = ifBase
+	s.mu.Unlock()
 	s.maxFrame = math.MaxInt // MTU unknown: nothing counted as oversize
 	if st.mtu > 0 {
 		s.maxFrame = st.mtu + 14

@@ -25,6 +25,7 @@ import (
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 	"github.com/lds-net/lds/internal/spike"
 )
@@ -70,6 +71,7 @@ type Common struct {
 	PTP      ptp.Config     `yaml:"ptp"`
 	Metrics  metrics.Config `yaml:"metrics"`
 	Log      Log            `yaml:"log"`
+	Sample   sample.Config  `yaml:"sample"` // consistent packet samples: per-flow quantiles (docs/sampling.md)
 }
 
 // TLSClient is the sender's side of mTLS.
@@ -167,6 +169,7 @@ func DefaultCommon() Common {
 		PTP:     ptp.DefaultConfig(),
 		Metrics: metrics.DefaultConfig(),
 		Log:     Log{Level: "info", Format: "text"},
+		Sample:  sample.DefaultConfig(),
 	}
 }
 
@@ -301,6 +304,9 @@ func (c *Common) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Metrics.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Sample.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	switch c.Log.Level {

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 )
 
@@ -21,9 +22,16 @@ const (
 	// composition counters (4·R·k B) come on top.
 	flowTableBytes = 2*88 + 4*16
 	// recordBytes is one published flow record: results.FlowRecord
-	// (192 B), its two address strings (at most 48 B each for IPv6) and up
+	// (248 B), its two address strings (at most 48 B each for IPv6) and up
 	// to six float pointers (8 B each from the runtime's tiny allocator).
-	recordBytes = 192 + 2*48 + 6*8
+	// The three quantile pointers exist only for flows with packet
+	// samples, at most sample.max_per_interval / 10 an interval: not
+	// counted.
+	recordBytes = 248 + 2*48 + 6*8
+	// candBytes is one packet-sample candidate (sample.Cand) and
+	// sampleBytes one shipped sample held decoded (sample.Sample).
+	candBytes   = int64(unsafe.Sizeof(sample.Cand{}))
+	sampleBytes = int64(unsafe.Sizeof(sample.Sample{}))
 	// estimatePaperBytes and estimateDecodeBytes are one candidate flow's
 	// working memory during estimation: keys, hashes, compositions and
 	// estimates (paper); decode adds its solver state (docs/decode.md;
@@ -108,6 +116,24 @@ func (c *Common) boundaryPackets(pps float64) int64 {
 	return int64(math.Ceil(pps * (c.MaxDelay + c.Guard).Seconds()))
 }
 
+// sampleCands is one capture worker's packet-sample candidates of one
+// interval: the tap's packets of an interval that pass sample.one_in, at
+// most sample.max_candidates.
+func (c *Common) sampleCands(pps float64) int64 {
+	n := int64(math.Ceil(pps * c.Interval.Seconds() / float64(max(1, c.Sample.OneIn))))
+	return min(n, int64(c.Sample.MaxCandidates))
+}
+
+// sampleSet is one interval's shipped samples held decoded: the flow
+// samples and the link sample.
+func (c *Common) sampleSet(pps float64) int64 {
+	link := int64(0)
+	if c.Sample.LinkOneIn > 0 {
+		link = int64(math.Ceil(pps * c.Interval.Seconds() / float64(c.Sample.LinkOneIn)))
+	}
+	return (int64(c.Sample.MaxPerInterval) + link) * sampleBytes
+}
+
 // MemoryBound is the receiver's worst-case memory (docs/PERFORMANCE.md,
 // "Memory"). Every receiver interval in flight holds the sketches, a flow
 // table of up to sketch.max_flows flows and its boundary's held packets;
@@ -140,7 +166,14 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		est = estimateDecodeBytes
 	}
 	heavy := int64(c.Sketch.Heavy)
-	senderIv := sk + heavy*heavyKeyBytes + 2*c.boundaryPackets(in.PPS)*boundaryKeyBytes
+	senderIv := sk + heavy*heavyKeyBytes + 2*c.boundaryPackets(in.PPS)*boundaryKeyBytes + c.sampleSet(in.PPS)
+	// Sample pieces wait for their two joins: live at most lateness /
+	// interval + 8 of them, a replay 4 × max_pending (receiver.pieceKeep),
+	// plus two open per worker.
+	pieces := int64(math.Ceil(float64(r.Lateness)/float64(c.Interval))) + 8
+	if in.Replay {
+		pieces = max(4*int64(r.MaxPending), int64(r.SealedQueue)+8)
+	}
 	stored := max(int64(r.APIMaxRecords), maxFlows)
 	return newBound([]MemoryTerm{
 		{"receiver intervals open in the capture workers (2 per worker per sender)", senders * workers * 2, sk + table + 2*held},
@@ -155,6 +188,7 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		{"flow records in the API store (max(api_max_records, max_flows))", stored, recordBytes},
 		{"spike baselines (spike.max_flows)", int64(c.Spike.MaxFlows), spikeFlowBytes},
 		{"results file write buffer (whole lines, 4 MiB)", 1, resultsBufferBytes},
+		{"packet-sample candidates (pieces waiting for their joins, 2 open per worker; sample.one_in, sample.max_candidates)", senders * (pieces + 2*workers) * workers, c.sampleCands(in.PPS) * candBytes},
 	})
 }
 
@@ -166,8 +200,9 @@ func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 	heavy := int64(c.Sketch.Heavy)
 	bkeys := 2 * c.boundaryPackets(in.PPS)
 	// An encoded interval is never larger than the one it encodes.
-	iv := c.sketchBytes() + heavy*heavyKeyBytes + bkeys*boundaryKeyBytes
+	iv := c.sketchBytes() + heavy*heavyKeyBytes + bkeys*boundaryKeyBytes + c.sampleSet(in.PPS)
 	return newBound([]MemoryTerm{
+		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * candBytes},
 		{"intervals open in the capture workers (2 per worker)", workers * 2, iv},
 		{"heavy-flow tables (sketch.heavy per worker)", workers * heavy, heavySlotBytes},
 		{"finished intervals queued for encoding (8 + 1 per worker) and merging", 8 + 2*workers, iv},

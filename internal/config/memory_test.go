@@ -13,8 +13,8 @@ func TestMemoryBoundDefaults(t *testing.T) {
 	in := MemoryInput{PPS: 1e6}
 	rc, sc := DefaultReceiver(), DefaultSender()
 	rb, sb := rc.MemoryBound(in), sc.MemoryBound(in)
-	if rb.Peak > 16<<30 {
-		t.Errorf("receiver bound %d MiB at the defaults passes the documented MemoryMax=16G", rb.Peak>>20)
+	if rb.Peak > 17<<30 {
+		t.Errorf("receiver bound %d MiB at the defaults passes the documented MemoryMax=17G", rb.Peak>>20)
 	}
 	if sb.Peak > 384<<20 {
 		t.Errorf("sender bound %d MiB at the defaults passes the documented MemoryMax=384M", sb.Peak>>20)

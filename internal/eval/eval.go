@@ -94,6 +94,22 @@ type BinStats struct {
 	MeanAbsLossErr float64 // mean |est loss - true loss|, packets
 	FalseLoss      int     // true loss 0, estimate >= threshold
 	MissedLoss     int     // true loss > 0, estimate < threshold
+	// At the threshold of one packet: loss-free flows reported with loss
+	// >= 1 (LossFree of them), and flows that lost >= 3 % of their packets
+	// (Lost3) reported with loss >= 1 (Flagged3).
+	LossFree, Wolf, Lost3, Flagged3 int
+	// Delay distribution from the receiver's packet samples, over the
+	// covered flows with a true stddev σ > 0 (SpreadFlows of them):
+	// Quantiles of them carry p50/p90/p99; the errors are median
+	// |estimate − truth| / σ over the flows that carry each quantile.
+	SpreadFlows, Quantiles         int
+	MedianP50Sigma, MedianP90Sigma float64
+	MedianP99Sigma                 float64
+	// Stddev rows by estimator (the record's stddev_from): median
+	// relative error and flows.
+	StdSamplesFlows, StdSketchFlows int
+	MedianRelStdSamples             float64
+	MedianRelStdSketch              float64
 	// RelDelay holds the sorted relative errors (for the CDF plots).
 	RelDelay []float64 `json:"-"`
 }
@@ -111,6 +127,16 @@ type RunReport struct {
 	// Classes[c][b]: the flows of class Report.Classes[c] in bin
 	// Report.Bins[b]; nil without Options.Classes.
 	Classes [][]BinStats
+	// ScenarioClasses: the flows of each scenario class of the truth
+	// (TruthRecord.Class, sorted by name) in the >=1000 and 100-999 bins,
+	// for the delay-distribution table; nil when the truth has one class.
+	ScenarioClasses []ScenarioClass
+}
+
+// ScenarioClass is one scenario (delay) class of the truth.
+type ScenarioClass struct {
+	Name string
+	Bins []BinStats
 }
 
 // CostRow is one line of the cost table: bytes a method moves between the
@@ -270,6 +296,8 @@ type flowEval struct {
 	hasDelay bool
 	std      float64
 	hasStd   bool
+	stdFrom  string
+	p        [3]*float64 // p50, p90, p99
 	loss     float64
 }
 
@@ -303,11 +331,13 @@ func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []
 		if r.StddevNS != nil && !math.IsNaN(*r.StddevNS) {
 			e.std, e.hasStd = *r.StddevNS, true
 		}
+		e.stdFrom, e.p = r.StddevFrom, [3]*float64{r.P50NS, r.P90NS, r.P99NS}
 		fe[ti] = e
 	}
 	for _, b := range opt.Bins {
 		rr.Bins = append(rr.Bins, binStats(b, truth, fe, opt, nil, 0))
 	}
+	rr.ScenarioClasses = scenarioClasses(truth, fe, opt)
 	if cls != nil {
 		rr.Classes = make([][]BinStats, nClasses)
 		for c := range nClasses {
@@ -319,10 +349,44 @@ func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []
 	return rr
 }
 
+// scenarioClasses breaks the large-flow bins down by the truth's class.
+func scenarioClasses(truth []gen.TruthRecord, fe []flowEval, opt Options) []ScenarioClass {
+	idx := map[string]int{}
+	for i := range truth {
+		if _, ok := idx[truth[i].Class]; !ok {
+			idx[truth[i].Class] = len(idx)
+		}
+	}
+	if len(idx) < 2 {
+		return nil
+	}
+	names := make([]string, 0, len(idx))
+	for n := range idx {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	cls := make([]int, len(truth))
+	for i := range truth {
+		cls[i] = idx[truth[i].Class]
+	}
+	var out []ScenarioClass
+	for _, n := range names {
+		sc := ScenarioClass{Name: n}
+		for _, b := range opt.Bins {
+			if b.Name == ">=1000" || b.Name == "100-999" {
+				sc.Bins = append(sc.Bins, binStats(b, truth, fe, opt, cls, idx[n]))
+			}
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
 // binStats aggregates the flows of bin b (and, with cls, of class c only).
 func binStats(b Bin, truth []gen.TruthRecord, fe []flowEval, opt Options, cls []int, c int) BinStats {
 	bs := BinStats{Bin: b.Name}
-	var stdErr []float64
+	var stdErr, stdSmp, stdSk []float64
+	var qErr [3][]float64
 	var lossErrSum float64
 	for i := range truth {
 		t := &truth[i]
@@ -342,6 +406,17 @@ func binStats(b Bin, truth []gen.TruthRecord, fe []flowEval, opt Options, cls []
 			} else if e.loss >= opt.LossThreshold {
 				bs.FalseLoss++
 			}
+			if t.Lost == 0 {
+				bs.LossFree++
+				if e.loss >= 1 {
+					bs.Wolf++
+				}
+			} else if float64(t.Lost) >= 0.03*float64(t.Sent) {
+				bs.Lost3++
+				if e.loss >= 1 {
+					bs.Flagged3++
+				}
+			}
 		}
 		if t.DelayNS == nil || *t.DelayNS <= 0 {
 			continue
@@ -353,9 +428,35 @@ func binStats(b Bin, truth []gen.TruthRecord, fe []flowEval, opt Options, cls []
 		bs.Covered++
 		bs.RelDelay = append(bs.RelDelay, math.Abs(e.delay-*t.DelayNS) / *t.DelayNS)
 		if e.hasStd && t.StddevNS != nil && *t.StddevNS > 0 {
-			stdErr = append(stdErr, math.Abs(e.std-*t.StddevNS) / *t.StddevNS)
+			rel := math.Abs(e.std-*t.StddevNS) / *t.StddevNS
+			stdErr = append(stdErr, rel)
+			if e.stdFrom == "samples" {
+				stdSmp = append(stdSmp, rel)
+			} else {
+				stdSk = append(stdSk, rel)
+			}
+		}
+		if t.StddevNS != nil && *t.StddevNS > 0 {
+			bs.SpreadFlows++
+			tq := [3]*float64{t.P50NS, t.P90NS, t.P99NS}
+			if e.p[2] != nil {
+				bs.Quantiles++
+			}
+			for q := range 3 {
+				if e.p[q] != nil && tq[q] != nil {
+					qErr[q] = append(qErr[q], math.Abs(*e.p[q]-*tq[q]) / *t.StddevNS)
+				}
+			}
 		}
 	}
+	for q := range qErr {
+		slices.Sort(qErr[q])
+	}
+	slices.Sort(stdSmp)
+	slices.Sort(stdSk)
+	bs.MedianP50Sigma, bs.MedianP90Sigma, bs.MedianP99Sigma = Quantile(qErr[0], 0.5), Quantile(qErr[1], 0.5), Quantile(qErr[2], 0.5)
+	bs.StdSamplesFlows, bs.StdSketchFlows = len(stdSmp), len(stdSk)
+	bs.MedianRelStdSamples, bs.MedianRelStdSketch = Quantile(stdSmp, 0.5), Quantile(stdSk, 0.5)
 	slices.Sort(bs.RelDelay)
 	slices.Sort(stdErr)
 	bs.Coverage = ratio(bs.Covered, bs.DelayFlows)

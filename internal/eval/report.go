@@ -50,19 +50,22 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 				pct(s.MedianRelStddev), s.StdFlows)
 		}
 	}
+	r.writeDistribution(&b)
 	fmt.Fprintf(&b, "\n## Loss\n\n")
 	fmt.Fprintf(&b, "Estimated loss ≥ %g packets counts as loss reported.\n\n", r.LossThreshold)
-	fmt.Fprintf(&b, "| bin | run | flows reported | flows with loss | mean abs. loss err (pkts) | false loss | missed loss |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "The last two columns use a threshold of one packet: loss-free flows reported with loss ≥ 1, and flows that lost ≥ 3 %% of their packets reported with loss ≥ 1.\n\n")
+	fmt.Fprintf(&b, "| bin | run | flows reported | flows with loss | mean abs. loss err (pkts) | false loss | missed loss | loss ≥ 1 on loss-free | lost ≥ 3 %% flagged |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for bi, bin := range r.Bins {
 		for _, run := range r.Runs {
 			s := run.Bins[bi]
 			if run.NoLoss {
-				fmt.Fprintf(&b, "| %s | %s | %d | %d | not estimated | – | – |\n", bin.Name, run.Label, s.Reported, s.LossFlows)
+				fmt.Fprintf(&b, "| %s | %s | %d | %d | not estimated | – | – | – | – |\n", bin.Name, run.Label, s.Reported, s.LossFlows)
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %d |\n", bin.Name, run.Label, s.Reported, s.LossFlows,
-				num(s.MeanAbsLossErr), s.FalseLoss, s.MissedLoss)
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %d | %s (%d/%d) | %s (%d/%d) |\n", bin.Name, run.Label, s.Reported, s.LossFlows,
+				num(s.MeanAbsLossErr), s.FalseLoss, s.MissedLoss, pct(ratio(s.Wolf, s.LossFree)), s.Wolf, s.LossFree,
+				pct(ratio(s.Flagged3, s.Lost3)), s.Flagged3, s.Lost3)
 		}
 	}
 	r.writeBaselines(&b)
@@ -74,6 +77,46 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	r.writeClasses(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeDistribution is the delay distribution from packet samples: the
+// quantiles' errors in units of the flow's true delay spread σ, and the
+// stddev's error by the estimator each record used.
+func (r Report) writeDistribution(b *strings.Builder) {
+	fmt.Fprintf(b, "\n## Delay distribution\n\n")
+	fmt.Fprintf(b, "Over the flows with a true delay spread σ > 0: how many carry p50/p90/p99 (from joined packet samples), the median |estimate − truth| / σ of each quantile, and the median relative error of `stddev_ns` split by `stddev_from` (samples, or the sketch's sign-hash estimate).\n\n")
+	fmt.Fprintf(b, "| bin | run | flows | with quantiles | p50 err/σ | p90 err/σ | p99 err/σ | stddev rel. err, samples (flows) | stddev rel. err, sketch (flows) |\n")
+	fmt.Fprintf(b, "|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for bi, bin := range r.Bins {
+		for _, run := range r.Runs {
+			s := run.Bins[bi]
+			fmt.Fprintf(b, "| %s | %s | %d | %s (%d) | %s | %s | %s | %s (%d) | %s (%d) |\n", bin.Name, run.Label, s.SpreadFlows,
+				pct(ratio(s.Quantiles, s.SpreadFlows)), s.Quantiles, num(s.MedianP50Sigma), num(s.MedianP90Sigma), num(s.MedianP99Sigma),
+				pct(s.MedianRelStdSamples), s.StdSamplesFlows, pct(s.MedianRelStdSketch), s.StdSketchFlows)
+		}
+	}
+	var any bool
+	for _, run := range r.Runs {
+		any = any || len(run.ScenarioClasses) > 0
+	}
+	if !any {
+		return
+	}
+	fmt.Fprintf(b, "\nBy the truth's scenario class (the `class` of each truth record):\n\n")
+	fmt.Fprintf(b, "| class | bin | run | flows | with quantiles | p50 err/σ | p90 err/σ | p99 err/σ | stddev rel. err, samples (flows) |\n")
+	fmt.Fprintf(b, "|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, run := range r.Runs {
+		if run.Label == BaselineLabel {
+			continue // carries no quantiles
+		}
+		for _, sc := range run.ScenarioClasses {
+			for _, s := range sc.Bins {
+				fmt.Fprintf(b, "| %s | %s | %s | %d | %s (%d) | %s | %s | %s | %s (%d) |\n", sc.Name, s.Bin, run.Label, s.SpreadFlows,
+					pct(ratio(s.Quantiles, s.SpreadFlows)), s.Quantiles, num(s.MedianP50Sigma), num(s.MedianP90Sigma), num(s.MedianP99Sigma),
+					pct(s.MedianRelStdSamples), s.StdSamplesFlows)
+			}
+		}
+	}
 }
 
 func (r Report) writeBaselines(b *strings.Builder) {

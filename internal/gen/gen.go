@@ -605,7 +605,7 @@ func (g *generator) run(ctx context.Context, out Outputs) (sum Summary, err erro
 				}
 				sum.TruthRecords++
 			}
-			f.acc = acc{}
+			f.acc.reset()
 			f.accTouch = false
 		}
 		g.touched = g.touched[:0]

@@ -5,8 +5,10 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"slices"
 
 	"github.com/lds-net/lds/internal/jsonl"
+	"github.com/lds-net/lds/internal/sample"
 )
 
 // TruthRecord is one line of the ground-truth JSONL: the exact figures of one
@@ -28,6 +30,12 @@ type TruthRecord struct {
 	// received packets; null when none was received.
 	DelayNS  *float64 `json:"delay_ns"`
 	StddevNS *float64 `json:"stddev_ns"`
+	// Delay quantiles over the received packets (linear interpolation
+	// between order statistics, the estimator the receiver's samples use);
+	// null when none was received.
+	P50NS    *float64 `json:"p50_ns"`
+	P90NS    *float64 `json:"p90_ns"`
+	P99NS    *float64 `json:"p99_ns"`
 	Class    string   `json:"class"`        // the scenario class of the flow
 	FlowPkts int64    `json:"flow_packets"` // packets of the flow over the whole trace
 }
@@ -72,9 +80,14 @@ func ReadTruthFile(path string) ([]TruthRecord, error) {
 type acc struct {
 	sent, recv int64
 	mean, m2   float64
+	delays     []float64 // every received packet's delay, for the quantiles
 }
 
+// reset empties a for the next interval, keeping its buffer.
+func (a *acc) reset() { *a = acc{delays: a.delays[:0]} }
+
 func (a *acc) add(d float64) {
+	a.delays = append(a.delays, d)
 	a.recv++
 	delta := d - a.mean
 	a.mean += delta / float64(a.recv)
@@ -85,9 +98,13 @@ func (a *acc) add(d float64) {
 func (a *acc) record(rec *TruthRecord) {
 	rec.Sent, rec.Received, rec.Lost = a.sent, a.recv, a.sent-a.recv
 	rec.DelayNS, rec.StddevNS = nil, nil
+	rec.P50NS, rec.P90NS, rec.P99NS = nil, nil, nil
 	if a.recv > 0 {
 		m := a.mean
 		s := math.Sqrt(max(a.m2, 0) / float64(a.recv))
 		rec.DelayNS, rec.StddevNS = &m, &s
+		slices.Sort(a.delays)
+		p50, p90, p99 := sample.Quantile(a.delays, 0.5), sample.Quantile(a.delays, 0.9), sample.Quantile(a.delays, 0.99)
+		rec.P50NS, rec.P90NS, rec.P99NS = &p50, &p90, &p99
 	}
 }

@@ -55,6 +55,7 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 		out.Late += o.Late
 		out.Counters = out.Counters.Add(o.Counters)
 		out.Drops = out.Drops.Add(o.Drops)
+		out.SampleCands = out.SampleCands.Merge(o.SampleCands)
 		for i, k := range o.Heavy {
 			all = append(all, kv{k, o.HeavyN[i]})
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/retrieval"
+	"github.com/lds-net/lds/internal/sample"
 )
 
 // SenderInterval is one finished interval at the sender. The capture
@@ -37,6 +38,11 @@ type SenderInterval struct {
 	// capture began (set by the capture worker, summed over workers).
 	Counters capture.ParseCounters
 	Drops    capture.DropStats
+	// Consistent packet samples (internal/sample): the capture worker's
+	// candidates (sender only, merged with the workers'), and the selection
+	// that travels in the interval's stream (nil: none).
+	SampleCands *sample.Cands
+	Samples     *sample.Set
 
 	heavy    []heavySlot // the worker's heavy-flow table, ranked by Finish
 	keep     int         // heavy flows to keep (Params.Heavy)

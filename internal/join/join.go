@@ -108,6 +108,18 @@ func (m *Match) Lookup(key capture.FlowKey, pktHash uint64) (recv int64, got, jo
 	return f.recv, f.got, true
 }
 
+// Delays returns the one-way delay (ns) of every joinable packet that
+// arrived, in no particular order.
+func (m *Match) Delays() []float64 {
+	var out []float64
+	for _, f := range m.sent {
+		if f.got && !f.dup {
+			out = append(out, float64(f.recv-f.send))
+		}
+	}
+	return out
+}
+
 // Files joins two capture files with the given capture configuration
 // (identity, selection) and interval length t (ns).
 func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Result, error) {

@@ -49,15 +49,24 @@ type Receiver struct {
 	frameErrs   *prometheus.CounterVec
 	watchCut    *prometheus.CounterVec
 	delayHist   *prometheus.HistogramVec
+	packetHist  *prometheus.HistogramVec
 	estTime     *prometheus.HistogramVec
 	exp         *exportSeries
 	resErrs     *prometheus.CounterVec
 	resDropped  prometheus.Counter
 
-	mu      sync.Mutex
-	senders map[string]*senderState
-	clocks  map[clockKey]clockState
-	capture captureState
+	mu       sync.Mutex
+	senders  map[string]*senderState
+	clocks   map[clockKey]clockState
+	capture  captureState
+	ownClock func() OwnClock // nil: none; read at scrape time (SetOwnClock)
+}
+
+// OwnClock is this host's clock as the daemon's PTP checker sees it now.
+type OwnClock struct {
+	State      string // synced, unsynced, unknown, disabled
+	OffsetNS   int64
+	HaveOffset bool // ptp4l has answered at least once: OffsetNS is a reading
 }
 
 // senderState is what the latest interval of one sender says; the state
@@ -92,6 +101,7 @@ type flowSeries struct {
 	labels                         []string // sender, src, dst, sport, dport, proto, watch
 	delay, stddev, ci95, lossRatio float64  // seconds; NaN = no series
 	packets                        float64
+	p50, p90, p99                  float64 // seconds, from packet samples; NaN = no series
 }
 
 type linkSeries struct {
@@ -115,13 +125,16 @@ type captureState struct {
 
 // descs are the descriptors of the scrape-time series.
 type descs struct {
-	FlowDelay, FlowStddev, FlowCI, FlowLoss, FlowPackets, FlowSpike, Spiking, Tracked, Flows, LinkDelay, LinkStddev, LinkCI, LinkLoss, Usable, SamplesSum, SamplesMed, SketchSize, LastStart, LastDone, Connected, PTPOffset, PTPErr, PTPState, CapPackets, CapDrops *prometheus.Desc
+	FlowDelay, FlowP50, FlowP90, FlowP99, FlowStddev, FlowCI, FlowLoss, FlowPackets, FlowSpike, Spiking, Tracked, Flows, LinkDelay, LinkStddev, LinkCI, LinkLoss, Usable, SamplesSum, SamplesMed, SketchSize, LastStart, LastDone, Connected, PTPOffset, PTPErr, PTPState, CapPackets, CapDrops *prometheus.Desc
 }
 
 func newDescs() *descs {
 	flowLabels := []string{"sender", "src", "dst", "sport", "dport", "proto", "watch"}
 	return &descs{
 		FlowDelay:   prometheus.NewDesc("lds_flow_delay_seconds", "Estimated mean one-way delay of a tracked flow in its sender's latest interval.", flowLabels, nil),
+		FlowP50:     prometheus.NewDesc("lds_flow_delay_p50_seconds", "Median one-way delay of a tracked flow in the latest interval, from exactly joined packet samples (series only with enough samples: docs/sampling.md).", flowLabels, nil),
+		FlowP90:     prometheus.NewDesc("lds_flow_delay_p90_seconds", "90th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
+		FlowP99:     prometheus.NewDesc("lds_flow_delay_p99_seconds", "99th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
 		FlowStddev:  prometheus.NewDesc("lds_flow_delay_stddev_seconds", "Estimated standard deviation of the one-way delay of a tracked flow in the latest interval.", flowLabels, nil),
 		FlowCI:      prometheus.NewDesc("lds_flow_delay_ci95_seconds", "95% confidence half-width of lds_flow_delay_seconds.", flowLabels, nil),
 		FlowLoss:    prometheus.NewDesc("lds_flow_loss_ratio", "Estimated lost / sent packets of a tracked flow in the latest interval (clamped to 0..1).", flowLabels, nil),
@@ -188,6 +201,15 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 			Buckets: slices.Clone(cfg.Buckets)}, []string{"sender"}),
 		// 1 ms to 16 s: the paper estimator takes milliseconds, decode
 		// tenths of a second at 150k flows.
+		// Per-packet delays of the uniform link sample: a native histogram
+		// (buckets ~10 % wide) with the classic delay_buckets beside it
+		// for servers without native histograms.
+		packetHist: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_link_packet_delay_seconds",
+			Help:                            "One-way delay of the packets of the uniform link sample (exact, from joined packet samples), per traffic class.",
+			Buckets:                         slices.Clone(cfg.Buckets),
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour}, []string{"sender", "class"}),
 		estTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_estimation_duration_seconds",
 			Help:    "Time the receiver spent estimating each interval of the sender (its rate is the share of time estimation is busy).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"sender"}),
@@ -197,7 +219,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 			Help: "Flow records left out of the results file because their interval's write failed (never written in part)."}),
 	}
 	for _, c := range append([]prometheus.Collector{
-		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.estTime, r.resErrs, r.resDropped,
+		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
 		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -260,6 +282,12 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 		l := &iv.Links[i]
 		r.linkSent.WithLabelValues(sender, l.Class).Add(float64(l.Sent))
 		r.linkRecv.WithLabelValues(sender, l.Class).Add(float64(l.Received))
+		if len(l.Delays) > 0 && !l.Unsynced && iv.Outcome != results.OutcomeUnsynced {
+			h := r.packetHist.WithLabelValues(sender, l.Class)
+			for _, d := range l.Delays {
+				h.Observe(d / 1e9)
+			}
+		}
 	}
 	hist := r.delayHist.WithLabelValues(sender)
 	samples := make([]float64, 0, len(iv.Flows))
@@ -286,9 +314,11 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 		f := &iv.Flows[p.idx]
 		watchOf[keyOf(f)] = p.watch
 		fs := flowSeries{labels: flowLabelValues(sender, f.Src, f.Dst, f.SPort, f.DPort, f.Proto, p.watch),
-			delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), lossRatio: math.NaN(), packets: f.Packets}
+			delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), lossRatio: math.NaN(), packets: f.Packets,
+			p50: math.NaN(), p90: math.NaN(), p99: math.NaN()}
 		if !unsynced && !f.Unsynced {
 			fs.delay, fs.stddev, fs.ci95 = seconds(f.DelayNS), seconds(f.StddevNS), seconds(f.CI95NS)
+			fs.p50, fs.p90, fs.p99 = seconds(f.P50NS), seconds(f.P90NS), seconds(f.P99NS)
 		}
 		if f.Packets > 0 && finite(f.Loss) {
 			fs.lossRatio = math.Min(1, math.Max(0, f.Loss/f.Packets))
@@ -403,6 +433,18 @@ func (r *Receiver) SetClock(end, sender, state string, offsetNS int64, errBoundN
 	r.clocks[clockKey{end, sender}] = clockState{state: state, offset: float64(offsetNS) / 1e9, errBound: errBoundNS / 1e9}
 }
 
+// SetOwnClock makes every scrape read the receiver's own clock from f and
+// export it as lds_ptp_state and lds_ptp_offset_seconds with end="receiver",
+// sender="": from start, before any sender connects or any interval is
+// published, so that an operator sees why delays are withheld. It takes
+// the place of SetClock("receiver", "", ...). f must be safe for
+// concurrent use and must not call back into r.
+func (r *Receiver) SetOwnClock(f func() OwnClock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ownClock = f
+}
+
 // SketchBytes counts n sketch bytes received from sender.
 func (r *Receiver) SketchBytes(sender string, n int) {
 	if n > 0 {
@@ -452,7 +494,7 @@ type stateCollector struct{ r *Receiver }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.r.d
-	for _, x := range []*prometheus.Desc{d.FlowDelay, d.FlowStddev, d.FlowCI, d.FlowLoss, d.FlowPackets,
+	for _, x := range []*prometheus.Desc{d.FlowDelay, d.FlowP50, d.FlowP90, d.FlowP99, d.FlowStddev, d.FlowCI, d.FlowLoss, d.FlowPackets,
 		d.FlowSpike, d.Spiking, d.Tracked, d.Flows, d.LinkDelay, d.LinkStddev, d.LinkCI, d.LinkLoss,
 		d.Usable, d.SamplesSum, d.SamplesMed, d.SketchSize, d.LastStart, d.LastDone, d.Connected,
 		d.PTPOffset, d.PTPErr, d.PTPState, d.CapPackets, d.CapDrops} {
@@ -462,6 +504,13 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	r, d := c.r, c.r.d
+	r.mu.Lock()
+	own := r.ownClock
+	r.mu.Unlock()
+	var oc OwnClock
+	if own != nil {
+		oc = own() // outside r.mu: f reads the PTP checker
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, s := range r.senders {
@@ -477,6 +526,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(ch, d.FlowCI, f.ci95, f.labels...)
 			gauge(ch, d.FlowLoss, f.lossRatio, f.labels...)
 			gauge(ch, d.FlowPackets, f.packets, f.labels...)
+			gauge(ch, d.FlowP50, f.p50, f.labels...)
+			gauge(ch, d.FlowP90, f.p90, f.labels...)
+			gauge(ch, d.FlowP99, f.p99, f.labels...)
 		}
 		for _, h := range s.spikes {
 			gauge(ch, d.FlowSpike, float64(len(h.ids)), h.labels...)
@@ -498,7 +550,16 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, d.LastStart, float64(s.startNS)/1e9, name)
 		gauge(ch, d.LastDone, s.completedUnix, name)
 	}
+	if own != nil {
+		if oc.HaveOffset {
+			gauge(ch, d.PTPOffset, float64(oc.OffsetNS)/1e9, "receiver", "")
+		}
+		gauge(ch, d.PTPState, 1, "receiver", "", oc.State)
+	}
 	for k, cs := range r.clocks {
+		if own != nil && k == (clockKey{"receiver", ""}) {
+			continue
+		}
 		gauge(ch, d.PTPOffset, cs.offset, k.end, k.sender)
 		gauge(ch, d.PTPErr, cs.errBound, k.end, k.sender)
 		gauge(ch, d.PTPState, 1, k.end, k.sender, cs.state)

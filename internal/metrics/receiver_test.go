@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -47,6 +48,7 @@ func flow(src, dst string, proto uint8, sport, dport uint16, packets float64, de
 func goldenInterval() *results.Interval {
 	f1 := flow("10.0.0.1", "192.0.2.7", 6, 51000, 443, 1500, f(412345.5))
 	f1.StddevNS, f1.Loss, f1.Samples, f1.CI95NS = f(80211), 15, 1498, f(4020.1)
+	f1.P50NS, f1.P90NS, f1.P99NS, f1.DelaySamples = f(400000), f(500000), f(700000), 256
 	f2 := flow("10.0.0.2", "192.0.2.7", 6, 51001, 443, 1000, f(2_000_000))
 	f2.StddevNS, f2.Samples, f2.CI95NS = f(100000), 900, f(5000)
 	f3 := flow("10.0.0.3", "192.0.2.8", 17, 40000, 53, 10, f(50_000))
@@ -59,7 +61,8 @@ func goldenInterval() *results.Interval {
 		Sender: "a", Interval: 1763000000, StartNS: 1763000000_000000000, Outcome: results.OutcomeMatched,
 		Flows: []results.FlowRecord{f1, f2, f3, f4, f5},
 		Links: []results.LinkRecord{
-			{Class: "all", Sent: 4515, Received: 4499, LossRatio: 16.0 / 4515, DelayNS: f(1_000_000), StddevNS: f(500_000), CI95NS: f(1000), Samples: 4000},
+			{Class: "all", Sent: 4515, Received: 4499, LossRatio: 16.0 / 4515, DelayNS: f(1_000_000), StddevNS: f(500_000), CI95NS: f(1000), Samples: 4000,
+				Delays: []float64{50_000, 200_000, 2_000_000}},
 			{Class: "ef", Sent: 100, Received: 100},
 		},
 		UsableCellRatio: 0.75, SenderDrops: 3, ReceiverDrops: 5, SketchBytes: 65536,
@@ -101,7 +104,8 @@ func TestReceiverGolden(t *testing.T) {
 	r.EstimationDuration("a", 180*time.Millisecond)
 	r.FrameError("a", "bad_seq")
 	r.SetClock("sender", "a", "holdover", 1200, 5000)
-	r.SetClock("receiver", "", "synced", -300, 4000)
+	r.SetClock("receiver", "", "unsynced", 99, 99) // SetOwnClock takes its place
+	r.SetOwnClock(func() OwnClock { return OwnClock{State: "synced", OffsetNS: -300, HaveOffset: true} })
 	r.CaptureCounters(123456, map[string]uint64{"kernel": 7, "truncated": 2})
 	r.ResultsFileReasons([]string{"no_space", "io"})
 	r.ResultsWriteError("no_space", 250)
@@ -121,6 +125,38 @@ func TestReceiverGolden(t *testing.T) {
 	for _, n := range names {
 		if !bytes.Contains(want, []byte("# TYPE "+n+" ")) {
 			t.Errorf("%s is exported but not in testdata/receiver.prom", n)
+		}
+	}
+}
+
+// TestOwnClockFromStart: the receiver's own clock is exported before any
+// sender or interval, read live at each scrape; no offset before ptp4l
+// has answered.
+func TestOwnClockFromStart(t *testing.T) {
+	r := newReceiver(t, goldenConfig)
+	if got := series(t, r.Registry(), "lds_ptp_state"); len(got) != 0 {
+		t.Fatalf("lds_ptp_state without a clock source: %v", got)
+	}
+	now := OwnClock{State: "unknown"}
+	r.SetOwnClock(func() OwnClock { return now })
+	steps := []struct {
+		clock      OwnClock
+		wantState  map[string]float64
+		wantOffset map[string]float64
+	}{
+		{OwnClock{State: "unknown"}, map[string]float64{"end=receiver,sender=,state=unknown": 1}, map[string]float64{}},
+		{OwnClock{State: "synced", OffsetNS: -1500, HaveOffset: true}, map[string]float64{"end=receiver,sender=,state=synced": 1},
+			map[string]float64{"end=receiver,sender=": -1.5e-06}},
+		{OwnClock{State: "unsynced", OffsetNS: 2e6, HaveOffset: true}, map[string]float64{"end=receiver,sender=,state=unsynced": 1},
+			map[string]float64{"end=receiver,sender=": 0.002}},
+	}
+	for i, s := range steps {
+		now = s.clock
+		if got := series(t, r.Registry(), "lds_ptp_state"); !maps.Equal(got, s.wantState) {
+			t.Errorf("step %d: lds_ptp_state %v, want %v", i, got, s.wantState)
+		}
+		if got := series(t, r.Registry(), "lds_ptp_offset_seconds"); !maps.Equal(got, s.wantOffset) {
+			t.Errorf("step %d: lds_ptp_offset_seconds %v, want %v", i, got, s.wantOffset)
 		}
 	}
 }

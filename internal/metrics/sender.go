@@ -24,9 +24,10 @@ type Sender struct {
 	ptpErr       *prometheus.Desc
 	ptpState     *prometheus.Desc
 
-	mu      sync.Mutex
-	capture captureState
-	clock   *clockState
+	mu       sync.Mutex
+	capture  captureState
+	clock    *clockState
+	ownClock func() OwnClock // nil: none; read at scrape time (SetOwnClock)
 }
 
 // NewSender checks cfg and registers the sender's series, plus the Go
@@ -121,6 +122,16 @@ func (s *Sender) SetClock(state string, offsetNS int64, errBoundNS float64) {
 	s.clock = &clockState{state: state, offset: float64(offsetNS) / 1e9, errBound: errBoundNS / 1e9}
 }
 
+// SetOwnClock makes every scrape read this host's clock from f for
+// lds_ptp_state and lds_ptp_offset_seconds: from start, before the first
+// interval is shipped. The error bound still comes from SetClock. f must
+// be safe for concurrent use and must not call back into s.
+func (s *Sender) SetOwnClock(f func() OwnClock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ownClock = f
+}
+
 // senderCollector emits the sender's set-at-once series at scrape time.
 type senderCollector struct{ s *Sender }
 
@@ -133,8 +144,25 @@ func (c senderCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c senderCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	s.mu.Lock()
+	own := s.ownClock
+	s.mu.Unlock()
+	var oc OwnClock
+	if own != nil {
+		oc = own() // outside s.mu: f reads the PTP checker
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	collectCapture(ch, s.captureDescs, &s.capture)
+	if own != nil {
+		if oc.HaveOffset {
+			gauge(ch, s.ptpOffset, float64(oc.OffsetNS)/1e9)
+		}
+		gauge(ch, s.ptpState, 1, oc.State)
+		if s.clock != nil {
+			gauge(ch, s.ptpErr, s.clock.errBound)
+		}
+		return
+	}
 	if s.clock != nil {
 		gauge(ch, s.ptpOffset, s.clock.offset)
 		gauge(ch, s.ptpErr, s.clock.errBound)

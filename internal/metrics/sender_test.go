@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -94,6 +95,39 @@ func get(t *testing.T, url, user, pass string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestSenderOwnClockFromStart: with a clock source, the sender's PTP
+// series are there before any interval and follow the source live.
+func TestSenderOwnClockFromStart(t *testing.T) {
+	s, err := NewSender(DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := OwnClock{State: "unknown"}
+	s.SetOwnClock(func() OwnClock { return now })
+	steps := []struct {
+		clock      OwnClock
+		wantState  map[string]float64
+		wantOffset map[string]float64
+	}{
+		{OwnClock{State: "unknown"}, map[string]float64{"state=unknown": 1}, map[string]float64{}},
+		{OwnClock{State: "synced", OffsetNS: 800, HaveOffset: true}, map[string]float64{"state=synced": 1}, map[string]float64{"": 8e-07}},
+	}
+	for i, st := range steps {
+		now = st.clock
+		if got := series(t, s.Registry(), "lds_ptp_state"); !maps.Equal(got, st.wantState) {
+			t.Errorf("step %d: lds_ptp_state %v, want %v", i, got, st.wantState)
+		}
+		if got := series(t, s.Registry(), "lds_ptp_offset_seconds"); !maps.Equal(got, st.wantOffset) {
+			t.Errorf("step %d: lds_ptp_offset_seconds %v, want %v", i, got, st.wantOffset)
+		}
+	}
+	// SetClock (each shipped interval) no longer decides state and offset.
+	s.SetClock("holdover", 5, 0)
+	if got := series(t, s.Registry(), "lds_ptp_state"); !maps.Equal(got, map[string]float64{"state=synced": 1}) {
+		t.Errorf("after SetClock: lds_ptp_state %v, want the live state", got)
+	}
 }
 
 func TestServe(t *testing.T) {

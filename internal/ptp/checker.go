@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -14,6 +15,7 @@ import (
 type Checker struct {
 	cfg Config
 	log *slog.Logger
+	dir string // where the reply socket goes (clientDir)
 
 	pollMu sync.Mutex // one poll at a time: they share one socket
 	conn   *mgmtConn
@@ -32,7 +34,7 @@ func New(cfg Config, log *slog.Logger) (*Checker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Checker{cfg: cfg, log: log.With("component", "ptp")}
+	c := &Checker{cfg: cfg, log: log.With("component", "ptp"), dir: clientDir(cfg.ClientDir, os.Getenv)}
 	c.st.State = Judge(c.st, cfg, time.Now())
 	return c, nil
 }
@@ -103,7 +105,7 @@ func (c *Checker) query(ctx context.Context) (reply, error) {
 		return reply{}, fmt.Errorf("polling ptp4l at %s: %w", c.cfg.Socket, err)
 	}
 	if c.conn == nil {
-		m, err := dialMgmt(c.cfg.Socket, c.cfg.Domain)
+		m, err := dialMgmt(c.cfg.Socket, c.dir, c.cfg.Domain)
 		if err != nil {
 			return reply{}, err
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -425,5 +426,80 @@ func TestReacquisitionReplaysPtp4lTrace(t *testing.T) {
 		if s.State != st.want {
 			t.Fatalf("step %d (%+v): state %q, want %q; status %+v", i, st, s.State, st.want, s)
 		}
+	}
+}
+
+func TestClientDir(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "RUNTIME_DIRECTORY" {
+				return v
+			}
+			return ""
+		}
+	}
+	tests := []struct {
+		name, configured, runtimeDir, want string
+	}{
+		{"configured wins", "/srv/x", "/run/lds-receiver", "/srv/x"},
+		{"systemd RuntimeDirectory=", "", "/run/lds-receiver", "/run/lds-receiver"},
+		{"first of several runtime directories", "", "/run/lds-receiver:/run/other", "/run/lds-receiver"},
+		{"neither: TMPDIR", "", "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := clientDir(tc.configured, env(tc.runtimeDir)); got != tc.want {
+				t.Fatalf("clientDir(%q, RUNTIME_DIRECTORY=%q) = %q, want %q", tc.configured, tc.runtimeDir, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReplySocketInClientDir: the checker's reply socket is bound under
+// ptp.client_dir (where ptp4l can reach it), answered there, and removed
+// on Close.
+func TestReplySocketInClientDir(t *testing.T) {
+	path := fakeSocket(t)
+	sim := newSim(goodWorld())
+	startFake(t, path, func(id protocol.ManagementID, seq uint16) [][]byte { return sim.respond(t, id, seq) })
+	base, err := os.MkdirTemp("", "ldscd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	c := testChecker(t, path, func(c *Config) { c.ClientDir = base }, nil)
+	if _, err := c.Poll(context.Background()); err != nil {
+		t.Fatalf("Poll: %v", err)
+	}
+	socks, _ := filepath.Glob(filepath.Join(base, "lds-ptp-*", "c.sock"))
+	if len(socks) != 1 {
+		t.Fatalf("reply sockets under %s: %v, want exactly one", base, socks)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(base); len(left) != 0 {
+		t.Fatalf("Close left %d entries in %s", len(left), base)
+	}
+}
+
+// TestPHCDeviceMissingNamesTheDropIn: a ptp.phc device that cannot be
+// opened (what the units' PrivateDevices=yes leaves) makes the state
+// unsynced, and the error says how to give the unit the device.
+func TestPHCDeviceMissingNamesTheDropIn(t *testing.T) {
+	path := fakeSocket(t)
+	sim := newSim(goodWorld())
+	startFake(t, path, func(id protocol.ManagementID, seq uint16) [][]byte { return sim.respond(t, id, seq) })
+	dev := filepath.Join(t.TempDir(), "ptp9")
+	c := testChecker(t, path, func(c *Config) { c.PHC = dev }, nil)
+	var s Status
+	for range 2 {
+		var err error
+		if s, err = c.Poll(context.Background()); err != nil {
+			t.Fatalf("Poll: %v", err)
+		}
+	}
+	if s.State != StateUnsynced || !strings.Contains(s.PHCErr, dev) || !strings.Contains(s.PHCErr, "deploy/systemd/lds-phc.conf") {
+		t.Fatalf("state %s, PHCErr %q: want unsynced, naming %s and the drop-in", s.State, s.PHCErr, dev)
 	}
 }

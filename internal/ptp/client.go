@@ -2,8 +2,10 @@ package ptp
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"os"
@@ -53,22 +55,28 @@ type mgmtConn struct {
 	client *protocol.MgmtClient
 }
 
-func dialMgmt(socket string, domain uint8) (*mgmtConn, error) {
-	dir, err := os.MkdirTemp("", "lds-ptp-")
+// dialMgmt binds the reply socket in a fresh directory under base ("" =
+// $TMPDIR) and connects it to ptp4l's socket.
+func dialMgmt(socket, base string, domain uint8) (*mgmtConn, error) {
+	dir, err := os.MkdirTemp(base, "lds-ptp-")
 	if err != nil {
-		return nil, fmt.Errorf("creating a directory for the PTP management client socket: %w (is TMPDIR writable?)", err)
+		return nil, fmt.Errorf("creating a directory for the PTP management client socket: %w (set ptp.client_dir, or RuntimeDirectory= in the unit, to a directory this user may write and ptp4l may reach)", err)
 	}
 	local := filepath.Join(dir, "c.sock")
 	if len(local) > maxSunPath {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("PTP client socket path %q is longer than %d bytes: set a shorter TMPDIR", local, maxSunPath)
+		return nil, fmt.Errorf("PTP client socket path %q is longer than %d bytes: set ptp.client_dir to a shorter directory", local, maxSunPath)
 	}
 	conn, err := net.DialUnix("unixgram",
 		&net.UnixAddr{Name: local, Net: "unixgram"},
 		&net.UnixAddr{Name: socket, Net: "unixgram"})
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("connecting to ptp4l management socket %s: %w (is ptp4l running with uds_address %s, and may this user write to it?)", socket, err, socket)
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("connecting to ptp4l management socket %s: %w (this user may not write to it: linuxptp before 4.0 makes it root-only; "+
+				"the ptp4l@.service drop-in that make install puts in /etc/systemd/system/ptp4l@.service.d/ hands it to group lds, see docs/ptp.md \"Permissions\")", socket, err)
+		}
+		return nil, fmt.Errorf("connecting to ptp4l management socket %s: %w (is ptp4l running with uds_address %s?)", socket, err, socket)
 	}
 	m := &mgmtConn{conn: conn, dir: dir}
 	m.client = &protocol.MgmtClient{DomainNumber: domain}

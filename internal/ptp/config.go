@@ -8,6 +8,7 @@ package ptp
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -34,6 +35,11 @@ type Config struct {
 	// that is synced while the system clock drifts would still bias
 	// delays: |PHC - system| above offset_limit counts as unsynced.
 	PHC string `yaml:"phc"`
+	// ClientDir is where the checker binds its own reply socket (ptp4l
+	// answers to the requester's address, so ptp4l must be able to reach
+	// it: not under a unit's PrivateTmp). "" = $RUNTIME_DIRECTORY (set by
+	// systemd's RuntimeDirectory=; its first entry), else $TMPDIR.
+	ClientDir string `yaml:"client_dir"`
 }
 
 // DefaultConfig returns the defaults documented in docs/ptp.md.
@@ -85,5 +91,20 @@ func (c Config) Validate() error {
 		// between two successful polls as an outage.
 		errs = append(errs, fmt.Errorf("ptp.grace: must be >= ptp.poll_interval (%s), got %s", c.PollInterval, c.Grace))
 	}
+	// The client socket is <client_dir>/lds-ptp-<up to 10 digits>/c.sock.
+	if n := len(c.ClientDir) + len("/lds-ptp-0123456789/c.sock"); c.ClientDir != "" && n > maxSunPath {
+		errs = append(errs, fmt.Errorf("ptp.client_dir: %q makes a client socket path of %d bytes, a unix socket path may have at most %d: choose a shorter directory", c.ClientDir, n, maxSunPath))
+	}
 	return errors.Join(errs...)
+}
+
+// clientDir is the directory the checker's reply socket goes in:
+// ptp.client_dir, else systemd's $RUNTIME_DIRECTORY (the first of its
+// colon-separated entries), else "" (os.MkdirTemp's default, $TMPDIR).
+func clientDir(configured string, getenv func(string) string) string {
+	if configured != "" {
+		return configured
+	}
+	rd, _, _ := strings.Cut(getenv("RUNTIME_DIRECTORY"), ":")
+	return rd
 }

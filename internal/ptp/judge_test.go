@@ -100,6 +100,8 @@ func TestValidate(t *testing.T) {
 		{"grace below poll", func(c *Config) { c.Grace = 500 * time.Millisecond }, []string{"ptp.grace: must be >= ptp.poll_interval"}},
 		{"no socket", func(c *Config) { c.Socket = "" }, []string{"ptp.socket: must be set"}},
 		{"socket too long", func(c *Config) { c.Socket = "/" + strings.Repeat("x", 120) }, []string{"ptp.socket: path is 121 bytes"}},
+		{"client dir too long", func(c *Config) { c.ClientDir = "/" + strings.Repeat("d", 90) }, []string{"ptp.client_dir:", "choose a shorter directory"}},
+		{"client dir fits", func(c *Config) { c.ClientDir = "/run/lds-receiver" }, nil},
 		{"several at once", func(c *Config) { c.Timeout = 0; c.OffsetLimit = 0 }, []string{"ptp.timeout", "ptp.offset_limit"}},
 	}
 	for _, tc := range tests {

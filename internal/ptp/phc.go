@@ -1,7 +1,9 @@
 package ptp
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/facebook/time/phc"
 )
@@ -28,6 +30,11 @@ func (c *Checker) readPHC(st *Status) {
 	res, err := phc.TimeAndOffsetFromDevice(dev, phc.MethodIoctlSysOffsetExtended)
 	if err != nil {
 		st.PHCErr = fmt.Sprintf("ptp.phc: reading %s: %v", dev, err)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			// The shipped units hide /dev/ptp* (PrivateDevices=yes), and
+			// Debian makes the devices root-only.
+			st.PHCErr += " (under the lds units: install the drop-in deploy/systemd/lds-phc.conf and the udev rule deploy/udev/60-lds-ptp.rules, docs/ptp.md)"
+		}
 		return
 	}
 	st.PHCOffsetNS, st.PHCDelayNS = res.Offset.Nanoseconds(), res.Delay.Nanoseconds()

@@ -2,10 +2,12 @@ package receiver
 
 import (
 	"math"
+	"slices"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 )
 
@@ -22,6 +24,10 @@ type Estimation struct {
 	// workers leave, so that an estimation burst does not take CPU from
 	// the capture rings.
 	Workers int
+	// Consistent packet samples: the delay window of the join, and the
+	// receiver's candidates of the interval's sender entry (nil: no join).
+	Window sample.Window
+	Pieces *sample.Pieces
 	// MaxFlows caps the candidates (sketch.max_flows): the sender's heavy
 	// keys join the receiver's flows only while fewer are listed, and at
 	// most Heavy of them (sketch.heavy), whatever the sender sent.
@@ -38,6 +44,14 @@ type Clock struct {
 func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*results.Interval, error) {
 	iv := &results.Interval{Sender: sender, Interval: mt.ID, StartNS: mt.ID * e.T, Outcome: mt.Outcome,
 		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, SketchBytes: mt.Meta.SketchBytes}
+	var joined *sample.Joined
+	if e.Pieces != nil {
+		var set *sample.Set
+		if mt.Snd != nil {
+			set = mt.Snd.Samples
+		}
+		joined = sample.Join(e.Pieces, mt.ID, set, e.Window) // also frees the pieces of intervals without one
+	}
 	if mt.Snd == nil || mt.Rx == nil {
 		return iv, nil
 	}
@@ -132,6 +146,16 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			r.Status = "not_identified"
 		default:
 			r.DelayNS, r.StddevNS, r.CI95NS = results.Float(est.Delay), results.Float(est.Stddev), results.Float(est.CI95)
+			if r.StddevNS != nil {
+				r.StddevFrom = "sketch"
+			}
+		}
+	}
+	if joined != nil {
+		for i := range iv.Flows {
+			if d := joined.Flows[hashes[i]]; d != nil {
+				applySamples(&iv.Flows[i], d)
+			}
 		}
 	}
 	for c, name := range e.Classes {
@@ -144,6 +168,9 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
 		if !clk.Unsynced {
 			lr.DelayNS, lr.StddevNS, lr.CI95NS = results.Float(le.Delay), results.Float(le.Stddev), results.Float(le.CI95)
+			if joined != nil {
+				linkSamples(&lr, uint16(c), joined.Link)
+			}
 		}
 		iv.Links = append(iv.Links, lr)
 	}
@@ -155,4 +182,43 @@ func zeroNaN(v float64) float64 {
 		return 0
 	}
 	return v
+}
+
+// applySamples puts a flow's joined samples into its record: the lost
+// samples raise the loss figures to at least their count (a sampled packet
+// the receiver never saw is lost), and, where the clocks allow delays, the
+// quantiles and the stddev come from the samples where there are enough
+// of them (docs/sampling.md).
+func applySamples(r *results.FlowRecord, d *sample.FlowDist) {
+	if d.Lost > 0 {
+		r.SampledLost = d.Lost
+		r.Loss = max(r.Loss, float64(d.Lost))
+		if r.LossPoint != nil && *r.LossPoint < float64(d.Lost) {
+			r.LossPoint = results.Float(float64(d.Lost))
+		}
+	}
+	if r.Unsynced {
+		return
+	}
+	sm := d.Summarize()
+	r.DelaySamples = sm.N
+	r.P50NS, r.P90NS, r.P99NS = results.Float(sm.P50), results.Float(sm.P90), results.Float(sm.P99)
+	if !math.IsNaN(sm.Stddev) {
+		r.StddevNS, r.StddevFrom = results.Float(sm.Stddev), "samples"
+	}
+}
+
+// linkSamples gives a class its per-packet quantiles and histogram delays
+// from the uniform link sample.
+func linkSamples(lr *results.LinkRecord, class uint16, link []sample.LinkSample) {
+	for _, x := range link {
+		if x.Class == class {
+			lr.Delays = append(lr.Delays, x.Delay)
+		}
+	}
+	slices.Sort(lr.Delays)
+	d := sample.FlowDist{Delays: lr.Delays}
+	sm := d.Summarize()
+	lr.DelaySamples = sm.N
+	lr.P50NS, lr.P90NS, lr.P99NS = results.Float(sm.P50), results.Float(sm.P90), results.Float(sm.P99)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sample"
 )
 
 // estPipeline estimates one sender's final intervals off its match loop,
@@ -26,6 +27,7 @@ type estJob struct {
 	sender string
 	mt     *interval.Matched
 	clk    Clock
+	pieces *sample.Pieces
 	iv     *results.Interval
 	err    error
 	done   chan struct{}

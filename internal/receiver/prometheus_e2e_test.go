@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/receiver"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sender"
 	"github.com/lds-net/lds/internal/testutil"
 )
@@ -53,6 +55,7 @@ func TestRealPrometheusScrapesReceiver(t *testing.T) {
 	rc.PTP.Enabled = false
 	rc.Capture.Source.Kind, rc.Capture.Source.File = "file", b
 	rc.Metrics.TopN = 1000
+	rc.Sample.LinkOneIn = rc.Sample.OneIn // every candidate in the link sample: ~1/4 of the packets
 	if err := rc.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +93,7 @@ func TestRealPrometheusScrapesReceiver(t *testing.T) {
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgPath, []byte(cfg), 0o644)
 	cmd := exec.CommandContext(ctx, promBin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+promAddr)
+		"--web.listen-address="+promAddr, "--enable-feature=native-histograms")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -146,6 +149,38 @@ func TestRealPrometheusScrapesReceiver(t *testing.T) {
 		t.Errorf("only %d flows checked against truth", checked)
 	}
 	t.Logf("Prometheus: %d per-flow delay series, %d checked against the join; %d packets sent", len(res), checked, sentTotal)
+	checkPacketHistogram(t, promAddr, a, b, rc.CaptureConfig())
+}
+
+// checkPacketHistogram: histogram_quantile over the scraped native
+// histogram of the link sample's packet delays agrees with the exact
+// per-packet quantiles of the join within one native bucket (factor
+// 2^(1/8) at the configured bucket factor of 1.1).
+func checkPacketHistogram(t *testing.T, promAddr, a, b string, cc capture.Config) {
+	t.Helper()
+	p, err := capture.NewParser(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := join.MatchFiles(a, b, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delays := m.Delays()
+	slices.Sort(delays)
+	n, _ := promScalar(t, promAddr, `sum(histogram_count(lds_link_packet_delay_seconds))`)
+	if n < 500 {
+		t.Fatalf("native histogram holds %v link samples in Prometheus, want >= 500", n)
+	}
+	const bucket = 1.0905077326652577 // 2^(1/8): schema 3
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		got, ok := promScalar(t, promAddr, fmt.Sprintf(`histogram_quantile(%g, sum(lds_link_packet_delay_seconds))`, q))
+		want := sample.Quantile(delays, q) / 1e9
+		if !ok || got < want/bucket || got > want*bucket {
+			t.Errorf("p%g of the packet delays: Prometheus %v s, truth %v s (%d packets): more than one bucket apart", 100*q, got, want, len(delays))
+		}
+		t.Logf("p%g: histogram_quantile %v s, truth %v s (%.1f%%), %v samples", 100*q, got, want, 100*(got/want-1), n)
+	}
 }
 
 type promSample struct {

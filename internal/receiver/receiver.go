@@ -33,6 +33,7 @@ import (
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 	"github.com/lds-net/lds/internal/spike"
 	"github.com/lds-net/lds/internal/wire"
@@ -100,6 +101,7 @@ type senderState struct {
 	entry  config.SenderEntry
 	sel    []match.Compiled
 	m      *interval.Matcher // matcher goroutine only
+	pieces *sample.Pieces    // the capture workers' sample candidates, until joined
 	sealed chan *interval.Sealed
 	in     chan senderMsg
 
@@ -137,7 +139,8 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	}
 	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
-			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy},
+			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy,
+			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}},
 		estConc: estConc,
 		store:   api.NewBoundedStore(cfg.Receiver.Keep, cfg.Receiver.APIMaxRecords), done: make(chan struct{})}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
@@ -153,6 +156,12 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		if r.ptp, err = ptp.New(cfg.PTP, log); err != nil {
 			return nil, err
 		}
+		// This host's clock is exported from start, not only with the
+		// first interval: it is often why none is published.
+		r.metrics.SetOwnClock(func() metrics.OwnClock {
+			st := r.ptp.Status()
+			return metrics.OwnClock{State: string(st.State), OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
+		})
 	}
 	entries := cfg.Receiver.Senders
 	if len(entries) == 0 {
@@ -165,9 +174,22 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		}
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
+			pieces: sample.NewPieces(pieceKeep(cfg, opt.Replay)),
 			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), in: make(chan senderMsg, 16)})
 	}
 	return r, nil
+}
+
+// pieceKeep bounds the sample pieces a sender entry holds: a live
+// interval is final (and its pieces joined) within receiver.lateness, so
+// a few more than lateness / interval suffice; a replay's capture may run
+// up to its sealed-interval queue (receiver.sealed_queue) ahead of
+// estimation.
+func pieceKeep(cfg config.Receiver, replay bool) int {
+	if replay {
+		return max(4*cfg.Receiver.MaxPending, cfg.Receiver.SealedQueue+8)
+	}
+	return int(cfg.Receiver.Lateness/cfg.Interval) + 8
 }
 
 // Store is the results store behind the API.
@@ -366,8 +388,12 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
 	builders := make([]*interval.RxBuilder, len(r.senders))
 	emitters := make([]func(*interval.Sealed), len(r.senders))
+	// Sample candidates by receive time; a sealed interval's pieces are
+	// handed to the sender entry before the interval itself.
+	stores := make([]*sample.RxStore, len(r.senders))
 	outages := make([]capture.OutageTracker, len(r.senders))
 	for i, s := range r.senders {
+		stores[i] = sample.NewRxStore(r.cfg.Sample, r.params.T, r.params.MaxDelay)
 		var err error
 		// The decoding estimator needs each flow's packets per cell.
 		composition := r.est.Estimator == sketch.EstimatorDecode
@@ -375,6 +401,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			return err
 		}
 		emitters[i] = func(sl *interval.Sealed) {
+			stores[i].Cut(sl.ID, s.pieces.Put)
 			if st, err := rd.Source().Stats(); err == nil && outages[i].Touched(st) {
 				sl.Partial = true // the capture interface was down during it
 			}
@@ -390,6 +417,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	stop := func() error {
 		for i, s := range r.senders {
 			builders[i].Flush(func(sl *interval.Sealed) {
+				stores[i].Cut(sl.ID, s.pieces.Put)
 				select {
 				case s.sealed <- sl:
 				case <-time.After(stopGrace):
@@ -407,6 +435,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			for i, s := range r.senders {
 				if len(s.sel) == 0 || match.First(s.sel, pkt.Key.SrcAddr(), pkt.Key.DstAddr(), pkt.Key.Proto, pkt.Key.SPort, pkt.Key.DPort) >= 0 {
 					builders[i].Add(&pkt, emitters[i])
+					stores[i].Add(&pkt) // after: a piece Add's sealing hands over is complete
 				}
 			}
 			n++
@@ -590,7 +619,7 @@ func (r *Receiver) final(s *senderState, pl *estPipeline, mt *interval.Matched) 
 	}
 	s.mu.Unlock()
 	name := s.name()
-	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt)})
+	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces})
 }
 
 // estimateJob runs in the pipeline's estimation goroutines.
@@ -601,6 +630,7 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	// step and lose more than they gain on a core another estimation holds.
 	est := r.est
 	est.Workers = max(1, est.Workers/max(1, j.running))
+	est.Pieces = j.pieces
 	start := time.Now()
 	iv, err := r.estimate(&est, j.sender, j.mt, j.clk)
 	took := time.Since(start)

@@ -181,3 +181,59 @@ func replayLoss(t *testing.T, estimator string) {
 	}
 	t.Logf("lossy (interval, flow) pairs: %d, all detected", lossy)
 }
+
+// TestReplaySamplesAgainstJoin samples every packet (sample.one_in 1, no
+// per-flow cap) so that the joined samples must reproduce the exact join:
+// every received packet joined (delay_samples = received, but for the rare
+// sample whose short hash two received packets of its flow share within
+// the delay window: left out, docs/sampling.md), the stddev from the
+// samples equal to the truth's, and every lost packet found lost
+// (sampled_lost = lost; in the first interval, whose earlier receive
+// window nobody captured, at most lost). The published loss never falls
+// below what the samples prove.
+func TestReplaySamplesAgainstJoin(t *testing.T) {
+	r := replayScenario(t, scenario(21, 0.01), func(o *Options) {
+		o.Config.Sketch.VLDA = 5
+		o.Config.Sketch.Sampling = []float64{0.1, 0.5, 1, 1}
+		o.Config.Sample.OneIn, o.Config.Sample.PerFlow, o.Config.Sample.MaxPerInterval = 1, 1<<16, 1<<22
+		o.Config.Sample.LinkOneIn = 1
+	})
+	first := int64(math.MaxInt64)
+	for id := range r.truth.Flows {
+		first = min(first, id.Interval)
+	}
+	lostSeen, checkedSD, received, left := 0, 0, 0, 0
+	for id, f := range r.truth.Flows {
+		rec, ok := r.recs[id]
+		if !ok {
+			continue
+		}
+		received += int(f.Received)
+		left += int(f.Received) - rec.DelaySamples
+		if rec.DelaySamples > int(f.Received) {
+			t.Errorf("flow %v interval %d: %d joined samples, %d packets received", id.Key, id.Interval, rec.DelaySamples, f.Received)
+		}
+		if rec.SampledLost > int(f.Lost()) || (id.Interval > first && rec.SampledLost != int(f.Lost())) {
+			t.Errorf("flow %v interval %d: %d samples lost, %d packets lost", id.Key, id.Interval, rec.SampledLost, f.Lost())
+		}
+		if rec.Loss < float64(rec.SampledLost) || (rec.LossPoint != nil && *rec.LossPoint < float64(rec.SampledLost)) {
+			t.Errorf("flow %v interval %d: published loss %v (point %v) below the %d lost samples", id.Key, id.Interval, rec.Loss, rec.LossPoint, rec.SampledLost)
+		}
+		lostSeen += rec.SampledLost
+		if rec.StddevFrom == "samples" && rec.DelaySamples == int(f.Received) {
+			n := float64(f.Received)
+			want := f.StddevNS * math.Sqrt(n/(n-1)) // the samples' n−1 estimator
+			if math.Abs(*rec.StddevNS-want) > 1e-6*want+1e-3 {
+				t.Errorf("flow %v interval %d: stddev from samples %v, exact %v", id.Key, id.Interval, *rec.StddevNS, want)
+			}
+			checkedSD++
+		}
+	}
+	if lostSeen < 10 || checkedSD < 20 {
+		t.Errorf("only %d lost samples and %d sample stddevs checked", lostSeen, checkedSD)
+	}
+	if left*1000 > received {
+		t.Errorf("%d of %d received packets left out of the join (ambiguous short hashes), want < 0.1 %%", left, received)
+	}
+	t.Logf("%d lost packets found by the samples, %d flows' stddev from samples checked exactly, %d of %d received packets ambiguous", lostSeen, checkedSD, left, received)
+}

@@ -13,12 +13,14 @@ import (
 )
 
 // Table prints, over the complete intervals, the n heaviest flows
-// (packets summed, delay averaged by packets) and the link figures.
+// (packets summed, delay, stddev and the sampled p50/p99 averaged by
+// packets over the intervals that have them) and the link figures.
 func Table(w io.Writer, ivs []*results.Interval, n int) {
 	type agg struct {
 		r                    results.FlowRecord
 		pk, dsum, dpk, ssum  float64
 		loss, samples, ivals float64
+		p50, p99, qpk        float64
 	}
 	flows := map[string]*agg{}
 	var links []results.LinkRecord
@@ -47,6 +49,11 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 					a.ssum += *f.StddevNS * f.Packets
 				}
 			}
+			if f.P50NS != nil && f.P99NS != nil {
+				a.p50 += *f.P50NS * f.Packets
+				a.p99 += *f.P99NS * f.Packets
+				a.qpk += f.Packets
+			}
 		}
 	}
 	all := make([]*agg, 0, len(flows))
@@ -57,28 +64,31 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 	fmt.Fprintf(w, "intervals: %v\n\n", outcomes)
 	fmt.Fprintf(w, "Top %d flows by packets (all complete intervals)\n", min(n, len(all)))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "flow\tproto\tpackets\tlost\tdelay (ms)\tstddev (ms)\tsamples\t")
+	fmt.Fprintln(tw, "flow\tproto\tpackets\tlost\tdelay (ms)\tstddev (ms)\tp50 (ms)\tp99 (ms)\tsamples\t")
 	for i, a := range all {
 		if i >= n {
 			break
 		}
-		d, s := "-", "-"
+		d, s, q50, q99 := "-", "-", "-", "-"
 		if a.dpk > 0 {
 			d = fmt.Sprintf("%.3f", a.dsum/a.dpk/1e6)
 			s = fmt.Sprintf("%.3f", a.ssum/a.dpk/1e6)
 		}
-		fmt.Fprintf(tw, "%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%.0f\t\n", a.r.Src, a.r.SPort, a.r.Dst, a.r.DPort, a.r.Proto,
-			a.pk, a.loss, d, s, a.samples)
+		if a.qpk > 0 {
+			q50, q99 = fmt.Sprintf("%.3f", a.p50/a.qpk/1e6), fmt.Sprintf("%.3f", a.p99/a.qpk/1e6)
+		}
+		fmt.Fprintf(tw, "%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t\n", a.r.Src, a.r.SPort, a.r.Dst, a.r.DPort, a.r.Proto,
+			a.pk, a.loss, d, s, q50, q99, a.samples)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nLink (LDA) per interval")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "interval\tclass\tsent\treceived\tloss\tdelay (ms)\tstddev (ms)\t")
+	fmt.Fprintln(tw, "interval\tclass\tsent\treceived\tloss\tdelay (ms)\tstddev (ms)\tp50 (ms)\tp99 (ms)\t")
 	for _, l := range links {
 		if l.Sent == 0 && l.Received == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.3f%%\t%s\t%s\t\n", l.Interval, l.Class, l.Sent, l.Received, 100*l.LossRatio, ms(l.DelayNS), ms(l.StddevNS))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.3f%%\t%s\t%s\t%s\t%s\t\n", l.Interval, l.Class, l.Sent, l.Received, 100*l.LossRatio, ms(l.DelayNS), ms(l.StddevNS), ms(l.P50NS), ms(l.P99NS))
 	}
 	tw.Flush()
 }
@@ -86,13 +96,13 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 // FlowTable prints flow records as they are (one interval's API answer).
 func FlowTable(w io.Writer, recs []results.FlowRecord, n int) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "interval\tflow\tproto\tpackets\tlost\tdelay (ms)\tstddev (ms)\tci95 (ms)\t")
+	fmt.Fprintln(tw, "interval\tflow\tproto\tpackets\tlost\tdelay (ms)\tstddev (ms)\tci95 (ms)\tp50 (ms)\tp99 (ms)\t")
 	for i, r := range recs {
 		if i >= n {
 			break
 		}
-		fmt.Fprintf(tw, "%d\t%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t\n", r.Interval, r.Src, r.SPort, r.Dst, r.DPort, r.Proto,
-			r.Packets, r.Loss, ms(r.DelayNS), ms(r.StddevNS), ms(r.CI95NS))
+		fmt.Fprintf(tw, "%d\t%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", r.Interval, r.Src, r.SPort, r.Dst, r.DPort, r.Proto,
+			r.Packets, r.Loss, ms(r.DelayNS), ms(r.StddevNS), ms(r.CI95NS), ms(r.P50NS), ms(r.P99NS))
 	}
 	tw.Flush()
 }

@@ -41,6 +41,20 @@ type FlowRecord struct {
 	// LossPoint is the decoding estimator's point estimate of lost packets
 	// (Loss stays the conservative count-min bound).
 	LossPoint *float64 `json:"loss_point,omitempty"`
+
+	// Delay quantiles from exactly joined packet samples (DESIGN.md §6,
+	// docs/sampling.md): null below sample.MinP50/MinP90/MinP99 samples.
+	P50NS        *float64 `json:"p50_ns"`
+	P90NS        *float64 `json:"p90_ns"`
+	P99NS        *float64 `json:"p99_ns"`
+	DelaySamples int      `json:"delay_samples"` // joined samples behind them
+	// StddevFrom says which estimator StddevNS comes from: "samples" (the
+	// joined samples, at least sample.MinStddev of them) or "sketch" (the
+	// sign-hash sums, whose ci95 does not cover the stddev: docs/sketch.md).
+	StddevFrom string `json:"stddev_from,omitempty"`
+	// SampledLost counts samples the sender shipped and the receiver never
+	// saw: packets certainly lost (Loss and LossPoint are never below it).
+	SampledLost int `json:"sampled_lost,omitempty"`
 }
 
 // LinkRecord is the link-level (LDA) result of one traffic class in one interval.
@@ -59,6 +73,15 @@ type LinkRecord struct {
 	Partial   bool     `json:"partial,omitempty"`
 	Unsynced  bool     `json:"clock_unsynced,omitempty"`
 	ErrorNS   *float64 `json:"clock_error_bound_ns,omitempty"`
+	// Per-packet delay quantiles of the class from the uniform link sample
+	// (docs/sampling.md); null below the same minimums as the flows'.
+	P50NS        *float64 `json:"p50_ns,omitempty"`
+	P90NS        *float64 `json:"p90_ns,omitempty"`
+	P99NS        *float64 `json:"p99_ns,omitempty"`
+	DelaySamples int      `json:"delay_samples,omitempty"`
+	// Delays are the link sample's exact delays (ns), for the metrics'
+	// histogram; not serialized.
+	Delays []float64 `json:"-"`
 }
 
 // Interval is everything the receiver publishes for one finalized interval
@@ -166,6 +189,22 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	if r.LossPoint != nil {
 		b = append(b, `,"loss_point":`...)
 		b = appendFloatPtr(b, r.LossPoint)
+	}
+	b = append(b, `,"p50_ns":`...)
+	b = appendFloatPtr(b, r.P50NS)
+	b = append(b, `,"p90_ns":`...)
+	b = appendFloatPtr(b, r.P90NS)
+	b = append(b, `,"p99_ns":`...)
+	b = appendFloatPtr(b, r.P99NS)
+	b = append(b, `,"delay_samples":`...)
+	b = strconv.AppendInt(b, int64(r.DelaySamples), 10)
+	if r.StddevFrom != "" {
+		b = append(b, `,"stddev_from":`...)
+		b = appendString(b, r.StddevFrom)
+	}
+	if r.SampledLost != 0 {
+		b = append(b, `,"sampled_lost":`...)
+		b = strconv.AppendInt(b, int64(r.SampledLost), 10)
 	}
 	return append(b, "}\n"...), nil
 }

@@ -11,11 +11,14 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/sample"
 )
 
 // BenchmarkPacketPath: the sender's whole per-packet path from a frame in
 // memory: parse, flow key, both hashes, then the interval builder (LDS
-// update, LDA update, boundary list, heavy-flow count). One core.
+// update, LDA update, boundary list, heavy-flow count) and the packet
+// sampler (internal/sample). One core. The nosample variants leave the
+// sampler out, to show its cost.
 func BenchmarkPacketPath(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
@@ -27,33 +30,44 @@ func BenchmarkPacketPath(b *testing.B) {
 		{"R4-k1-C17500", 1, []float64{1, 1, 1, 1}, 17500},
 		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			c := config.DefaultCommon()
-			c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = tc.vlda, tc.sampling, tc.cols
-			p, err := capture.NewParser(c.CaptureConfig())
-			if err != nil {
-				b.Fatal(err)
+		for _, withSample := range []bool{true, false} {
+			name := tc.name
+			if !withSample {
+				name += "-nosample"
 			}
-			ip := interval.Params{T: int64(time.Second), MaxDelay: int64(c.MaxDelay), Guard: int64(c.Guard),
-				Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20}
-			sb, err := interval.NewSenderBuilder(ip, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			frames := makeFrames(b, 4096, 20000)
-			var pkt capture.Packet
-			emit := func(*interval.SenderInterval) {}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				f := frames[i&4095]
-				if !p.Parse(f, len(f), int64(i)*1000, layers.LinkTypeEthernet, &pkt) {
-					b.Fatal("frame not parsed")
+			b.Run(name, func(b *testing.B) {
+				c := config.DefaultCommon()
+				c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = tc.vlda, tc.sampling, tc.cols
+				p, err := capture.NewParser(c.CaptureConfig())
+				if err != nil {
+					b.Fatal(err)
 				}
-				sb.Add(&pkt, emit)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
-		})
+				ip := interval.Params{T: int64(time.Second), MaxDelay: int64(c.MaxDelay), Guard: int64(c.Guard),
+					Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20}
+				sb, err := interval.NewSenderBuilder(ip, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pool := sample.NewPool(4)
+				smp := sample.NewSampler(c.Sample, int64(time.Second), pool)
+				frames := makeFrames(b, 4096, 20000)
+				var pkt capture.Packet
+				emit := func(si *interval.SenderInterval) { pool.Put(smp.Take(si.ID)) } // as ship does after selecting
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					f := frames[i&4095]
+					if !p.Parse(f, len(f), int64(i)*1000, layers.LinkTypeEthernet, &pkt) {
+						b.Fatal("frame not parsed")
+					}
+					if withSample {
+						smp.Add(&pkt)
+					}
+					sb.Add(&pkt, emit)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
+			})
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/wire"
 )
 
@@ -52,6 +53,7 @@ type Sender struct {
 	client  *wire.Client
 	metrics *metrics.Sender
 	ptp     *ptp.Checker
+	pool    *sample.Pool // candidate buffers, from the capture workers to ship and back
 }
 
 // New builds the pipeline from a validated configuration.
@@ -73,7 +75,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 			return nil, err
 		}
 	}
-	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc}
+	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8)}
 	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID,
 		Version: opt.Version, Fingerprint: cfg.Fingerprint(), Seed: cfg.Sketch.Seed, ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
@@ -88,6 +90,12 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 		if s.ptp, err = ptp.New(cfg.PTP, log); err != nil {
 			return nil, err
 		}
+		// This host's clock is exported from start, not only with the
+		// first interval shipped.
+		s.metrics.SetOwnClock(func() metrics.OwnClock {
+			st := s.ptp.Status()
+			return metrics.OwnClock{State: string(st.State), OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
+		})
 	}
 	return s, nil
 }
@@ -186,8 +194,10 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	// ship drains out until it is closed, so emitting never blocks for
 	// long. Capture health rides along with each interval, read here on
 	// the worker's own goroutine.
+	smp := sample.NewSampler(s.cfg.Sample, s.params.T, s.pool)
 	var outage capture.OutageTracker
 	emit := func(si *interval.SenderInterval) {
+		si.SampleCands = smp.Take(si.ID)
 		si.Counters = rd.Parser().Counters()
 		si.Drops, _ = rd.Source().Stats()
 		if outage.Touched(si.Drops) {
@@ -201,6 +211,7 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 		err := rd.Next(&pkt)
 		switch {
 		case err == nil:
+			smp.Add(&pkt) // before b.Add: an interval b emits has all its candidates
 			b.Add(&pkt, emit)
 			n++
 			if n&1023 == 0 {
@@ -255,6 +266,9 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
 		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
+		si.Samples = sample.Select(si.SampleCands, si.ID*s.params.T, s.cfg.Sample)
+		s.pool.Put(si.SampleCands) // Select copied what it ships
+		si.SampleCands = nil
 		if si.Drops.Link != capture.LinkUnknown {
 			s.metrics.CaptureHealth().Set(si.Drops.Oversize, si.Drops.LinkDowns, si.Drops.Link == capture.LinkUp)
 		}

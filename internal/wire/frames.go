@@ -12,6 +12,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/retrieval"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 )
@@ -65,6 +66,13 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 		return nil, fmt.Errorf("wire: encoding the boundary function of interval %d: %w", si.ID, err)
 	}
 	add(ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0, bnd)
+	if si.Samples != nil {
+		smp, err := si.Samples.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("wire: encoding the samples of interval %d: %w", si.ID, err)
+		}
+		add(ldsv1.ChunkKind_CHUNK_KIND_SAMPLES, 0, smp)
+	}
 	start := &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_Start{Start: &ldsv1.Start{
 		Interval: si.ID, Flags: flags, TotalBytes: uint64(total)}}}
 	heavy := make([]*ldsv1.FlowKey, len(si.Heavy))
@@ -199,7 +207,7 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 			return nil, fmt.Errorf("frame seq %d: chunk outside an interval (no Start)", f.Seq)
 		}
 		c := b.Chunk
-		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC {
+		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_SAMPLES {
 			return nil, fmt.Errorf("frame seq %d: unknown chunk kind %d", f.Seq, c.Kind)
 		}
 		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY {
@@ -307,6 +315,12 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 	if uint64(bnd.Len()) != e.BoundaryCount {
 		return nil, fmt.Errorf("interval %d: boundary function of %d keys, End says %d", id, bnd.Len(), e.BoundaryCount)
 	}
+	var smp *sample.Set
+	if b, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_SAMPLES, 0}]; ok {
+		if smp, err = sample.Unmarshal(b, a.p.T); err != nil {
+			return nil, fmt.Errorf("interval %d: samples: %w", id, err)
+		}
+	}
 	if t := e.GetTotals(); t != nil {
 		sk.Packets, sk.Bytes = t.Packets, t.Bytes
 		if len(t.ClassPackets) == len(sk.ClassPackets) {
@@ -314,7 +328,7 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 		}
 	}
 	si := &interval.SenderInterval{ID: id, Partial: st.Flags&FlagPartial != 0, First: st.Flags&FlagFirst != 0,
-		Sk: sk, Split: bnd}
+		Sk: sk, Split: bnd, Samples: smp}
 	for i, hk := range e.Heavy {
 		k, err := capture.FlowKeyFromBinary(hk.GetKey())
 		if err != nil {

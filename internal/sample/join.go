@@ -1,0 +1,136 @@
+package sample
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+)
+
+// Window is what the receiver accepts as a one-way delay when it joins a
+// sample: [-Guard, MaxDelay + Guard] ns (the interval assignment's bounds).
+type Window struct {
+	T, MaxDelay, Guard int64
+}
+
+// FlowDist is one flow's joined samples in one interval.
+type FlowDist struct {
+	Delays    []float64 // exact one-way delays (ns) of the samples the receiver saw, ascending
+	Lost      int       // samples the receiver provably never saw: lost packets
+	Ambiguous int       // samples two receiver candidates could be (left out)
+}
+
+// LinkSample is one joined packet of the uniform link sample.
+type LinkSample struct {
+	Class uint16
+	Delay float64 // ns
+}
+
+// Joined is the join of one interval.
+type Joined struct {
+	Flows    map[uint64]*FlowDist // by flow hash
+	Link     []LinkSample
+	LinkLost int
+	// Covered is false when a receiver piece was missing (its first
+	// interval, or an interval whose pieces were dropped): missing samples
+	// are then not taken for lost.
+	Covered bool
+}
+
+// Join pairs the sender's samples of interval id with the receiver's
+// candidates (pieces id−1 and id of ps). It marks the pieces used even
+// when set is nil (no samples came): call it once per final interval.
+func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
+	prev, cur := ps.take(id)
+	out := &Joined{Flows: map[uint64]*FlowDist{}, Covered: prev != nil && cur != nil}
+	if set == nil || cur == nil {
+		return out
+	}
+	start := id * w.T
+	rxLimit := cur.Limit
+	if prev != nil {
+		rxLimit = min(rxLimit, prev.Limit)
+	}
+	idx := make(map[uint64]int, len(set.Flows))
+	// A bitmap by flow hash in front of the map: most candidates belong
+	// to flows without samples and cost one bit test.
+	var bm [1 << 12]uint64
+	// Only candidates up to a list's largest sample can match it (the
+	// sender kept the smallest S of each flow).
+	hi := make([]uint64, len(set.Flows))
+	for i := range set.Flows {
+		l := &set.Flows[i]
+		f := l.Flow
+		idx[f] = i
+		if n := len(l.Samples); n > 0 {
+			hi[i] = l.Samples[n-1].Q<<l.Shift | (uint64(1)<<l.Shift - 1)
+		}
+		bm[f&(1<<18-1)>>6] |= 1 << (f & 63)
+	}
+	byFlow := make([][]Cand, len(set.Flows))
+	var link []Cand
+	for _, pc := range []*Cands{prev, cur} {
+		if pc == nil {
+			continue
+		}
+		for _, x := range pc.C {
+			if bm[x.Flow&(1<<18-1)>>6]&(1<<(x.Flow&63)) != 0 {
+				if i, ok := idx[x.Flow]; ok && x.S <= hi[i] {
+					byFlow[i] = append(byFlow[i], x)
+				}
+			}
+			if x.S < set.LinkLimit {
+				link = append(link, x)
+			}
+		}
+	}
+	m := matcher{w: w, start: start, rxLimit: rxLimit, prevMissing: prev == nil}
+	for i := range set.Flows {
+		l := &set.Flows[i]
+		d := &FlowDist{}
+		m.join(l, byFlow[i], func(_ Cand, delay float64) { d.Delays = append(d.Delays, delay) }, &d.Lost, &d.Ambiguous)
+		slices.Sort(d.Delays)
+		out.Flows[l.Flow] = d
+	}
+	var amb int
+	m.join(&set.Link, link, func(x Cand, delay float64) { out.Link = append(out.Link, LinkSample{Class: x.Class, Delay: delay}) }, &out.LinkLost, &amb)
+	return out
+}
+
+type matcher struct {
+	w           Window
+	start       int64
+	rxLimit     uint64
+	prevMissing bool
+}
+
+// join matches one list against the receiver's candidates that may hold
+// its packets (sorted here by S).
+func (m *matcher) join(l *List, rx []Cand, found func(Cand, float64), lost, amb *int) {
+	slices.SortFunc(rx, func(a, b Cand) int { return cmp.Compare(a.S, b.S) })
+	span := uint64(1)<<l.Shift - 1
+	for _, smp := range l.Samples {
+		lo := smp.Q << l.Shift
+		hi := lo | span
+		tx := m.start + smp.TX
+		i := sort.Search(len(rx), func(i int) bool { return rx[i].S >= lo })
+		n := 0
+		var hit Cand
+		for ; i < len(rx) && rx[i].S <= hi; i++ {
+			d := rx[i].TS - tx
+			if d >= -m.w.Guard && d <= m.w.MaxDelay+m.w.Guard {
+				n++
+				hit = rx[i]
+			}
+		}
+		switch {
+		case n == 1:
+			found(hit, float64(hit.TS-tx))
+		case n > 1:
+			*amb++
+		case hi < m.rxLimit && !(m.prevMissing && smp.TX < m.w.MaxDelay+m.w.Guard):
+			// The receiver kept every candidate in this range that it
+			// received in the window: this packet never arrived.
+			*lost++
+		}
+	}
+}

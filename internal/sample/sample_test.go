@@ -1,0 +1,187 @@
+package sample
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/lds-net/lds/internal/capture"
+)
+
+type pkt struct {
+	p     capture.Packet
+	rx    int64
+	lost  bool
+	delay int64
+}
+
+// trace makes flows of Pareto-ish sizes over a few 100 ms intervals, with
+// delays up to 15 ms and some loss: packets near every boundary straddle it.
+func trace(seed uint64, flows int, loss float64) []pkt {
+	r := rand.New(rand.NewPCG(seed, 1))
+	const t = int64(100e6)
+	var out []pkt
+	for f := range flows {
+		n := 5 + int(20/math.Pow(r.Float64()+1e-3, 0.9))
+		fh := r.Uint64()
+		base := int64(r.IntN(5e6))
+		for range n {
+			ts := t + r.Int64N(4*t)
+			d := base + r.Int64N(10e6)
+			out = append(out, pkt{p: capture.Packet{TS: ts, FlowHash: fh, PktHash: r.Uint64(), Class: uint16(f % 2)},
+				rx: ts + d, delay: d, lost: r.Float64() < loss})
+		}
+	}
+	slices.SortFunc(out, func(a, b pkt) int { return int(a.p.TS - b.p.TS) })
+	return out
+}
+
+// TestJoinExact: every joined delay is the packet's true delay, every
+// sample called lost was lost, and every sampled lost packet is called lost.
+func TestJoinExact(t *testing.T) {
+	const T, md, guard = int64(100e6), int64(20e6), int64(1e6)
+	for _, tc := range []struct {
+		name string
+		loss float64
+		cfg  Config
+	}{
+		{"no-loss", 0, Config{OneIn: 4, PerFlow: 64, MaxPerInterval: 1 << 20, LinkOneIn: 16, MaxCandidates: 1 << 20}},
+		{"loss", 0.05, Config{OneIn: 4, PerFlow: 64, MaxPerInterval: 1 << 20, LinkOneIn: 16, MaxCandidates: 1 << 20}},
+		{"halving", 0.05, Config{OneIn: 1, PerFlow: 32, MaxPerInterval: 3000, LinkOneIn: 4, MaxCandidates: 1024}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := trace(7, 400, tc.loss)
+			type key struct {
+				flow uint64
+				ts   int64
+			}
+			bySend := map[key][]*pkt{}
+			sm := NewSampler(tc.cfg, T, nil)
+			for i := range tr {
+				k := key{tr[i].p.FlowHash, tr[i].p.TS}
+				bySend[k] = append(bySend[k], &tr[i])
+				sm.Add(&tr[i].p)
+			}
+			sets := map[int64]*Set{}
+			for id := int64(1); id <= 4; id++ {
+				c := sm.Take(id)
+				if c == nil {
+					t.Fatalf("no candidates for interval %d", id)
+				}
+				s := Select(c, id*T, tc.cfg)
+				b, err := s.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sets[id], err = Unmarshal(b, T); err != nil {
+					t.Fatal(err)
+				}
+				if n := sets[id].Samples(); n > tc.cfg.MaxPerInterval {
+					t.Fatalf("interval %d: %d samples over the budget %d", id, n, tc.cfg.MaxPerInterval)
+				}
+			}
+			rx := slices.Clone(tr)
+			slices.SortFunc(rx, func(a, b pkt) int { return int(a.rx - b.rx) })
+			st := NewRxStore(tc.cfg, T, md)
+			ps := NewPieces(16)
+			next := int64(0)
+			for i := range rx {
+				if rx[i].lost {
+					continue
+				}
+				for (next+1)*T+md <= rx[i].rx {
+					st.Cut(next, ps.Put)
+					next++
+				}
+				p := rx[i].p
+				p.TS = rx[i].rx
+				st.Add(&p)
+			}
+			st.Cut(1<<40, ps.Put)
+			var joined, lost, amb int
+			for id := int64(1); id <= 4; id++ {
+				j := Join(ps, id, sets[id], Window{T: T, MaxDelay: md, Guard: guard})
+				for _, l := range sets[id].Flows {
+					d := j.Flows[l.Flow]
+					// Every received sampled packet of the flow shows up.
+					var want []float64
+					wantLost := 0
+					for _, smp := range l.Samples {
+						var p *pkt
+						for _, q := range bySend[key{l.Flow, id*T + smp.TX}] {
+							if Mix(q.p.PktHash)>>l.Shift == smp.Q {
+								p = q
+							}
+						}
+						if p == nil {
+							t.Fatalf("sample %+v of flow %x matches no sent packet", smp, l.Flow)
+						}
+						if p.lost {
+							wantLost++
+						} else {
+							want = append(want, float64(p.delay))
+						}
+					}
+					slices.Sort(want)
+					if d.Ambiguous == 0 && (!slices.Equal(d.Delays, want) || d.Lost != wantLost) {
+						t.Fatalf("interval %d flow %x: joined %v lost %d, truth %v lost %d", id, l.Flow, d.Delays, d.Lost, want, wantLost)
+					}
+					joined += len(d.Delays)
+					lost += d.Lost
+					amb += d.Ambiguous
+				}
+				if len(j.Link) == 0 {
+					t.Fatalf("interval %d: empty link sample", id)
+				}
+			}
+			if joined == 0 || (tc.loss > 0) != (lost > 0) || amb*100 > joined {
+				t.Fatalf("joined %d, lost %d, ambiguous %d", joined, lost, amb)
+			}
+		})
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	v := []float64{1, 2, 3, 4, 5}
+	for _, tc := range []struct{ q, want float64 }{{0, 1}, {0.5, 3}, {0.9, 4.6}, {1, 5}} {
+		if got := Quantile(v, tc.q); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("Quantile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if got := Stddev([]float64{2, 4, 4, 4, 5, 5, 7, 9}); math.Abs(got-2.138089935) > 1e-6 {
+		t.Errorf("Stddev = %v", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Config{{OneIn: 3, PerFlow: 1, LinkOneIn: 0, MaxCandidates: 1 << 20}, {OneIn: 8, PerFlow: 1, LinkOneIn: 4, MaxCandidates: 1 << 20}} {
+		if c.Validate() == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	s := Select(&Cands{Limit: 1 << 60, C: []Cand{{Flow: 1, S: 5, TS: 10}, {Flow: 1, S: 99, TS: 20}, {Flow: 2, S: 7, TS: 30}}}, 0, DefaultConfig())
+	b, _ := s.MarshalBinary()
+	f.Add(b)
+	f.Add([]byte{1, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Unmarshal(b, 1e9)
+		if err != nil {
+			return
+		}
+		again, err := s.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2, err := Unmarshal(again, 1e9)
+		if err != nil || s2.Samples() != s.Samples() {
+			t.Fatalf("re-encoding changed the set: %v", err)
+		}
+	})
+}

@@ -1,0 +1,299 @@
+package sample
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+)
+
+// Sample is one shipped packet: the top bits of its sampling value (Q =
+// S >> the list's shift) and its send time relative to the interval start.
+type Sample struct {
+	Q  uint64
+	TX int64
+}
+
+// List is the samples of one flow (or the link sample, Flow 0), sorted by Q.
+type List struct {
+	Flow    uint64
+	Shift   uint8
+	Samples []Sample
+}
+
+// Set is what the sender ships for one interval: the candidate limit it
+// sampled under, the link sample and the flows' samples.
+type Set struct {
+	Limit     uint64 // the sender's candidate bound on S (after any halving)
+	LinkLimit uint64 // the link sample: every candidate with S < LinkLimit (0: none)
+	Link      List
+	Flows     []List
+}
+
+// Samples counts the flow samples in the set (the link sample aside).
+func (s *Set) Samples() int {
+	n := 0
+	for i := range s.Flows {
+		n += len(s.Flows[i].Samples)
+	}
+	return n
+}
+
+// precision is how many bits each shipped sample keeps beyond what tells
+// it apart from the others of its list: a receiver candidate of the same
+// flow shares a sample's Q with odds ~2^-precision, and is then told apart
+// by its receive time or left out (docs/sampling.md).
+const precision = 12
+
+// Select picks the samples to ship from an interval's candidates (start:
+// the interval's start, Unix ns): the heaviest flows (most candidates)
+// that fit in cfg.MaxPerInterval at cfg.PerFlow samples each, each flow
+// its k smallest S where k is cfg.PerFlow raised as far as the budget
+// allows, and the link sample. It reorders c.C. Off the packet path.
+func Select(c *Cands, start int64, cfg Config) *Set {
+	if c == nil {
+		return &Set{}
+	}
+	set := &Set{Limit: c.Limit}
+	if ll := cfg.linkLevel(); ll > 0 {
+		set.LinkLimit = min(limitOf(ll), c.Limit)
+		var link []Cand
+		for _, x := range c.C {
+			if x.S < set.LinkLimit {
+				link = append(link, x)
+			}
+		}
+		slices.SortFunc(link, func(a, b Cand) int { return cmp.Compare(a.S, b.S) })
+		set.Link = makeList(0, link, start)
+	}
+	if cfg.MaxPerInterval == 0 || len(c.C) == 0 {
+		return set
+	}
+	slices.SortFunc(c.C, func(a, b Cand) int {
+		return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.S, b.S))
+	})
+	type run struct{ from, n int }
+	var runs []run
+	for i := 0; i < len(c.C); {
+		j := i + 1
+		for j < len(c.C) && c.C[j].Flow == c.C[i].Flow {
+			j++
+		}
+		runs = append(runs, run{i, j - i})
+		i = j
+	}
+	slices.SortFunc(runs, func(a, b run) int {
+		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(c.C[a.from].Flow, c.C[b.from].Flow))
+	})
+	// The heaviest flows that fit at PerFlow samples each; then the
+	// budget they leave raises their common cap (water-filling), so that
+	// with few heavy flows each of them gets more samples.
+	left, n := cfg.MaxPerInterval, 0
+	for _, r := range runs {
+		k := min(r.n, cfg.PerFlow)
+		if k > left {
+			break
+		}
+		left -= k
+		n++
+	}
+	runs = runs[:n]
+	capK := cfg.PerFlow
+	if n > 0 && left > 0 {
+		used := func(k int) int {
+			t := 0
+			for _, r := range runs {
+				t += min(r.n, k)
+			}
+			return t
+		}
+		lo, hi := cfg.PerFlow, runs[0].n // used(lo) <= budget
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			if used(mid) <= cfg.MaxPerInterval {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		capK = lo
+	}
+	for _, r := range runs {
+		k := min(r.n, capK)
+		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c.C[r.from:r.from+k], start))
+	}
+	return set
+}
+
+// makeList turns candidates sorted by S into a list whose shift keeps
+// bitlen(n)+precision bits of the largest S.
+func makeList(flow uint64, cs []Cand, start int64) List {
+	l := List{Flow: flow, Samples: make([]Sample, len(cs))}
+	if len(cs) == 0 {
+		return l
+	}
+	keep := bits.Len(uint(len(cs))) + precision
+	if top := bits.Len64(cs[len(cs)-1].S); top > keep {
+		l.Shift = uint8(top - keep)
+	}
+	for i, x := range cs {
+		l.Samples[i] = Sample{Q: x.S >> l.Shift, TX: x.TS - start}
+	}
+	return l
+}
+
+// Encoding version of MarshalBinary.
+const encVersion = 2
+
+// MarshalBinary encodes the set: version, the two limits (uvarint), then
+// the link list and each flow list. A list is its 8-byte flow hash, its
+// count and shift (uvarint, byte), the Rice parameter of its ΔQ and the bit
+// width of its send times (bytes), then a bit stream of per sample ΔQ
+// (Rice-coded) and send time (fixed width), padded to a byte.
+// docs/sampling.md.
+func (s *Set) MarshalBinary() ([]byte, error) {
+	b := []byte{encVersion}
+	b = binary.AppendUvarint(b, s.Limit)
+	b = binary.AppendUvarint(b, s.LinkLimit)
+	b = appendList(b, &s.Link)
+	b = binary.AppendUvarint(b, uint64(len(s.Flows)))
+	for i := range s.Flows {
+		b = appendList(b, &s.Flows[i])
+	}
+	return b, nil
+}
+
+func appendList(b []byte, l *List) []byte {
+	b = binary.LittleEndian.AppendUint64(b, l.Flow)
+	b = binary.AppendUvarint(b, uint64(len(l.Samples)))
+	var sum, maxTX uint64
+	var prev uint64
+	for _, x := range l.Samples {
+		sum += x.Q - prev
+		prev = x.Q
+		maxTX = max(maxTX, uint64(x.TX))
+	}
+	k, wt := riceParam(sum, len(l.Samples)), uint(bits.Len64(maxTX))
+	b = append(b, l.Shift, byte(k), byte(wt))
+	w := bitWriter{b: b}
+	prev = 0
+	for _, x := range l.Samples {
+		w.rice(x.Q-prev, k)
+		w.write(uint64(x.TX), wt)
+		prev = x.Q
+	}
+	return w.flush()
+}
+
+// ErrMalformed marks a blob that is not a sample set of this version.
+var ErrMalformed = errors.New("sample set malformed")
+
+// Unmarshal decodes a set, checking every count against the bits left
+// (each sample takes at least one) before allocating, and that send times
+// lie within [0, maxTX) (the interval length) and Q ascends.
+func Unmarshal(b []byte, maxTX int64) (*Set, error) {
+	d := decoder{b: b}
+	if v := d.byte(); v != encVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrMalformed, v, encVersion)
+	}
+	s := &Set{Limit: d.uvarint(), LinkLimit: d.uvarint()}
+	s.Link = d.list(maxTX)
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b))/12 {
+		d.fail("%d flows in %d bytes", n, len(d.b))
+	}
+	if d.err == nil && n > 0 {
+		s.Flows = make([]List, n)
+		for i := range s.Flows {
+			s.Flows[i] = d.list(maxTX)
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return s, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(f string, a ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+f, append([]any{ErrMalformed}, a...)...)
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail("truncated")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) list(maxTX int64) List {
+	var l List
+	if len(d.b) < 8 {
+		d.fail("truncated flow hash")
+		return l
+	}
+	l.Flow = binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	n := d.uvarint()
+	l.Shift = d.byte()
+	k, wt := uint(d.byte()), uint(d.byte())
+	if d.err != nil {
+		return l
+	}
+	if l.Shift > 63 || k > 63 || wt > 63 {
+		d.fail("shift %d, Rice parameter %d, time width %d", l.Shift, k, wt)
+		return l
+	}
+	if n > uint64(len(d.b))*8 {
+		d.fail("%d samples in %d bytes", n, len(d.b))
+		return l
+	}
+	l.Samples = make([]Sample, n)
+	r := bitReader{b: d.b}
+	var q uint64
+	for i := range l.Samples {
+		dq := r.rice(k)
+		tx := r.read(wt)
+		if r.bad {
+			d.fail("truncated samples")
+			return l
+		}
+		if q+dq < q || l.Shift > 0 && (q+dq)>>(64-l.Shift) != 0 {
+			d.fail("sample value overflows")
+			return l
+		}
+		q += dq
+		if tx >= uint64(maxTX) {
+			d.fail("send time %d ns outside the interval (%d ns)", tx, maxTX)
+			return l
+		}
+		l.Samples[i] = Sample{Q: q, TX: int64(tx)}
+	}
+	d.b = d.b[(r.pos+7)/8:]
+	return l
+}
