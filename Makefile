@@ -8,9 +8,9 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # under the race detector (cgo: gcc).
 RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/
 # Debian packages the tests use for real components (installed when run as root).
-DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl
+DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl iperf3 iputils-ping
 
-.PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live e2e-deploy
+.PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live e2e-deploy e2e-real
 
 all: build
 
@@ -82,6 +82,11 @@ eval-paper: build
 # e2e-live: a longer run on a real kernel link between network namespaces (root).
 e2e-live: build
 	@bash scripts/e2e-live.sh
+
+# e2e-real: real TCP/UDP/ping/HTTP through a congested Linux router (root;
+# LDS_REAL_SECONDS of traffic per run, default 120).
+e2e-real: build
+	@bash scripts/e2e-real.sh
 
 # e2e-deploy: the README's two-host deployment on two Debian 12 hosts booted
 # with systemd-nspawn (root; `make test` runs it too). LDS_DEPLOY_DIR=DIR

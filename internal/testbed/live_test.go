@@ -14,8 +14,8 @@ import (
 )
 
 // needLive skips (or fails under LDS_E2E_REQUIRED=1) when the live
-// testbed cannot run here.
-func needLive(t *testing.T) {
+// testbed cannot run here: root, ip, tcpdump and the extra tools.
+func needLive(t *testing.T, tools ...string) {
 	t.Helper()
 	why := ""
 	switch {
@@ -24,9 +24,9 @@ func needLive(t *testing.T) {
 	case testing.Short():
 		why = "skipped in -short mode (takes ~20 s)"
 	default:
-		for _, tool := range []string{"ip", "tcpdump"} {
+		for _, tool := range append([]string{"ip", "tcpdump"}, tools...) {
 			if _, err := exec.LookPath(tool); err != nil {
-				why = "needs " + tool + " (apt-get install iproute2 tcpdump)"
+				why = "needs " + tool + " (apt-get install " + debPackage(tool) + "; `make deps` installs every test package)"
 			}
 		}
 	}
@@ -37,6 +37,17 @@ func needLive(t *testing.T) {
 		t.Fatalf("LDS_E2E_REQUIRED=1 but the live testbed %s", why)
 	}
 	t.Skipf("SKIPPED: live end-to-end testbed %s", why)
+}
+
+// debPackage names the Debian package of a tool the live tests run.
+func debPackage(tool string) string {
+	switch tool {
+	case "ip", "tc":
+		return "iproute2"
+	case "ping":
+		return "iputils-ping"
+	}
+	return tool // tcpdump, iperf3, curl, ethtool
 }
 
 // buildDaemons builds the three programs the testbed runs, as users get them.

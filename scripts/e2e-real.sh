@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# e2e-real.sh runs the long real-traffic testbed (internal/testbed,
+# TestRealLong): a sender host, a Linux router whose egress to the receiver
+# host is an HTB bottleneck of 20 Mbit/s, real TCP (iperf3, cubic), UDP,
+# ping and curl; lds-sender at the router's ingress and lds-receiver at the
+# receiver host's ingress over mTLS, tcpdump at both taps joined per packet
+# as the truth. A congested run (400-packet FIFO) with two daemon pairs side
+# by side (interval 2s + max_delay 900ms, and the defaults), then a
+# deep-queue run (1450-packet FIFO, delays up to ~0.9 s; interval 3s +
+# max_delay 1400ms, and the defaults), then a low-delay run (50-packet
+# FIFO, rate-held TCP) at the defaults. It writes
+# the report into docs/testbed.md between the "e2e-real report" markers.
+#
+# Needs root, ip, tc, tcpdump, ethtool, iperf3, curl, ping (make deps).
+# Knobs (environment):
+#   LDS_REAL_SECONDS (default 120)  traffic per run
+#   OUT                             directory for configs, captures, logs, results
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "e2e-real: needs root (network namespaces, veth, tc, AF_PACKET)" >&2
+	exit 1
+fi
+for tool in ip tc tcpdump ethtool iperf3 curl ping go; do
+	command -v "$tool" >/dev/null || { echo "e2e-real: $tool not found (make deps installs the Debian packages)" >&2; exit 1; }
+done
+
+prefix="ldsrl-e2e-$$"
+OUT=${OUT:-$(mktemp -d /tmp/lds-e2e-real.XXXXXX)}
+report="$OUT/report.md"
+mkdir -p "$OUT"
+: >"$report"
+
+# The test deletes its namespaces itself; this catches an interrupted run.
+cleanup() {
+	for ns in "$prefix-snd" "$prefix-rtr" "$prefix-rcv"; do
+		ip netns del "$ns" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT INT TERM
+
+secs=${LDS_REAL_SECONDS:-120}
+echo "e2e-real: running, ${secs}s of traffic per run (files in $OUT)"
+set +e
+LDS_E2E_REAL_LONG=1 LDS_E2E_REQUIRED=1 LDS_REAL_SECONDS="$secs" LDS_REAL_PREFIX="$prefix" LDS_REAL_DIR="$OUT/run" \
+	LDS_TESTBED_REPORT="$report" \
+	go test -count=1 -timeout 30m -run '^TestRealLong$' -v ./internal/testbed/ 2>&1 | tee "$OUT/test.log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|real_test.go:[0-9]+: [a-zA-Z]'
+status=${PIPESTATUS[0]}
+set -e
+
+if [ ! -s "$report" ]; then
+	echo "e2e-real: no report written; see $OUT/test.log" >&2
+	exit 1
+fi
+
+doc=docs/testbed.md
+begin='<!-- e2e-real report: begin -->'
+end='<!-- e2e-real report: end -->'
+if ! grep -qF "$begin" "$doc"; then
+	printf '\n### Long run\n\n%s\n%s\n' "$begin" "$end" >>"$doc"
+fi
+{
+	echo "\`LDS_REAL_SECONDS=$secs make e2e-real\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):"
+	echo
+	sed -e 's/^### /#### /' "$report"
+} >"$OUT/section.md"
+awk -v b="$begin" -v e="$end" -v f="$OUT/section.md" '
+	$0 == b { print; while ((getline l < f) > 0) print l; skip = 1; next }
+	$0 == e { skip = 0 }
+	!skip { print }
+' "$doc" >"$OUT/testbed.md.new"
+mv "$OUT/testbed.md.new" "$doc"
+echo "e2e-real: report written into $doc (test exit status $status)"
+exit "$status"
