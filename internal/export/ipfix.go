@@ -129,7 +129,7 @@ func appendTemplateSet(b []byte, pen uint32) []byte {
 // Quantiles of a record's delay distribution from matched samples, where the
 // record carries them (NaN and 0 where it does not).
 func quantiles(r *results.FlowRecord) (p50, p90, p99 float64, n uint32) {
-	return math.NaN(), math.NaN(), math.NaN(), 0
+	return ptr(r.P50NS), ptr(r.P90NS), ptr(r.P99NS), uint32(max(0, r.DelaySamples))
 }
 
 // appendRecord appends r's data record and returns its template id. t is

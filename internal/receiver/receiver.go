@@ -409,7 +409,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	stores := make([]*sample.RxStore, len(r.senders))
 	outages := make([]capture.OutageTracker, len(r.senders))
 	for i, s := range r.senders {
-		stores[i] = sample.NewRxStore(r.cfg.Sample, r.params.T, r.params.MaxDelay)
+		stores[i] = sample.NewRxStore(r.cfg.Sample, start)
 		var err error
 		// The decoding estimator needs each flow's packets per cell.
 		composition := r.est.Estimator == sketch.EstimatorDecode

@@ -35,7 +35,8 @@ func BenchmarkJoin(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.MaxCandidates = 1 << 22
 	sm := NewSampler(cfg, T, nil)
-	st := NewRxStore(cfg, T, 50e6)
+	st := NewRxStore(cfg, 0)
+	ps := NewPieces(8)
 	var p capture.Packet
 	for i := range 4_800_000 {
 		f := uint64(i % 150_000)
@@ -48,8 +49,7 @@ func BenchmarkJoin(b *testing.B) {
 		st.Add(&p)
 	}
 	set := Select(sm.Take(1), T, cfg)
-	ps := NewPieces(8)
-	st.Cut(2, ps.Put)
+	st.Cut(1, ps.Put) // piece 0 is empty: prev covers nothing before the first packet
 	prev, cur := ps.m[0], ps.m[1]
 	b.ReportAllocs()
 	b.ResetTimer()

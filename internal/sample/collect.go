@@ -21,6 +21,9 @@ type Cands struct {
 	Limit  uint64 // exclusive bound on S
 	C      []Cand
 	Halved uint64 // times the candidate rate was halved to stay under max_candidates
+	// From, Upto: the receive times (From, Upto] the receiver piece covers
+	// (RxStore.Cut).
+	From, Upto int64
 }
 
 // add appends a candidate, halving the rate (in place, no allocation) when

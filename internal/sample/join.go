@@ -6,8 +6,9 @@ import (
 	"sort"
 )
 
-// Window is what the receiver accepts as a one-way delay when it joins a
-// sample: [-Guard, MaxDelay + Guard] ns (the interval assignment's bounds).
+// Window is the interval assignment's bounds: a joined delay is at least
+// -Guard; MaxDelay + Guard bounds the delays a sample of the first
+// interval (no piece before it) may have had before the capture began.
 type Window struct {
 	T, MaxDelay, Guard int64
 }
@@ -41,7 +42,9 @@ type Joined struct {
 // when set is nil (no samples came): call it once per final interval.
 func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 	prev, cur := ps.take(id)
-	out := &Joined{Flows: map[uint64]*FlowDist{}, Covered: prev != nil && cur != nil}
+	// The two pieces must cover receive times without a gap between them.
+	covered := prev != nil && cur != nil && cur.From <= prev.Upto
+	out := &Joined{Flows: map[uint64]*FlowDist{}, Covered: covered}
 	if set == nil || cur == nil {
 		return out
 	}
@@ -83,7 +86,10 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 			}
 		}
 	}
-	m := matcher{w: w, start: start, rxLimit: rxLimit, prevMissing: prev == nil}
+	m := matcher{w: w, start: start, rxLimit: rxLimit, prevMissing: !covered}
+	if covered {
+		m.rxFrom = prev.From
+	}
 	for i := range set.Flows {
 		l := &set.Flows[i]
 		d := &FlowDist{}
@@ -101,6 +107,12 @@ type matcher struct {
 	start       int64
 	rxLimit     uint64
 	prevMissing bool
+	// rxFrom: the pieces hold no candidate received at or before it. A
+	// sample that could have been received by then (sent within guard of
+	// it: the window of the boundary before its interval was above
+	// T − guard) is left out whole, found or not, so that the delays kept
+	// do not lean towards the slow ones.
+	rxFrom int64
 }
 
 // join matches one list against the receiver's candidates that may hold
@@ -112,12 +124,18 @@ func (m *matcher) join(l *List, rx []Cand, found func(Cand, float64), lost, amb 
 		lo := smp.Q << l.Shift
 		hi := lo | span
 		tx := m.start + smp.TX
+		if !m.prevMissing && tx-m.w.Guard <= m.rxFrom {
+			continue
+		}
 		i := sort.Search(len(rx), func(i int) bool { return rx[i].S >= lo })
 		n := 0
 		var hit Cand
 		for ; i < len(rx) && rx[i].S <= hi; i++ {
+			// No upper bound: the two pieces end at the seal of the
+			// interval, and a packet slower than max_delay that still
+			// arrived in them was not lost (its delay is exact).
 			d := rx[i].TS - tx
-			if d >= -m.w.Guard && d <= m.w.MaxDelay+m.w.Guard {
+			if d >= -m.w.Guard {
 				n++
 				hit = rx[i]
 			}

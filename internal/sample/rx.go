@@ -7,69 +7,69 @@ import (
 )
 
 // RxStore is the receiver's per-capture-worker candidate collector. It
-// files candidates by receive time into pieces: piece b holds those
-// received in [b·T + max_delay, (b+1)·T + max_delay), so that every packet
-// the sender sent in interval I (received in [I·T − guard, (I+1)·T +
-// max_delay) when its delay is below max_delay and the clock offset below
-// guard) is in piece I−1 or I. Not safe for concurrent use.
+// files candidates by when they were received relative to the receiver's
+// sealing of intervals: piece I holds the candidates received after the
+// seal of interval I−1 and up to the seal of interval I, which happens when
+// the capture passes the end of I plus the hold window of that boundary.
+// Every packet the sender sent in interval I whose delay is below that
+// window (and whose packet is not flagged delay_beyond_window) is therefore
+// in piece I−1 or I, whatever the window (adaptive, up to max_delay), as
+// long as the window of the boundary before I is below T − guard; Join
+// checks that from the pieces' receive-time coverage. Not safe for
+// concurrent use.
 type RxStore struct {
 	cfg      Config
-	t, md    int64
 	limit    uint64
-	open     map[int64]*Cands
-	last     *Cands
+	open     *Cands
+	from     int64 // receive time the open piece's coverage starts after
+	maxTS    int64 // latest receive time seen (the capture's start before any)
 	cut      int64 // pieces up to this id were handed over
 	cutAny   bool
-	late     uint64
 	lastSize int
 }
 
-// NewRxStore files candidates for intervals of t ns and a max_delay of md ns.
-func NewRxStore(cfg Config, t, md int64) *RxStore {
-	return &RxStore{cfg: cfg, t: t, md: md, limit: limitOf(cfg.level()), open: map[int64]*Cands{}}
+// NewRxStore files candidates for the receiver's sealed intervals of a
+// capture that sees every packet received after start (Unix ns).
+func NewRxStore(cfg Config, start int64) *RxStore {
+	return &RxStore{cfg: cfg, limit: limitOf(cfg.level()), from: start, maxTS: start}
 }
 
-// Add considers one received packet.
+// Add considers one received packet. Call it after the packet went to the
+// interval builder, so that a packet that seals an interval goes to the
+// next piece.
 func (st *RxStore) Add(p *capture.Packet) {
+	st.maxTS = max(st.maxTS, p.TS)
 	s := Mix(p.PktHash)
 	if s >= st.limit {
 		return
 	}
-	b := intervalID(p.TS-st.md, st.t)
-	c := st.last
-	if c == nil || c.ID != b {
-		if st.cutAny && b <= st.cut {
-			st.late++ // its piece was handed over
-			return
-		}
-		c = st.open[b]
-		if c == nil {
-			c = &Cands{ID: b, Limit: st.limit, C: make([]Cand, 0, st.lastSize+st.lastSize/4+64)}
-			st.open[b] = c
-		}
-		st.last = c
+	c := st.open
+	if c == nil {
+		c = &Cands{Limit: st.limit, C: make([]Cand, 0, st.lastSize+st.lastSize/4+64)}
+		st.open = c
 	}
 	c.add(p, s, st.cfg.MaxCandidates)
 }
 
-// Cut hands every piece up to id to put (call it when the capture has
-// passed (id+1)·T + max_delay: the receiver's sealing of interval id).
+// Cut hands the candidates received since the last cut to put as piece id
+// (call it when the receiver seals interval id), with their receive-time
+// coverage (From, Upto]. A piece is handed over even when empty: it says
+// that nothing sampled arrived in its range.
 func (st *RxStore) Cut(id int64, put func(*Cands)) {
-	for b, c := range st.open {
-		if b <= id {
-			delete(st.open, b)
-			st.lastSize = max(st.lastSize, len(c.C))
-			put(c)
-		}
+	if st.cutAny && id <= st.cut {
+		return
 	}
-	if !st.cutAny || id > st.cut {
-		st.cut, st.cutAny = id, true
+	c := st.open
+	if c == nil {
+		c = &Cands{Limit: st.limit}
 	}
-	st.last = nil
+	c.ID = id
+	c.From, c.Upto = st.from, st.maxTS
+	st.lastSize = max(st.lastSize, len(c.C))
+	put(c)
+	st.open, st.from = nil, st.maxTS
+	st.cut, st.cutAny = id, true
 }
-
-// Late counts candidates that came after their piece was handed over.
-func (st *RxStore) Late() uint64 { return st.late }
 
 // Pieces holds one sender entry's receiver pieces (from all capture
 // workers) until the joins that need them are done: the join of interval I
@@ -98,9 +98,11 @@ func (ps *Pieces) Put(c *Cands) {
 	defer ps.mu.Unlock()
 	p := ps.m[c.ID]
 	if p == nil {
-		p = &piece{c: Cands{ID: c.ID, Limit: c.Limit}}
+		p = &piece{c: Cands{ID: c.ID, Limit: c.Limit, From: c.From, Upto: c.Upto}}
 		ps.m[c.ID] = p
 	}
+	// Several workers' pieces: covered only where every worker's is.
+	p.c.From, p.c.Upto = max(p.c.From, c.From), min(p.c.Upto, c.Upto)
 	p.c.merge(c)
 	if c.ID > ps.newest {
 		ps.newest = c.ID

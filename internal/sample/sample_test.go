@@ -83,7 +83,7 @@ func TestJoinExact(t *testing.T) {
 			}
 			rx := slices.Clone(tr)
 			slices.SortFunc(rx, func(a, b pkt) int { return int(a.rx - b.rx) })
-			st := NewRxStore(tc.cfg, T, md)
+			st := NewRxStore(tc.cfg, 0)
 			ps := NewPieces(16)
 			next := int64(0)
 			for i := range rx {
@@ -98,7 +98,9 @@ func TestJoinExact(t *testing.T) {
 				p.TS = rx[i].rx
 				st.Add(&p)
 			}
-			st.Cut(1<<40, ps.Put)
+			for ; next <= 4; next++ {
+				st.Cut(next, ps.Put)
+			}
 			var joined, lost, amb int
 			for id := int64(1); id <= 4; id++ {
 				j := Join(ps, id, sets[id], Window{T: T, MaxDelay: md, Guard: guard})
