@@ -109,7 +109,8 @@ func checkRealTruth(t *testing.T, res *RealResult) {
 // checkAcceptance asserts issue 16's acceptance on one pair: zero false
 // loss on loss-free flows of >= 100 packets, delay coverage >= 95 % and
 // median relative error <= 1 % for flows of >= 100 packets, every true
-// loss detected.
+// loss detected (or, in an interval flagged delay_beyond_window, withheld
+// under that status: the record says its loss is unknown, never zero).
 func checkAcceptance(t *testing.T, pr RealPairResult) {
 	t.Helper()
 	s := pr.Score
@@ -130,9 +131,10 @@ func checkAcceptance(t *testing.T, pr RealPairResult) {
 	if !(s.MedianRelBig <= 0.01) {
 		t.Errorf("%s: median relative delay error of flows with >= 100 packets %.4f, want <= 0.01", pr.Pair.Name, s.MedianRelBig)
 	}
-	if s.LossyDetected != s.Lossy {
-		t.Errorf("%s: %d of %d flows with true loss reported with loss", pr.Pair.Name, s.LossyDetected, s.Lossy)
+	if s.LossyDetected+s.LossyWithheld != s.Lossy {
+		t.Errorf("%s: %d of %d flows with true loss reported with loss (%d more flagged delay_beyond_window)", pr.Pair.Name, s.LossyDetected, s.Lossy, s.LossyWithheld)
 	}
+	t.Logf("%s: %d of %d flows with true loss reported with loss, %d flagged delay_beyond_window with their loss withheld", pr.Pair.Name, s.LossyDetected, s.Lossy, s.LossyWithheld)
 }
 
 func congestedPrecondition(t *testing.T, res *RealResult) {
@@ -155,7 +157,7 @@ func TestRealCongested(t *testing.T) {
 	t.Run("workaround_2s_900ms", func(t *testing.T) { checkAcceptance(t, res.Pairs[0]) })
 	t.Run("defaults", func(t *testing.T) {
 		if !enforced(enforceDefaultsCongested) {
-			t.Logf("NOT ENFORCED (enforceDefaultsCongested = true until exact assignment up to max_delay 1s is merged): defaults give %d/%d false loss on loss-free flows >= 100 packets, coverage %d/%d",
+			t.Logf("NOT ENFORCED (enforceDefaultsCongested = false until exact assignment up to max_delay 1s is merged): defaults give %d/%d false loss on loss-free flows >= 100 packets, coverage %d/%d",
 				res.Pairs[1].Score.FalseLossBig, res.Pairs[1].Score.BigLossFree, res.Pairs[1].Score.LossFreeBigCovered, res.Pairs[1].Score.BigLossFree)
 			return
 		}
@@ -201,7 +203,7 @@ func TestRealDeepQueue(t *testing.T) {
 	t.Run("workaround_3s_1400ms", func(t *testing.T) { checkAcceptance(t, res.Pairs[0]) })
 	t.Run("defaults", func(t *testing.T) {
 		if !enforced(enforceDefaultsCongested) {
-			t.Logf("NOT ENFORCED (enforceDefaultsCongested = true until exact assignment up to max_delay 1s is merged): defaults give %d/%d false loss on loss-free flows >= 100 packets, coverage %d/%d",
+			t.Logf("NOT ENFORCED (enforceDefaultsCongested = false until exact assignment up to max_delay 1s is merged): defaults give %d/%d false loss on loss-free flows >= 100 packets, coverage %d/%d",
 				res.Pairs[1].Score.FalseLossBig, res.Pairs[1].Score.BigLossFree, res.Pairs[1].Score.LossFreeBigCovered, res.Pairs[1].Score.BigLossFree)
 			return
 		}

@@ -113,6 +113,7 @@ type RealScore struct {
 	MedianRel100       float64 // 100-999
 	Lossy              int     // records with true loss
 	LossyDetected      int     // of those, a result with loss >= 0.5
+	LossyWithheld      int     // of those, flagged delay_beyond_window: loss withheld, not claimed absent
 	LossyBig           int
 	LossyBigDetected   int
 	Statuses           map[string]int // result records by status ("" left out)
@@ -625,8 +626,11 @@ func scoreReal(pr *RealPairResult) RealScore {
 			continue
 		}
 		s.Lossy++
-		if loss {
+		switch {
+		case loss:
 			s.LossyDetected++
+		case r != nil && r.Status == results.StatusBeyondWindow:
+			s.LossyWithheld++
 		}
 		if big {
 			s.LossyBig++
