@@ -96,7 +96,7 @@ type PerfOptions struct {
 	// Concurrent adds a trial with tcpdump and lds-sender (workers 1) on
 	// the interface at the same time, under one blast.
 	Concurrent bool
-	// MaxDelay sets max_delay on both daemons (0: the default, 50ms). It
+	// MaxDelay sets max_delay on both daemons (0: the default, 1s). It
 	// sizes the window of boundary fingerprints the sender sorts when an
 	// interval closes (a stall of its capture goroutine).
 	MaxDelay time.Duration
@@ -617,7 +617,7 @@ func vethCounters(t *PerfTopology) (vethStats, error) {
 // tool summary over repetitions.
 func (r *PerfResult) WriteMarkdown(w *bufio.Writer) error {
 	o := r.Opt
-	md := "50ms (default)"
+	md := "1s (default)"
 	if o.MaxDelay > 0 {
 		md = o.MaxDelay.String()
 	}
