@@ -112,8 +112,8 @@ type senderState struct {
 	// episode).
 	held      *estJob
 	inEpisode bool
-	mu        sync.Mutex
-	bound     string // sender id bound to a wildcard entry
+	mu        sync.Mutex // guards the fields below, and plan against Windows (the gRPC server's goroutines)
+	bound     string     // sender id bound to a wildcard entry
 	connected bool
 	final     []int64 // recent final interval ids, for HelloAck.have
 }
@@ -215,12 +215,16 @@ func (r *Receiver) Run(ctx context.Context) error {
 	defer release()
 	r.capStats = make([]workerStats, len(readers))
 	for _, s := range r.senders {
-		s.plan = interval.NewWindowPlan(r.params, len(readers))
+		plan := interval.NewWindowPlan(r.params, len(readers))
 		if r.opt.Replay {
 			// Files are read far ahead of estimation: let each boundary's
 			// window wait for the evidence of the intervals before it.
-			s.plan.Pace(replayPace)
+			plan.Pace(replayPace)
 		}
+		// The gRPC server may already ask for it (Windows).
+		s.mu.Lock()
+		s.plan = plan
+		s.mu.Unlock()
 	}
 	start := r.opt.CaptureStart
 	if start == 0 {
@@ -904,10 +908,16 @@ func (r *Receiver) Disconnected(sender string, err error) {
 // Windows gives the server the hold windows to tell sender (wire.windowed).
 func (r *Receiver) Windows(sender string) wire.WindowSource {
 	s, err := r.entryFor(sender)
-	if err != nil || s.plan == nil {
+	if err != nil {
 		return nil
 	}
-	return s.plan
+	s.mu.Lock()
+	plan := s.plan
+	s.mu.Unlock()
+	if plan == nil {
+		return nil
+	}
+	return plan
 }
 
 // FrameError implements wire.Handler.
