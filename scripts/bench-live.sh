@@ -6,7 +6,7 @@
 # size, alone and at the same time. It compares the kernel's own drop
 # counters (tcpdump's "dropped by kernel", lds-sender's
 # lds_capture_drops_total{reason="kernel"}) and CPU per packet
-# (internal/testbed/perf.go, TestLivePerfBench).
+# (test/e2e/perf.go, TestLivePerfBench).
 #
 # It writes the report into docs/testbed.md between the "bench-live report"
 # markers (section "Live capture performance") and keeps the run's files
@@ -67,7 +67,7 @@ for ring in $RINGS; do
 		set +e
 		LDS_PERF_BENCH=1 LDS_E2E_REQUIRED=1 LDS_PERF_PREFIX="$prefix" LDS_PERF_DIR="$OUT/run-$n" \
 			LDS_PERF_REPORT="$part" LDS_PERF_BLOCK_SIZE="$bs" LDS_PERF_NUM_BLOCKS="$nb" LDS_PERF_THREADS="$th" \
-			go test -count=1 -timeout 30m -run '^TestLivePerfBench$' -v ./internal/testbed/ >"$OUT/test-$n.log" 2>&1
+			go test -count=1 -timeout 30m -run '^TestLivePerfBench$' -v ./test/e2e/ >"$OUT/test-$n.log" 2>&1
 		st=$?
 		set -e
 		grep -E '^(--- |PASS|FAIL|ok )' "$OUT/test-$n.log" || true

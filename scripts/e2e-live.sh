@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e-live.sh runs the long live testbed (internal/testbed, TestLiveLong):
+# e2e-live.sh runs the long live testbed (test/e2e, TestLiveLong):
 # three network namespaces, the lds-linkem link emulator, lds-sender and
 # lds-receiver as real processes joined by mTLS gRPC, tcpdump at both taps
 # for ground truth. It writes the report into docs/testbed.md between the
@@ -38,7 +38,7 @@ echo "e2e-live: running (files in $OUT)"
 set +e
 LDS_E2E_LONG=1 LDS_E2E_REQUIRED=1 LDS_TESTBED_PREFIX="$prefix" LDS_TESTBED_DIR="$OUT/run" \
 	LDS_TESTBED_REPORT="$report" \
-	go test -count=1 -timeout 15m -run '^TestLiveLong$' -v ./internal/testbed/ 2>&1 | tee "$OUT/test.log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|live_test.go:[0-9]+: [a-z]'
+	go test -count=1 -timeout 15m -run '^TestLiveLong$' -v ./test/e2e/ 2>&1 | tee "$OUT/test.log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|live_test.go:[0-9]+: [a-z]'
 status=${PIPESTATUS[0]}
 set -e
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e-real.sh runs the long real-traffic testbed (internal/testbed,
+# e2e-real.sh runs the long real-traffic testbed (test/e2e,
 # TestRealLong): a sender host, a Linux router whose egress to the receiver
 # host is an HTB bottleneck of 20 Mbit/s, real TCP (iperf3, cubic), UDP,
 # ping and curl; lds-sender at the router's ingress and lds-receiver at the
@@ -45,7 +45,7 @@ echo "e2e-real: running, ${secs}s of traffic per run (files in $OUT)"
 set +e
 LDS_E2E_REAL_LONG=1 LDS_E2E_REQUIRED=1 LDS_REAL_SECONDS="$secs" LDS_REAL_PREFIX="$prefix" LDS_REAL_DIR="$OUT/run" \
 	LDS_TESTBED_REPORT="$report" \
-	go test -count=1 -timeout 30m -run '^TestRealLong$' -v ./internal/testbed/ 2>&1 | tee "$OUT/test.log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|real_test.go:[0-9]+: [a-zA-Z]'
+	go test -count=1 -timeout 30m -run '^TestRealLong$' -v ./test/e2e/ 2>&1 | tee "$OUT/test.log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|real_test.go:[0-9]+: [a-zA-Z]'
 status=${PIPESTATUS[0]}
 set -e
 

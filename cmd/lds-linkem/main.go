@@ -1,6 +1,6 @@
 // Command lds-linkem is a userspace link emulator: it relays Ethernet
 // frames between two interfaces with per-class delay distributions and
-// loss models (internal/linkem). It stands in for netem where there is
+// loss models (tools/linkem). It stands in for netem where there is
 // none, e.g. between the two taps of the live testbed (docs/testbed.md).
 package main
 
@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lds-net/lds/internal/cli"
-	"github.com/lds-net/lds/internal/linkem"
+	"github.com/lds-net/lds/tools/linkem"
 )
 
 func main() {

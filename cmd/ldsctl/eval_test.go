@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // TestEvalPerClass runs `ldsctl eval --config` on three hand-made flows:

@@ -12,10 +12,10 @@ import (
 	"strings"
 
 	"github.com/lds-net/lds/internal/cli"
-	"github.com/lds-net/lds/internal/eval"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/replay"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/eval"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 func cmdGen(args []string) error {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/cli"
-	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/replay"
+	"github.com/lds-net/lds/tools/join"
 )
 
 // cmdJoin is the exact alternative: join every packet of the two captures.

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/eval"
-	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/internal/testbed"
 	"github.com/lds-net/lds/internal/testutil"
 	"github.com/lds-net/lds/internal/testutil/ptp4l"
+	"github.com/lds-net/lds/test/e2e"
+	"github.com/lds-net/lds/tools/eval"
+	"github.com/lds-net/lds/tools/join"
 )
 
 // Addresses of the deployment: the hosts' management link (gRPC, PTP,
@@ -412,7 +412,7 @@ func tcpdump(t *testing.T, netns, dir, file string) func() {
 	}
 	defer lf.Close()
 	cmd := exec.Command("ip", "netns", "exec", netns, "tcpdump", "-n", "-i", "tap0", "-Q", dir, "-s", "256", "-B", "8192", "--immediate-mode", "-U",
-		"--time-stamp-precision=nano", "-Z", "root", "-w", file, "ip and src host "+testbed.SrcAddr.String())
+		"--time-stamp-precision=nano", "-Z", "root", "-w", file, "ip and src host "+e2e.SrcAddr.String())
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -446,14 +446,14 @@ func tcpdump(t *testing.T, netns, dir, file string) func() {
 // packets sent.
 func traffic(t *testing.T, netns string, T time.Duration, n int) (first, last int64, sent uint64) {
 	t.Helper()
-	tc := testbed.DefaultTraffic()
+	tc := e2e.DefaultTraffic()
 	tc.Flows, tc.PPS, tc.Duration = 40, 500, time.Duration(n+1)*T
 	begin := time.Now().Add(300 * time.Millisecond).Truncate(T).Add(T)
 	first = begin.UnixNano()/int64(T) + 1
 	last = first + int64(n) - 1
 	ctx, cancel := context.WithTimeout(context.Background(), tc.Duration+time.Minute)
 	defer cancel()
-	st, err := testbed.Generate(ctx, "/run/netns/"+netns, "tap0", begin, tc)
+	st, err := e2e.Generate(ctx, "/run/netns/"+netns, "tap0", begin, tc)
 	if err != nil || st.SendErrors != 0 {
 		t.Fatalf("traffic: %v, %+v", err, st)
 	}

@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/eval"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/replay"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/tools/eval"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // captures generates a small pair of captures with delays and some loss:

@@ -13,12 +13,12 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/eval"
 	"github.com/lds-net/lds/internal/export"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/sender"
+	"github.com/lds-net/lds/tools/eval"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // liveRun is a daemon-mode receiver (not replay: exporters drop rather

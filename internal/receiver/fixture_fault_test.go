@@ -15,10 +15,10 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/wire"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // faultFixture is a generated two-tap trace, its ground truth per interval

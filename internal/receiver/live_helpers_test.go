@@ -14,10 +14,10 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/sender"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // paced replays a capture in real time, as a live source: a packet is

@@ -18,12 +18,12 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/sender"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
 )
 
 // TestTwoSendersWithTheirOwnSelection: one receiver tap sees the traffic of

@@ -20,12 +20,12 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sender"
 	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
 )
 
 // TestRealPrometheusScrapesReceiver: a real Prometheus server scrapes a

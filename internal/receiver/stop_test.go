@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/eval"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/eval"
 )
 
 // TestGracefulStopFinalizesEverything: a receiver stopped (SIGTERM) in the

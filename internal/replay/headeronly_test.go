@@ -14,10 +14,10 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
 )
 
 // truncatePcap writes a copy of the pcap at src with every frame cut to

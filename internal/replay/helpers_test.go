@@ -8,8 +8,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lds-net/lds/internal/eval"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/eval"
 )
 
 func readJSONL(t *testing.T, path string) []results.FlowRecord {

@@ -13,9 +13,9 @@ import (
 	"github.com/lds-net/lds/internal/testutil"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/join"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
 )
 
 // scenario: delays up to just below max_delay (many packets straddle

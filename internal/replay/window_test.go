@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // TestReplayDelaysBeyondTheWindow replays traces whose one-way delays are

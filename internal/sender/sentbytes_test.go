@@ -15,10 +15,10 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/wire"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // countingStream adds the protobuf size of every message the receiver's

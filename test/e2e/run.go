@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"bytes"
@@ -18,12 +18,12 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/eval"
-	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/join"
-	"github.com/lds-net/lds/internal/linkem"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/eval"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
+	"github.com/lds-net/lds/tools/linkem"
 )
 
 // Options of one testbed run.

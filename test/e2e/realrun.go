@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"context"
@@ -21,12 +21,12 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/eval"
-	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/join"
-	"github.com/lds-net/lds/internal/linkem"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/eval"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
+	"github.com/lds-net/lds/tools/linkem"
 )
 
 // RealCongestionControl is the iperf3 TCP streams' congestion control:

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // classCfg: gold = src 10.0.0.0/15 (weight 100); silver = src 10.2.0.0/15

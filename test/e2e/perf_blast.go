@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lds-net/lds/internal/linkem"
+	"github.com/lds-net/lds/tools/linkem"
 )
 
 // BlastConfig shapes the packet blaster of the live performance runs:

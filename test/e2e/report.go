@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lds-net/lds/internal/linkem"
+	"github.com/lds-net/lds/tools/linkem"
 )
 
 // WriteMarkdown writes the run's report: setup, what the emulator and the

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // TestJoinEqualsGeneratorTruth: joining the two captures packet by packet

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/match"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // DefaultClassName names the class of flows no weight rule matches (weight 1)

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 func f64(v float64) *float64 { return &v }

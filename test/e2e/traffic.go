@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lds-net/lds/internal/linkem"
+	"github.com/lds-net/lds/tools/linkem"
 )
 
 // TrafficConfig shapes the generator's traffic: Flows flows from SrcAddr

@@ -11,9 +11,9 @@ import (
 	"sort"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // Flow is the truth about one flow in one interval (by send time).

@@ -9,7 +9,7 @@
 // tens of µs on an idle core (see docs/testbed.md for measured numbers).
 //
 // It exists because this machine has no netem: the live end-to-end test
-// (internal/testbed) needs a link with known, controllable delay and loss
+// (test/e2e) needs a link with known, controllable delay and loss
 // between the two taps of lds.
 package linkem
 

@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lds-net/lds/internal/linkem"
+	"github.com/lds-net/lds/tools/linkem"
 )
 
 // proc is a child process running in a namespace (ip netns exec execs

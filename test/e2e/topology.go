@@ -1,11 +1,11 @@
-// Package testbed runs lds end to end on real kernel links: three network
+// Package e2e runs lds end to end on real kernel links: three network
 // namespaces src — mid — dst joined by veth pairs, the link emulator
 // (cmd/lds-linkem) relaying mid's two veths at L2 with configured delay
 // and loss, lds-sender tapping mid's ingress veth, lds-receiver tapping
 // dst's ingress veth, joined by gRPC over mTLS on a separate control link,
 // a Go traffic generator in src, and tcpdump at both taps for ground truth
-// (internal/join). See docs/testbed.md.
-package testbed
+// (tools/join). See docs/testbed.md.
+package e2e
 
 import (
 	"errors"

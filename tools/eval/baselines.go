@@ -8,9 +8,9 @@ import (
 
 	"github.com/lds-net/lds/internal/heapq"
 
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // ExactLabel names the run built by joining every packet (zero error by

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // slicePackets turns a send-ordered slice into a Packets iterator.

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/gen"
-	"github.com/lds-net/lds/internal/join"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
 )
 
 // PacketDelay is the fate of one sender-tap packet: the per-packet truth
@@ -81,7 +81,7 @@ type JoinCounts struct {
 // hash, packet hash; cfg.Identity must be the one both daemons use) and
 // streams each sender-tap packet with its receive time or its loss, in the
 // sender capture's order. Identities seen twice at the sender are left out
-// (not joinable), as internal/join does, so the per-packet stream
+// (not joinable), as tools/join does, so the per-packet stream
 // aggregates to join.Files' truth.
 //
 // It reads the sender capture twice and the receiver capture once

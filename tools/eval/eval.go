@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lds-net/lds/internal/gen"
 	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
 )
 
 // BaselineLabel names the run that gives every flow the mean delay of all
