@@ -168,7 +168,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	s := Select(&Cands{Limit: 1 << 60, C: []Cand{{Flow: 1, S: 5, TS: 10}, {Flow: 1, S: 99, TS: 20}, {Flow: 2, S: 7, TS: 30}}}, 0, DefaultConfig())
+	s := Select(&Cands{Limit: 1 << 60, Drop: 28, T: 1e9, C: []TxCand{{Flow: 1, X: 5<<32 | 10}, {Flow: 1, X: 99<<32 | 20}, {Flow: 2, X: 7<<32 | 30}}}, 0, DefaultConfig())
 	b, _ := s.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{1, 0, 0})
