@@ -17,6 +17,7 @@ func BenchmarkSamplerAdd(b *testing.B) {
 		pkts[i] = capture.Packet{FlowHash: uint64(i % 512), PktHash: Mix(uint64(i) * 0x9e3779b97f4a7c15)}
 	}
 	b.ReportAllocs()
+	done := testutil.CPUMeter(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p := &pkts[i&4095]
@@ -26,6 +27,7 @@ func BenchmarkSamplerAdd(b *testing.B) {
 		}
 		sm.Add(p)
 	}
+	done()
 }
 
 // BenchmarkJoin: the receiver's join at the paper's load, 150k flows in
