@@ -87,7 +87,7 @@ func checkRealTruth(t *testing.T, res *RealResult) {
 	}
 }
 
-// checkAcceptance asserts issue 16's acceptance on one pair: zero false
+// checkAcceptance asserts the real-traffic acceptance on one pair: zero false
 // loss on loss-free flows of >= 100 packets, delay coverage >= 95 % and
 // median relative error <= 1 % for flows of >= 100 packets, every true
 // loss detected (or, in an interval flagged delay_beyond_window, withheld
@@ -95,7 +95,7 @@ func checkRealTruth(t *testing.T, res *RealResult) {
 func checkAcceptance(t *testing.T, pr RealPairResult) { checkPair(t, pr, true) }
 
 // checkComparison holds a comparison pair (longer intervals and a
-// max_delay set by hand, not the issue's defaults) to the same lines but
+// max_delay set by hand, not the defaults) to the same lines but
 // coverage, which it logs: its intervals are two or three times longer,
 // so each interval flagged at the onset of congestion weighs two or three
 // times as much in a short run.
