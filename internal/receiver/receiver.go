@@ -395,9 +395,9 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 
 // captureLoop is one capture worker: the receiver's callbacks of the
 // shared loop (internal/tap) hand each packet to every sender entry whose
-// selection it matches. It never waits on the
-// network or on estimation, only (in replay) on a full channel to the
-// matcher, which keeps memory bounded.
+// selection it matches. It never waits on the network or on estimation,
+// only (in replay) on a full channel to the matcher, which keeps memory
+// bounded.
 func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
 	builders := make([]*interval.RxBuilder, len(r.senders))
 	emitters := make([]func(*interval.Sealed), len(r.senders))
