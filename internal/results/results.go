@@ -39,9 +39,10 @@ type FlowRecord struct {
 	Spike     bool     `json:"spike,omitempty"`                // latency spike against the flow's baseline
 	Status    string   `json:"status,omitempty"`               // "", or why no delay is given
 	// LossPoint is the decoding estimator's point estimate of lost packets.
-	// Loss is it where it reaches sketch.LossSupportMin packets, else 0,
-	// never above LossBound nor below what the flow's own cells or
-	// samples prove (docs/decode.md, "Loss and packets").
+	// Loss is it where it reaches sketch.LossSupportMin packets (below,
+	// it divided by that, under one packet), never above LossBound nor
+	// below what the flow's own cells or samples prove (docs/decode.md,
+	// "Loss and packets").
 	LossPoint *float64 `json:"loss_point,omitempty"`
 
 	// Delay quantiles from exactly joined packet samples (DESIGN.md §6,

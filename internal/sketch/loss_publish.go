@@ -3,6 +3,7 @@ package sketch
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // AloneLoss returns, per candidate of comp (same order), the lost packets
@@ -60,24 +61,28 @@ func AloneLoss(snd, rcv *LDS, comp []FlowComposition) ([]float64, error) {
 	return out, nil
 }
 
-// LossSupportMin is the smallest point estimate of lost packets that
-// PublishedLoss passes on, in packets. Below it the count deficits do not
-// tell a flow that lost a packet from one that shares its cells with
-// another flow's lost packet: deficit sharing gives a loss-free flow of a
-// few hundred packets about one packet when both its p = 1 rows hold a
-// deficit cell (docs/RESULTS.md §3), while a flow that really lost a few
-// per cent of 100 packets or more comes out at 2 packets and above.
+// LossSupportMin is the point estimate of lost packets from which
+// PublishedLoss passes it on unchanged, in packets. Below it the count
+// deficits do not tell a flow that lost a packet from one that shares its
+// cells with another flow's lost packet: deficit sharing gives a loss-free
+// flow of a few hundred packets about one packet when both its p = 1 rows
+// hold a deficit cell (docs/RESULTS.md §3), while a flow that really lost
+// a few per cent of 100 packets or more comes out at 2 packets and above.
 const LossSupportMin = 1.5
 
 // PublishedLoss composes the loss the receiver publishes from decode's
 // point estimate, the count-min bound and AloneLoss: the point estimate,
 // never above the bound (which is never below the truth while a row is
-// unsampled), where it reaches LossSupportMin, else 0; and never below
-// what the flow's own cells prove (alone, within the bound).
+// unsampled), divided by LossSupportMin where it is below LossSupportMin
+// (so that an unsupported estimate stays below one packet); and never
+// below what the flow's own cells prove (alone, within the bound).
 func PublishedLoss(point, bound, alone float64) float64 {
 	v := min(point, bound)
-	if !(v >= LossSupportMin) { // also NaN
+	switch {
+	case math.IsNaN(v):
 		v = 0
+	case v < LossSupportMin:
+		v /= LossSupportMin
 	}
 	return max(v, min(alone, bound))
 }
