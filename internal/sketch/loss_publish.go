@@ -48,8 +48,10 @@ func AloneLoss(snd, rcv *LDS, comp []FlowComposition) ([]float64, error) {
 			c := snd.rowCol(comp[i].Flow, r)
 			var lost float64
 			for range k {
-				if s, v := snd.cells[base+c].N, rcv.cells[base+c].N; cover[c] == 1 && s > v {
-					lost += float64(s-v) / w
+				if cover[c] == 1 { // rare at load: the cells are read only then
+					if s, v := snd.cells[base+c].N, rcv.cells[base+c].N; s > v {
+						lost += float64(s-v) / w
+					}
 				}
 				if c++; c == C {
 					c = 0

@@ -94,3 +94,25 @@ func TestAloneLoss(t *testing.T) {
 		t.Error("a missing sketch is accepted")
 	}
 }
+
+// BenchmarkAloneLoss: the decode benchmark's 150k flows
+// (benchDecodeInput), beside EstimateDecode's time an interval.
+func BenchmarkAloneLoss(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		p    Params
+	}{
+		{"150k_4x17500_k1", Params{Rows: 4, Columns: 17500, VLDA: 1}},
+		{"150k_4x17500_k5_multibank", Params{Rows: 4, Columns: 17500, VLDA: 5, Sampling: []float64{0.01, 0.1, 0.5, 1}}},
+	} {
+		snd, rcv, comp := benchDecodeInput(b, c.p, 150000)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := AloneLoss(snd, rcv, comp); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
