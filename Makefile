@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # under the race detector (cgo: gcc).
 RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/ ./internal/tap/
 # Debian packages the tests use for real components (installed when run as root).
-DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl iperf3 iputils-ping
+DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl iperf3 iputils-ping jq
 
 .PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint generate deps install clean eval-paper e2e-live e2e-deploy e2e-real
 
