@@ -92,9 +92,13 @@ type Receiver struct {
 	done     chan struct{} // closed when Run returns: stream handlers stop waiting
 }
 
+// senderMsg is what a sender's stream hands its match loop: an interval,
+// the intervals a seq gap voided, or the end of the stream.
 type senderMsg struct {
-	res  *wire.Result
-	gone bool
+	si     *interval.SenderInterval
+	meta   interval.SenderMeta
+	voided []int64
+	gone   bool
 }
 
 type senderState struct {
@@ -572,20 +576,15 @@ func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) e
 				}
 				continue
 			}
-			res := msg.res
-			if res.VoidedOK {
-				ids := res.VoidedIDs
-				if len(ids) == 0 {
-					ids = []int64{res.Voided}
-				}
+			if ids := msg.voided; len(ids) > 0 {
 				for range ids {
 					r.metrics.IntervalOutcome(s.name(), results.OutcomeVoidedGap)
 				}
 				r.log.Warn("intervals voided by a seq gap (the sender resends them after a reconnect)", "sender", s.name(), "intervals", ids)
 				continue
 			}
-			r.metrics.SketchBytes(s.name(), int(res.Meta.SketchBytes))
-			if !s.m.AddSender(res.Interval, res.Meta, time.Now(), emit) {
+			r.metrics.SketchBytes(s.name(), int(msg.meta.SketchBytes))
+			if !s.m.AddSender(msg.si, msg.meta, time.Now(), emit) {
 				r.metrics.IntervalOutcome(s.name(), results.OutcomeDuplicate)
 			}
 		case <-tick.C:
@@ -877,8 +876,12 @@ func (r *Receiver) Interval(sender string, res *wire.Result) error {
 	if err != nil {
 		return err
 	}
+	msg := senderMsg{voided: res.Voided}
+	if res.Kind == wire.Complete {
+		msg.si, msg.meta = senderInterval(res.Interval)
+	}
 	select {
-	case s.in <- senderMsg{res: res}:
+	case s.in <- msg:
 		return nil
 	case <-r.done:
 		return errors.New("receiver shutting down")
