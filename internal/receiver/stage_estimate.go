@@ -97,9 +97,6 @@ func (p *estStage) runEmitter(emit func(*estJob)) {
 
 // estimateJob is what the estimate stage's workers run.
 func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
-	if j.tick {
-		return nil, nil
-	}
 	defer j.mt.Release() // the receiver's sketches go back to its capture pool
 	// Estimations running side by side (a replay's burst) share the
 	// cores: decode's two-goroutine solves wait for each other at every
