@@ -13,9 +13,10 @@ import (
 // (s.sealed) and what the sender's stream decoded (s.fromStream), merges
 // the workers' parts of each interval, matches both ends, and submits every
 // final interval (and a tick a second) to the estimate stage. It ends
-//   - at a stop request: it stops reading the stream, drains s.sealed
-//     until the capture workers have closed it, and finalizes everything
-//     pending;
+//   - at a stop request: it stops reading the stream, closes the hold
+//     window plan (no capture worker waits for evidence any more), drains
+//     s.sealed until the capture workers have closed it, and finalizes
+//     everything pending;
 //   - in a replay: once capture has ended, the sender's stream has closed
 //     and nothing is pending;
 //
@@ -45,18 +46,20 @@ func (r *Receiver) matchStage(ctx context.Context, s *senderState, est *estStage
 		}
 		select {
 		case <-ctx.Done():
-			// No more sender intervals are read: what waits for one is
-			// final now, which also gives the capture workers the evidence
-			// their hold windows may wait for. The workers seal what they
-			// hold and close s.sealed: nothing captured is dropped
-			// silently at SIGTERM.
-			s.m.SenderGone(time.Now(), emit)
+			// Capture's hold windows stop waiting for the evidence of
+			// intervals this stage will not finalize before the drain
+			// ends (a replay paces them). The workers seal what they hold
+			// and close s.sealed: nothing captured is dropped silently at
+			// SIGTERM. Then everything pending is final.
+			s.plan.Close()
 			if sealed != nil {
 				for sl := range sealed {
 					_ = addSealed(sl) // merging fails only on a worker's bug; the rest still counts
 				}
 			}
-			s.m.RxGone(time.Now(), emit)
+			now := time.Now()
+			s.m.RxGone(now, emit)
+			s.m.SenderGone(now, emit)
 			return nil
 		case sl, ok := <-sealed:
 			if !ok {
