@@ -2,13 +2,13 @@ package receiver
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/tap"
 )
 
 // runStages starts, in g, the stages an interval goes through after
@@ -23,7 +23,7 @@ import (
 // replay, once everything is final; it closes its estimate stage's
 // input; the emitters end once it is drained, and the last one to end
 // closes r.toPublish. In a replay the publish stage then stops the gRPC
-// server and returns errDone, which ends Run's other goroutines.
+// server and returns tap.ErrDone, which ends Run's other goroutines.
 func (r *Receiver) runStages(ctx context.Context, g *errgroup.Group, srv *grpc.Server, captureWorkers int) {
 	r.toPublish = make(chan *results.Interval)
 	var emitters sync.WaitGroup
@@ -53,9 +53,6 @@ func (r *Receiver) runStages(ctx context.Context, g *errgroup.Group, srv *grpc.S
 		}
 		// Every interval is published: a replay is done.
 		srv.GracefulStop()
-		return errDone
+		return tap.ErrDone
 	})
 }
-
-// errDone ends a replay's errgroup once every interval is published.
-var errDone = errors.New("replay finished")

@@ -1,5 +1,5 @@
 // Package results holds the records the receiver publishes: one FlowRecord
-// per (interval, flow) — the JSONL contract of DESIGN.md §6 — and one
+// per (interval, flow) — the JSONL contract of docs/results.md — and one
 // LinkRecord per (interval, traffic class) for the LDA figures. It is a leaf:
 // the receiver produces these, and the metrics, API and eval packages read them.
 package results
@@ -12,7 +12,7 @@ import (
 )
 
 // FlowRecord is one line of the results JSONL. The fields up to CI95NS are
-// the contract (DESIGN.md §6) and never change meaning; fields after it may be
+// the contract (docs/results.md) and never change meaning; fields after it may be
 // added. Pointer fields are null in JSON where no estimate exists.
 type FlowRecord struct {
 	Interval int64    `json:"interval"`  // interval id = floor(sender ns / T)
@@ -42,7 +42,7 @@ type FlowRecord struct {
 	// (Loss stays the conservative count-min bound).
 	LossPoint *float64 `json:"loss_point,omitempty"`
 
-	// Delay quantiles from exactly joined packet samples (DESIGN.md §6,
+	// Delay quantiles from exactly joined packet samples (docs/results.md,
 	// docs/sampling.md): null below sample.MinP50/MinP90/MinP99 samples.
 	P50NS        *float64 `json:"p50_ns"`
 	P90NS        *float64 `json:"p90_ns"`
