@@ -624,41 +624,83 @@ func scaleOdds(seen bool, recv float64) float64 {
 // the unknown. Only flows whose count-min bound is positive take part, and
 // only the rows with p = 1 when there are any.
 func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []float64 {
-	k, C := d.k, d.cols
 	out := make([]float64, len(flows))
-	// A flow's lost packets are a realized count: a p = 1 row holds all of
-	// them, a sampled row only a binomial share. Use the exact rows alone
-	// when there are any.
-	rows := d.exact
-	if len(rows) == 0 {
-		rows = make([]int, d.rows)
-		for r := range rows {
-			rows[r] = r
-		}
-	}
-	nCand := 0
-	for i := range flows {
-		if warm[i].Loss > 0 {
-			nCand++
-		}
-	}
-	if nCand == 0 {
-		return out
-	}
-	cand := make([]int32, 0, nCand)
+	var cand []int32
 	for i := range flows {
 		if warm[i].Loss > 0 {
 			cand = append(cand, int32(i))
 		}
 	}
-	// The interval's loss odds, from the whole first used row.
+	if len(cand) == 0 {
+		return out
+	}
+	rows := d.lossRows()
+	em := d.lossSystem(flows, warm, cand, rows, d.lossOdds(rows[0]))
+	em.compact()
+	em.run(max(1, min(d.opt.MaxIter, lossIter)))
+	for j, i := range cand {
+		if em.seen[j] {
+			out[i] = em.th[j] * d.recv[d.inv[i]]
+		} else {
+			out[i] = em.th[j]
+		}
+	}
+	return out
+}
+
+// lossRows returns the rows the loss EM uses. A flow's lost packets are a
+// realized count: a p = 1 row holds all of them, a sampled row only a
+// binomial share. Use the exact rows alone when there are any.
+func (d *lsDecoder) lossRows() []int {
+	if len(d.exact) > 0 {
+		return d.exact
+	}
+	rows := make([]int, d.rows)
+	for r := range rows {
+		rows[r] = r
+	}
+	return rows
+}
+
+// lossOdds returns the interval's loss odds, from the whole of row r.
+func (d *lsDecoder) lossOdds(r int) float64 {
+	C := int(d.cols)
 	var sn, rn float64
-	for c := 0; c < int(C); c++ {
-		gi := rows[0]*int(C) + c
+	for c := 0; c < C; c++ {
+		gi := r*C + c
 		sn += float64(d.pairs[gi].n)
 		rn += float64(d.pairs[gi].rn)
 	}
-	rho := max(0, sn-rn) / max(1, rn)
+	return max(0, sn-rn) / max(1, rn)
+}
+
+// lossEM is the loss system of the candidates (flows with a positive
+// count-min bound) and the EM's state.
+type lossEM struct {
+	// per candidate j
+	th        []float64 // the unknown: odds θ (seen) or lost packets ℓ (never seen)
+	ub        []float64 // its bound (the count-min bound, in the unknown's units)
+	seen      []bool    // the receiver saw the flow
+	stepScale []float64 // lost packets per unit of the unknown
+	den       []float64 // Σ of its coefficients: the EM's fixed denominators
+	eStart    []int32   // entries eStart[j]..eStart[j+1]
+	// per entry: cell (deficit index) and coefficient
+	ec   []int32
+	ea   []float64
+	cDef []float64 // per deficit index: the cell's count deficit
+	// the MAP prior: Gamma at the interval's loss odds
+	pa, pb float64
+
+	// compact: only the entries in cells with a deficit (compact numbering)
+	actStart []int32
+	actC     []int32
+	actA     []float64
+	def      []float64 // deficit of each compact cell
+}
+
+// lossSystem sets up the candidates' entries and start values.
+func (d *lsDecoder) lossSystem(flows []FlowComposition, warm []FlowEstimate, cand []int32, rows []int, rho float64) *lossEM {
+	k, C := d.k, d.cols
 	per := len(rows) * k
 	// Global cell -> deficit index (-1: none yet); an array, as a map
 	// costs more than the EM itself.
@@ -666,19 +708,30 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	for i := range cmap {
 		cmap[i] = -1
 	}
-	cDef := make([]float64, 0, min(len(cmap), len(cand)*per))
-	ec := make([]int32, 0, len(cand)*per)
-	ea := make([]float64, 0, len(cand)*per)
-	eStart := make([]int32, len(cand)+1) // candidate j: entries eStart[j]..eStart[j+1]
-	th := make([]float64, len(cand))
-	ub := make([]float64, len(cand))
-	seen := make([]bool, len(cand))
+	n := len(cand)
+	em := &lossEM{
+		cDef:      make([]float64, 0, min(len(cmap), n*per)),
+		ec:        make([]int32, 0, n*per),
+		ea:        make([]float64, 0, n*per),
+		eStart:    make([]int32, n+1),
+		th:        make([]float64, n),
+		ub:        make([]float64, n),
+		seen:      make([]bool, n),
+		stepScale: make([]float64, n),
+		den:       make([]float64, n),
+		// MAP rather than ML: a Gamma prior on θ_f at the interval's loss
+		// odds, worth lossPriorPackets delivered packets. Without it a
+		// small flow that happens to share a cell with a big flow's lost
+		// packets can claim them (its odds are free to be huge).
+		pa: rho * lossPriorPackets,
+		pb: float64(lossPriorPackets),
+	}
 	for j, i := range cand {
 		f := flows[i].Flow
 		h1, h2 := d.snd.flowCols(f)
 		fi := d.inv[i] // internal index
 		recv, w := d.recv[fi], d.w[fi]
-		seen[j] = recv > 0
+		em.seen[j] = recv > 0
 		for _, r := range rows {
 			col := fastMod(h1+uint64(r)*h2, d.snd.cmod, C)
 			for o := 0; o < k; o++ {
@@ -689,117 +742,116 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 				gi := uint64(r)*C + c
 				id := cmap[gi]
 				if id < 0 {
-					id = int32(len(cDef))
+					id = int32(len(em.cDef))
 					cmap[gi] = id
-					cDef = append(cDef, max(0, float64(d.pairs[gi].n-d.pairs[gi].rn)))
+					em.cDef = append(em.cDef, max(0, float64(d.pairs[gi].n-d.pairs[gi].rn)))
 				}
 				a := w * d.rate[r] / float64(k)
-				if seen[j] {
+				if em.seen[j] {
 					a = w * float64(flows[i].Cells[r*k+o])
 				}
 				if a == 0 {
-					continue // adds nothing to the EM sums below
+					continue // adds nothing to the EM sums
 				}
-				ec = append(ec, id)
-				ea = append(ea, a)
+				em.ec = append(em.ec, id)
+				em.ea = append(em.ea, a)
 			}
 		}
-		eStart[j+1] = int32(len(ec))
+		em.eStart[j+1] = int32(len(em.ec))
 		// Unknown: odds θ (seen) or lost packets ℓ (never seen).
 		scale := 1.0
-		if seen[j] {
+		if em.seen[j] {
 			scale = 1 / recv
 		}
-		ub[j] = math.Inf(1)
+		em.ub[j] = math.Inf(1)
 		if len(d.exact) > 0 {
-			ub[j] = warm[i].Loss * scale
+			em.ub[j] = warm[i].Loss * scale
 		}
-		th[j] = min(ub[j], rho*scale/max(1e-300, scaleOdds(seen[j], recv)))
+		em.th[j] = min(em.ub[j], rho*scale/max(1e-300, scaleOdds(em.seen[j], recv)))
+		// A step is in lost packets: odds times the packets delivered for
+		// a seen flow, packets already for one never seen.
+		em.stepScale[j] = 1
+		if em.seen[j] {
+			em.stepScale[j] = recv
+		}
 	}
-	// MAP rather than ML: a Gamma prior on θ_f at the interval's loss odds,
-	// worth lossPriorPackets delivered packets. Without it a small flow
-	// that happens to share a cell with a big flow's lost packets can
-	// claim them (its odds are free to be huge).
-	pa, pb := rho*lossPriorPackets, float64(lossPriorPackets)
-	// A cell without a deficit adds a·0/m = +0 to a flow's share: only the
-	// entries in cells with a deficit take part in the iterations; the
-	// denominators are fixed.
-	den := make([]float64, len(cand))
+	return em
+}
+
+// compact numbers the cells with a deficit compactly and keeps only the
+// entries in them. A cell without a deficit adds a·0/m = +0 to a flow's
+// share: only the entries in cells with a deficit take part in the
+// iterations; the denominators are fixed. The iterations touch only those
+// cells (at 0.1 % loss ~2 % of the candidates' cells): numbered compactly,
+// their running sums stay in L1 and the per-iteration clear is small.
+func (em *lossEM) compact() {
+	n := len(em.th)
 	nAct := 0
-	for j := range cand {
-		for e := eStart[j]; e < eStart[j+1]; e++ {
-			den[j] += ea[e]
-			if cDef[ec[e]] > 0 {
+	for j := range n {
+		for e := em.eStart[j]; e < em.eStart[j+1]; e++ {
+			em.den[j] += em.ea[e]
+			if em.cDef[em.ec[e]] > 0 {
 				nAct++
 			}
 		}
 	}
-	// The iterations touch only the cells with a deficit (at 0.1 % loss
-	// ~2 % of the candidates' cells): numbered compactly, their running
-	// sums stay in L1 and the per-iteration clear is small.
-	actStart := make([]int32, len(cand)+1)
-	actC := make([]int32, 0, nAct)
-	actA := make([]float64, 0, nAct)
-	defID := make([]int32, len(cDef))
-	var def []float64 // deficit of each compact cell
-	for j := range cand {
-		for e := eStart[j]; e < eStart[j+1]; e++ {
-			if c := ec[e]; cDef[c] > 0 {
+	em.actStart = make([]int32, n+1)
+	em.actC = make([]int32, 0, nAct)
+	em.actA = make([]float64, 0, nAct)
+	defID := make([]int32, len(em.cDef))
+	for j := range n {
+		for e := em.eStart[j]; e < em.eStart[j+1]; e++ {
+			if c := em.ec[e]; em.cDef[c] > 0 {
 				if defID[c] == 0 {
-					def = append(def, cDef[c])
-					defID[c] = int32(len(def)) // id + 1
+					em.def = append(em.def, em.cDef[c])
+					defID[c] = int32(len(em.def)) // id + 1
 				}
-				actC = append(actC, defID[c]-1)
-				actA = append(actA, ea[e])
+				em.actC = append(em.actC, defID[c]-1)
+				em.actA = append(em.actA, em.ea[e])
 			}
 		}
-		actStart[j+1] = int32(len(actC))
+		em.actStart[j+1] = int32(len(em.actC))
 	}
-	// A step is in lost packets: odds times the packets delivered for a
-	// seen flow, packets already for one never seen.
-	stepScale := make([]float64, len(cand))
-	for j, i := range cand {
-		stepScale[j] = 1
-		if seen[j] {
-			stepScale[j] = d.recv[d.inv[i]]
-		}
+}
+
+// update returns candidate j's new value given its share num.
+func (em *lossEM) update(j int, num float64) float64 {
+	var nt float64
+	if em.seen[j] {
+		nt = (em.th[j]*num + em.pa) / (em.den[j] + em.pb)
+	} else if em.den[j] > 0 {
+		nt = em.th[j] * num / em.den[j]
 	}
-	// A candidate with no entry in a cell with a deficit gets num = 0 in
-	// every iteration: it takes its final value, the prior's share (seen)
-	// or 0 (never seen), in the first and keeps it. Only the others iterate
-	// (about half of the candidates with a positive bound in the
-	// benchmark's 150k flows at 0.1 % loss); their first iteration's
-	// largest step includes the fixed ones', so the stopping rule sees
-	// what it saw over every candidate and the result is bit for bit that
-	// of iterating them all.
-	update := func(j int, num float64) float64 { // candidate j's new value
-		var nt float64
-		if seen[j] {
-			nt = (th[j]*num + pa) / (den[j] + pb)
-		} else if den[j] > 0 {
-			nt = th[j] * num / den[j]
-		}
-		nt = min(ub[j], nt)
-		return nt
-	}
+	return min(em.ub[j], nt)
+}
+
+// run iterates the EM at most iters times. A candidate with no entry in a
+// cell with a deficit gets num = 0 in every iteration: it takes its final
+// value, the prior's share (seen) or 0 (never seen), in the first and
+// keeps it. Only the others iterate (about half of the candidates with a
+// positive bound in the benchmark's 150k flows at 0.1 % loss); their first
+// iteration's largest step includes the fixed ones', so the stopping rule
+// sees what it saw over every candidate and the result is bit for bit that
+// of iterating them all.
+func (em *lossEM) run(iters int) {
+	th := em.th
 	var movedFixed float64
-	act := make([]int32, 0, len(cand))
-	for j := range cand {
-		if actStart[j+1] > actStart[j] {
+	act := make([]int32, 0, len(th))
+	for j := range th {
+		if em.actStart[j+1] > em.actStart[j] {
 			act = append(act, int32(j))
 			continue
 		}
-		nt := update(j, 0)
-		movedFixed = max(movedFixed, math.Abs(nt-th[j])*stepScale[j])
+		nt := em.update(j, 0)
+		movedFixed = max(movedFixed, math.Abs(nt-th[j])*em.stepScale[j])
 		th[j] = nt
 	}
-	mean := make([]float64, len(def))
-	iters := max(1, min(d.opt.MaxIter, lossIter))
+	mean := make([]float64, len(em.def))
 	for it := 0; it < iters; it++ {
 		clear(mean)
 		for _, j := range act {
-			for e := actStart[j]; e < actStart[j+1]; e++ {
-				mean[actC[e]] += actA[e] * th[j]
+			for e := em.actStart[j]; e < em.actStart[j+1]; e++ {
+				mean[em.actC[e]] += em.actA[e] * th[j]
 			}
 		}
 		var moved float64
@@ -808,14 +860,14 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 		}
 		for _, j := range act {
 			var num float64
-			for e := actStart[j]; e < actStart[j+1]; e++ {
-				c := actC[e]
+			for e := em.actStart[j]; e < em.actStart[j+1]; e++ {
+				c := em.actC[e]
 				if m := mean[c]; m > 0 {
-					num += actA[e] * def[c] / m
+					num += em.actA[e] * em.def[c] / m
 				}
 			}
-			nt := update(int(j), num)
-			if step := math.Abs(nt-th[j]) * stepScale[j]; step > moved {
+			nt := em.update(int(j), num)
+			if step := math.Abs(nt-th[j]) * em.stepScale[j]; step > moved {
 				moved = step
 			}
 			th[j] = nt
@@ -826,12 +878,4 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 			break
 		}
 	}
-	for j, i := range cand {
-		if seen[j] {
-			out[i] = th[j] * d.recv[d.inv[i]]
-		} else {
-			out[i] = th[j]
-		}
-	}
-	return out
 }
