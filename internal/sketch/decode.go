@@ -234,6 +234,12 @@ func EstimateDecodeAndPaper(snd, rcv *LDS, flows []FlowComposition, opt DecodeOp
 
 // estimateDecode is EstimateDecode, also returning the solved system (for
 // tests); a non-nil paper (len(flows)) receives the paper's estimates.
+//
+// The stages run in a fixed order; two steps run stages side by side
+// (planDecode says how the workers are shared). Every stage computes each
+// of its values on one goroutine with the arithmetic of one loop, and its
+// reductions in a fixed order, so the results are the same bits for any
+// worker count and any scheduling (TestDecodeGolden).
 func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, paper []FlowEstimate) (*lsDecoder, []FlowEstimate, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("decode: %w", err)
@@ -251,33 +257,91 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			d.exact = append(d.exact, r)
 		}
 	}
-	t0 := time.Now()
-	lap := func(i int) {
-		t := time.Now()
-		d.stages[i] = t.Sub(t0)
-		t0 = t
+	plan := planDecode(d.workers)
+	clock := stageClock{d: d, t0: time.Now()}
+	out, err := d.buildAndWarm(pe, flows, plan, &clock)
+	if err != nil {
+		return nil, nil, err
 	}
-	// Warm start and fallbacks: the paper's estimate, with each flow's own
-	// weight (flowWeighted takes a weight of 0 as 1, as build does). It
-	// needs only the sketches, so with two workers or more it runs
-	// alongside build, each on half of them (both are loops over the
-	// flows, and side by side neither waits at the other's joins), and
-	// build's goroutine joins the warm start when build is done.
+	copy(paper, out)
+	clock.lap(1)
+	d.prior(out)
+	d.solveDelay(out, false)
+	d.respread()
+	clock.lap(2)
+	d.solveVariance(out)
+	clock.lap(3)
+	loss := d.finalStages(flows, out, plan, &clock)
+	clock.lap(6)
+	d.results(out, loss)
+	return d, out, nil
+}
+
+// stageClock records the wall time of each stage in d.stages (benchmarks).
+type stageClock struct {
+	d  *lsDecoder
+	t0 time.Time
+}
+
+// lap ends stage i.
+func (c *stageClock) lap(i int) {
+	t := time.Now()
+	c.d.stages[i] = t.Sub(c.t0)
+	c.t0 = t
+}
+
+// decodePlan shares the workers among the stages that run side by side.
+type decodePlan struct {
+	// together: build runs alongside the warm start, on buildWorkers of
+	// them, the warm start on warmWorkers; build's goroutine joins the
+	// warm start when build is done. Otherwise build runs first on all.
+	together                  bool
+	buildWorkers, warmWorkers int
+	// side: the identification (on idWorkers) and the loss EM run
+	// alongside the final delay solve, which holds one worker; lossAlone:
+	// the loss EM has a goroutine of its own, otherwise it runs first on
+	// the identification's. Otherwise the three run one after the other.
+	side      bool
+	idWorkers int
+	lossAlone bool
+}
+
+// planDecode shares workers. The warm start needs only the sketches, so
+// with two workers or more it runs alongside build, each on half of them
+// (both are loops over the flows, and side by side neither waits at the
+// other's joins). The identification needs the final noise model and
+// priors, not the final means, and the loss EM only the compositions and
+// the warm start: both run alongside the final solve, which then runs on
+// one goroutine (its two halves would wait for each other at every step
+// behind goroutines that never wait). With one worker left beside the
+// solve, the loss EM runs on it first and then the identification: at
+// k = 5 the two take about as long as the solve (docs/decode.md, "Time"),
+// and a third goroutine would only take turns on the same two cores.
+func planDecode(workers int) decodePlan {
+	if workers < 2 {
+		return decodePlan{buildWorkers: workers, warmWorkers: workers, idWorkers: workers}
+	}
+	warm := workers / 2
+	side := workers - 1
+	return decodePlan{
+		together: true, buildWorkers: workers - warm, warmWorkers: warm,
+		side: true, idWorkers: max(1, side-1), lossAlone: side >= 2,
+	}
+}
+
+// buildAndWarm builds the system and computes the warm start and
+// fallbacks: the paper's estimate, with each flow's own weight
+// (flowWeighted takes a weight of 0 as 1, as build does).
+func (d *lsDecoder) buildAndWarm(pe *estimator, flows []FlowComposition, plan decodePlan, clock *stageClock) ([]FlowEstimate, error) {
 	out := make([]FlowEstimate, len(flows))
-	together := d.workers >= 2
-	buildWorkers, warmWorkers := d.workers, d.workers
-	if together {
-		warmWorkers = d.workers / 2
-		buildWorkers = d.workers - warmWorkers
-	}
 	// Each goroutine of the warm start gets its own scratch, cloned here:
 	// cloning in the worker would read pe while worker 0 already writes
 	// its scratch. The flows go out in runs claimed as goroutines free up,
 	// so that build's goroutine takes a share of what is left when it is
 	// done (at the paper's load the two cost about the same CPU). Each
 	// flow's estimate is the same whoever computes it.
-	nEst := warmWorkers
-	if together {
+	nEst := plan.warmWorkers
+	if plan.together {
 		nEst++
 	}
 	ests := []*estimator{pe}
@@ -296,94 +360,75 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			}
 		}
 	}
-	var buildErr error
-	if !together {
-		buildErr = d.build(flows, buildWorkers)
-		lap(0)
-		if buildErr == nil {
-			fanOut(warmWorkers, func(w int) { warmFrom(ests[w]) })
+	if !plan.together {
+		if err := d.build(flows, plan.buildWorkers); err != nil {
+			return nil, err
 		}
-	} else {
-		fanOut(1+warmWorkers, func(i int) {
-			if i == 0 {
-				buildErr = d.build(flows, buildWorkers)
-				warmFrom(ests[warmWorkers])
-			} else {
-				warmFrom(ests[i-1])
-			}
-		})
-		lap(0) // build and warm start together
+		clock.lap(0)
+		fanOut(plan.warmWorkers, func(w int) { warmFrom(ests[w]) })
+		return out, nil
 	}
+	var buildErr error
+	fanOut(1+plan.warmWorkers, func(i int) {
+		if i == 0 {
+			buildErr = d.build(flows, plan.buildWorkers)
+			warmFrom(ests[plan.warmWorkers])
+		} else {
+			warmFrom(ests[i-1])
+		}
+	})
+	clock.lap(0) // build and warm start together
 	if buildErr != nil {
-		return nil, nil, buildErr
+		return nil, buildErr
 	}
-	copy(paper, out)
-	lap(1)
-	d.prior(out)
-	d.solveDelay(out, false)
-	d.respread()
-	lap(2)
-	d.solveVariance(out)
-	lap(3)
+	return out, nil
+}
+
+// finalStages runs the final delay solve, the identification and the loss
+// EM, and returns the loss estimates.
+func (d *lsDecoder) finalStages(flows []FlowComposition, out []FlowEstimate, plan decodePlan, clock *stageClock) []float64 {
 	var loss []float64
-	if d.workers >= 2 {
-		// The identification needs the final noise model and priors, not
-		// the final means, and the loss EM only the compositions and the
-		// warm start: both run alongside the final solve, which then runs
-		// on one goroutine (its two halves would wait for each other at
-		// every step behind goroutines that never wait).
-		//
-		// The solve holds one worker; the others share the identification
-		// and the loss EM. With one left, the loss EM runs on it first and
-		// then the identification: at k = 5 the two take about as long as
-		// the solve (docs/decode.md, "Time"), and a third goroutine would
-		// only take turns on the same two cores.
-		d.prepDelay(out, true)
-		var idFailed, lossFailed any
-		var running atomic.Int32
-		running.Store(2)
-		idDone, lossDone := make(chan struct{}), make(chan struct{})
-		side := d.workers - 1
-		idWorkers := max(1, side-1)
-		lossAlone := side >= 2
-		go func() {
-			defer close(idDone)
+	identify := func() {
+		d.findAlone()
+		d.identify(plan.idWorkers)
+	}
+	if !plan.side {
+		d.solveDelay(out, true)
+		clock.lap(4)
+		identify()
+		clock.lap(5)
+		return d.solveLoss(flows, out)
+	}
+	d.prepDelay(out, true)
+	side := []func(){
+		func() { loss = d.solveLoss(flows, out); identify() },
+	}
+	if plan.lossAlone {
+		side = []func(){identify, func() { loss = d.solveLoss(flows, out) }}
+	}
+	var running atomic.Int32
+	running.Store(int32(len(side)))
+	// fanOut re-panics a side stage's panic on this goroutine once all
+	// have ended.
+	fanOut(1+len(side), func(i int) {
+		if i > 0 {
 			defer running.Add(-1)
-			defer func() { idFailed = recover() }() // re-panicked below, on the caller's goroutine
-			if !lossAlone {
-				<-lossDone
-			}
-			d.findAlone()
-			d.identify(idWorkers)
-		}()
-		go func() {
-			defer close(lossDone)
-			defer running.Add(-1)
-			defer func() { lossFailed = recover() }()
-			loss = d.solveLoss(flows, out)
-		}()
+			side[i-1]()
+			return
+		}
 		// A long solve (k = 1: ~180 iterations) outlasts the other work:
 		// it takes its second goroutine back when that work is done.
 		d.cgJoin = func() bool { return running.Load() == 0 }
+		defer func() { d.cgJoin = nil }()
 		d.runDelay(true)
-		d.cgJoin = nil
-		lap(4)
-		<-lossDone
-		<-idDone
-		lap(5)
-		if p := cmp.Or(idFailed, lossFailed); p != nil {
-			panic(p)
-		}
-	} else {
-		d.solveDelay(out, true)
-		lap(4)
-		d.findAlone()
-		d.identify(d.workers)
-		lap(5)
-		loss = d.solveLoss(flows, out)
-	}
-	lap(6)
+		clock.lap(4)
+	})
+	clock.lap(5)
+	return loss
+}
 
+// results fills out from the solved system and the loss estimates.
+func (d *lsDecoder) results(out []FlowEstimate, loss []float64) {
 	for i := range out {
 		e := &out[i]
 		f := int(d.inv[i])
@@ -414,7 +459,6 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			e.Delay, e.Identified, e.CI95 = delay, true, 0
 		}
 	}
-	return d, out, nil
 }
 
 // parallelEntries runs body over the solver's flows [0, n), split into at
