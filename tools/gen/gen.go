@@ -597,13 +597,13 @@ func (g *generator) openRun(out Outputs) (*runState, error) {
 		return nil, err
 	}
 	if s.capB, err = createCap(out.ReceiverPcap, g.sc.Format, g.snapB); err != nil {
-		s.capA.close()
+		_ = s.capA.close()
 		return nil, err
 	}
 	if out.Truth != "" {
 		if s.truthF, err = os.Create(out.Truth); err != nil {
-			s.capA.close()
-			s.capB.close()
+			_ = s.capA.close()
+			_ = s.capB.close()
 			return nil, fmt.Errorf("create truth file: %w", err)
 		}
 		s.truthW = bufio.NewWriterSize(s.truthF, 1<<20)
