@@ -197,7 +197,7 @@ func (s *fileSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	}
 	data, ci, err := s.read()
 	if err != nil {
-		if err == io.ErrUnexpectedEOF {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, 0, 0, fmt.Errorf("capture: capture file ends inside a packet (cut short?): %w", err)
 		}
 		return nil, 0, 0, err

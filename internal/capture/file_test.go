@@ -86,7 +86,7 @@ func writePcap(t testing.TB, path string, frames [][]byte, ts []int64, link laye
 	}
 	defer f.Close()
 	var write func(gopacket.CaptureInfo, []byte) error
-	var flush func() error = func() error { return nil }
+	flush := func() error { return nil }
 	if ng {
 		w, err := pcapgo.NewNgWriter(f, link)
 		if err != nil {
