@@ -84,7 +84,6 @@ type Receiver struct {
 	export  *export.Set // nil: no exporter configured
 	ptp     *ptp.Checker
 	senders []*senderState
-	byID    sync.Map // sender id -> *senderState
 
 	pubMu    sync.Mutex // publishing is shared by the senders' matcher goroutines
 	capMu    sync.Mutex // guards capStats: each capture worker's last counters
