@@ -27,12 +27,12 @@ type Cands struct {
 }
 
 // add appends a candidate, halving the rate (in place, no allocation) when
-// the interval holds more than max candidates.
-func (c *Cands) add(p *capture.Packet, s uint64, max int) {
+// the interval holds more than maxCands candidates.
+func (c *Cands) add(p *capture.Packet, s uint64, maxCands int) {
 	if s >= c.Limit {
 		return
 	}
-	if len(c.C) >= max {
+	if len(c.C) >= maxCands {
 		c.halve()
 		if s >= c.Limit {
 			return
