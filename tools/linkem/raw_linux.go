@@ -206,6 +206,10 @@ func preciseThread() error {
 // sleepUntil sleeps until CLOCK_MONOTONIC reads tNS (absolute).
 func sleepUntil(tNS int64) {
 	ts := unix.NsecToTimespec(tNS)
-	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+	for {
+		// A signal interrupts the sleep: sleep again towards the same deadline.
+		if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil); !errors.Is(err, unix.EINTR) {
+			return
+		}
 	}
 }
