@@ -267,7 +267,7 @@ func TestOutageGraceAndRecovery(t *testing.T) {
 	f := startFake(t, path, respond)
 	c := testChecker(t, path, nil, log)
 
-	c.Poll(context.Background())
+	_, _ = c.Poll(context.Background()) // the first poll only primes the checker
 	s, err := c.Poll(context.Background())
 	if err != nil || s.State != StateSynced {
 		t.Fatalf("first poll: %v, %+v", err, s)
