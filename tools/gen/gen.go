@@ -132,7 +132,7 @@ func createCap(path, format string, snap int) (*capFile, error) {
 		intf.Name = "lds-gen"
 		ng, err := pcapgo.NewNgWriterInterface(c.bw, intf, pcapgo.DefaultNgWriterOptions)
 		if err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("write pcapng header to %s: %w", path, err)
 		}
 		c.w, c.ng = ng, ng
@@ -144,7 +144,7 @@ func createCap(path, format string, snap int) (*capFile, error) {
 		s = 65535
 	}
 	if err := w.WriteFileHeader(s, layers.LinkTypeEthernet); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("write pcap header to %s: %w", path, err)
 	}
 	c.w = w
@@ -518,7 +518,7 @@ func (g *generator) run(ctx context.Context, out Outputs) (sum Summary, err erro
 	}
 	capB, err := createCap(out.ReceiverPcap, sc.Format, g.snapB)
 	if err != nil {
-		capA.close()
+		_ = capA.close()
 		return sum, err
 	}
 	var truthF *os.File
@@ -526,8 +526,8 @@ func (g *generator) run(ctx context.Context, out Outputs) (sum Summary, err erro
 	if out.Truth != "" {
 		truthF, err = os.Create(out.Truth)
 		if err != nil {
-			capA.close()
-			capB.close()
+			_ = capA.close()
+			_ = capB.close()
 			return sum, fmt.Errorf("create truth file: %w", err)
 		}
 		truthW = bufio.NewWriterSize(truthF, 1<<20)
