@@ -9,7 +9,7 @@ GOLANGCI_LINT_VERSION      := v2.15.0
 GOLANGCI_LINT              := $(BIN)/tools/golangci-lint
 # Packages whose code runs goroutines of its own: `make test` runs them again
 # under the race detector (cgo: gcc).
-RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/
+RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/ ./internal/tap/
 # Debian packages the tests use for real components (installed when run as root).
 DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl iperf3 iputils-ping
 

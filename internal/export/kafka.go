@@ -37,6 +37,10 @@ type kafkaSink struct {
 	t        int64
 	cl       *kgo.Client
 	stopping atomic.Bool
+	// pending counts records handed to the client whose promise has not
+	// run: a stop waits for all of them, so that every record is counted
+	// sent or dropped before Run returns.
+	pending sync.WaitGroup
 
 	mu    sync.Mutex // guards state: promises run on the client's goroutines
 	state stateLog
@@ -153,6 +157,7 @@ func (s *kafkaSink) run(ctx context.Context, flushBy func() time.Time) {
 	}
 	s.stopping.Store(true)
 	s.cl.Close() // fails what is still buffered: counted as dropped (stop)
+	s.pending.Wait()
 	s.m.ExportQueued(KindKafka, s.brokers, 0)
 }
 
@@ -171,12 +176,14 @@ func (s *kafkaSink) produce(ctx context.Context, b batch) {
 			s.m.ExportDropped(KindKafka, s.brokers, DropStop, 1)
 			continue
 		}
+		s.pending.Add(1)
 		s.cl.Produce(ctx, rec, s.promise)
 	}
 	s.m.ExportQueued(KindKafka, s.brokers, s.q.len()+int(s.cl.BufferedProduceRecords()))
 }
 
 func (s *kafkaSink) promise(_ *kgo.Record, err error) {
+	defer s.pending.Done()
 	if err == nil {
 		s.m.ExportSent(KindKafka, s.brokers, 1)
 		s.mu.Lock()
@@ -232,5 +239,6 @@ func ToProto(r *results.FlowRecord, t int64) *exportv1.FlowRecord {
 		P50Ns: results.Float(p50), P90Ns: results.Float(p90), P99Ns: results.Float(p99), DelaySamples: n,
 		Status: r.Status, Estimator: r.Estimator, Partial: r.Partial, ClockUnsynced: r.Unsynced,
 		ClockErrorBoundNs: r.ErrorNS, Spike: r.Spike, LossPoint: r.LossPoint, Bytes: r.Bytes,
+		LossBound: r.LossBound,
 	}
 }

@@ -1,5 +1,5 @@
 // Package results holds the records the receiver publishes: one FlowRecord
-// per (interval, flow) — the JSONL contract of DESIGN.md §6 — and one
+// per (interval, flow) — the JSONL contract of docs/results.md — and one
 // LinkRecord per (interval, traffic class) for the LDA figures. It is a leaf:
 // the receiver produces these, and the metrics, API and eval packages read them.
 package results
@@ -12,7 +12,7 @@ import (
 )
 
 // FlowRecord is one line of the results JSONL. The fields up to CI95NS are
-// the contract (DESIGN.md §6) and never change meaning; fields after it may be
+// the contract (docs/results.md) and never change meaning; fields after it may be
 // added. Pointer fields are null in JSON where no estimate exists.
 type FlowRecord struct {
 	Interval int64    `json:"interval"`  // interval id = floor(sender ns / T)
@@ -24,7 +24,7 @@ type FlowRecord struct {
 	Proto    uint8    `json:"proto"`     // IP protocol number
 	DelayNS  *float64 `json:"delay_ns"`  // mean one-way delay
 	StddevNS *float64 `json:"stddev_ns"` // delay standard deviation
-	Loss     float64  `json:"loss"`      // estimated lost packets
+	Loss     float64  `json:"loss"`      // estimated lost packets (decode: see LossPoint; paper: LossBound's value)
 	Packets  float64  `json:"packets"`   // estimated packets sent
 	Samples  float64  `json:"samples"`   // effective sample size of the delay estimate
 	CI95NS   *float64 `json:"ci95_ns"`   // 95 % confidence half-width of DelayNS
@@ -38,11 +38,14 @@ type FlowRecord struct {
 	ErrorNS   *float64 `json:"clock_error_bound_ns,omitempty"` // |offset_A| + |offset_B|
 	Spike     bool     `json:"spike,omitempty"`                // latency spike against the flow's baseline
 	Status    string   `json:"status,omitempty"`               // "", or why no delay is given
-	// LossPoint is the decoding estimator's point estimate of lost packets
-	// (Loss stays the conservative count-min bound).
+	// LossPoint is the decoding estimator's point estimate of lost packets.
+	// Loss is it where it reaches sketch.LossSupportMin packets (below,
+	// it divided by that, under one packet), never above LossBound nor
+	// below what the flow's own cells or samples prove (docs/decode.md,
+	// "Loss and packets").
 	LossPoint *float64 `json:"loss_point,omitempty"`
 
-	// Delay quantiles from exactly joined packet samples (DESIGN.md §6,
+	// Delay quantiles from exactly joined packet samples (docs/results.md,
 	// docs/sampling.md): null below sample.MinP50/MinP90/MinP99 samples.
 	P50NS        *float64 `json:"p50_ns"`
 	P90NS        *float64 `json:"p90_ns"`
@@ -53,8 +56,12 @@ type FlowRecord struct {
 	// sign-hash sums, whose ci95 does not cover the stddev: docs/sketch.md).
 	StddevFrom string `json:"stddev_from,omitempty"`
 	// SampledLost counts samples the sender shipped and the receiver never
-	// saw: packets certainly lost (Loss and LossPoint are never below it).
+	// saw: packets certainly lost (Loss, LossPoint and LossBound are never
+	// below it).
 	SampledLost int `json:"sampled_lost,omitempty"`
+	// LossBound is the count-min bound on lost packets (never below the
+	// truth while a sketch row is unsampled; raised to SampledLost).
+	LossBound *float64 `json:"loss_bound,omitempty"`
 }
 
 // LinkRecord is the link-level (LDA) result of one traffic class in one interval.
@@ -90,7 +97,7 @@ type LinkRecord struct {
 // StatusBeyondWindow is a flow's status when packets slower than the
 // receiver's hold window (at most max_delay) may have been placed in the
 // wrong interval and the flow has cells that do not match: its loss is
-// withheld (loss 0, no loss_point) and its delay comes only from cells
+// withheld (loss 0, no loss_point or loss_bound) and its delay comes only from cells
 // that match exactly.
 const StatusBeyondWindow = "delay_beyond_window"
 
@@ -127,7 +134,7 @@ func (iv *Interval) FlagBeyondWindow() {
 			continue
 		}
 		f := &iv.Flows[i]
-		f.Status, f.Loss, f.LossPoint = StatusBeyondWindow, 0, nil
+		f.Status, f.Loss, f.LossPoint, f.LossBound = StatusBeyondWindow, 0, nil, nil
 	}
 	for i := range iv.Links {
 		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, 0
@@ -239,6 +246,10 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	if r.SampledLost != 0 {
 		b = append(b, `,"sampled_lost":`...)
 		b = strconv.AppendInt(b, int64(r.SampledLost), 10)
+	}
+	if r.LossBound != nil {
+		b = append(b, `,"loss_bound":`...)
+		b = appendFloatPtr(b, r.LossBound)
 	}
 	return append(b, "}\n"...), nil
 }

@@ -33,7 +33,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 			SPort: uint16(rng.Uint32()), DPort: uint16(rng.Uint32()), Proto: uint8(rng.Uint32()), DelayNS: pf(), StddevNS: pf(),
 			Loss: f(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
-			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3)}
+			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf()}
 		want, err := json.Marshal(&r)
 		if err != nil {
 			t.Fatal(err)

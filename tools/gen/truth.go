@@ -13,7 +13,7 @@ import (
 
 // TruthRecord is one line of the ground-truth JSONL: the exact figures of one
 // flow in one interval. The flow fields carry the same names and meaning as
-// the results contract (DESIGN §6), so the two join on (interval, src, dst,
+// the results contract (docs/results.md), so the two join on (interval, src, dst,
 // sport, dport, proto). Packets belong to the interval of their send time.
 type TruthRecord struct {
 	Interval int64  `json:"interval"` // floor(send_ns / T)
