@@ -235,7 +235,11 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return err
 		}
 		r.jsonl = w
-		defer w.Close()
+		defer func() {
+			if err := w.Close(); err != nil {
+				r.log.Error("closing the results file: its last records may be lost", "file", r.cfg.Receiver.ResultsFile, "err", err)
+			}
+		}()
 	}
 	if !r.opt.Replay {
 		// SIGHUP reopens the results file (logrotate's create mode, or

@@ -132,7 +132,7 @@ func createCap(path, format string, snap int) (*capFile, error) {
 		intf.Name = "lds-gen"
 		ng, err := pcapgo.NewNgWriterInterface(c.bw, intf, pcapgo.DefaultNgWriterOptions)
 		if err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("write pcapng header to %s: %w", path, err)
 		}
 		c.w, c.ng = ng, ng
@@ -144,7 +144,7 @@ func createCap(path, format string, snap int) (*capFile, error) {
 		s = 65535
 	}
 	if err := w.WriteFileHeader(s, layers.LinkTypeEthernet); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("write pcap header to %s: %w", path, err)
 	}
 	c.w = w
