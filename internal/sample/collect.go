@@ -97,12 +97,12 @@ type Piece struct {
 }
 
 // add appends a candidate, halving the rate (in place, no allocation) when
-// the piece holds more than max candidates.
-func (c *Piece) add(p *capture.Packet, s uint64, max int) {
+// the piece holds more than maxCands candidates.
+func (c *Piece) add(p *capture.Packet, s uint64, maxCands int) {
 	if s >= c.Limit {
 		return
 	}
-	if len(c.C) >= max {
+	if len(c.C) >= maxCands {
 		c.Limit >>= 1
 		c.Halved++
 		c.keep(c.Limit)

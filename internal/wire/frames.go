@@ -159,12 +159,12 @@ var ErrIncompatible = errors.New("incompatible lds versions: run the same lds ve
 type Kind uint8
 
 const (
-	// Complete: Interval holds a complete interval, decoded (on its End).
+	// Complete means Interval holds a complete interval, decoded (on its End).
 	Complete Kind = iota + 1
-	// Voided: a seq gap voided the intervals in Voided; the sender
+	// Voided means a seq gap voided the intervals in Voided; the sender
 	// resends them after a reconnect, so they are not acknowledged.
 	Voided
-	// OutOfWindow: interval ID was outside Limits.InWindow and was
+	// OutOfWindow means interval ID was outside Limits.InWindow and was
 	// dropped unread (on its End).
 	OutOfWindow
 )
