@@ -24,9 +24,9 @@ import (
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/eval"
-	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 	"github.com/lds-net/lds/tools/linkem"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // RealCongestionControl is the iperf3 TCP streams' congestion control:
@@ -87,7 +87,7 @@ type RealResult struct {
 type RealPairResult struct {
 	Pair            RealPair
 	FirstIv, LastIv int64
-	Truth           []gen.TruthRecord
+	Truth           []truth.Record
 	Results         []results.FlowRecord
 	Report          eval.Report
 	Score           RealScore

@@ -21,9 +21,9 @@ import (
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/eval"
-	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 	"github.com/lds-net/lds/tools/linkem"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // Options of one testbed run.
@@ -69,7 +69,7 @@ type Result struct {
 	FirstIv, LastIv        int64 // intervals with traffic
 	Traffic                TrafficStats
 	Linkem                 linkem.Stats
-	Truth                  []gen.TruthRecord
+	Truth                  []truth.Record
 	Results                []results.FlowRecord // records of the traffic's intervals
 	TruthSent, TruthRecvd  uint64               // from the tcpdump join
 	JoinPackets            uint64               // tap A packets of every interval
@@ -381,11 +381,10 @@ func evaluate(opt Options, res *Result, pcapA, pcapB, resultsPath string) error 
 	return err
 }
 
-func truthRecord(f *join.Flow, t int64) gen.TruthRecord {
-	r := gen.TruthRecord{Interval: f.Interval, StartNS: f.Interval * t,
-		Src: f.Key.SrcAddr().String(), Dst: f.Key.DstAddr().String(),
-		SPort: f.Key.SPort, DPort: f.Key.DPort, Proto: f.Key.Proto,
+func truthRecord(f *join.Flow, t int64) truth.Record {
+	r := truth.Record{Interval: f.Interval, StartNS: f.Interval * t,
 		Sent: int64(f.Sent), Received: int64(f.Received), Lost: int64(f.Lost()), Class: "live"}
+	r.SetKey(f.Key)
 	if f.Received > 0 && !math.IsNaN(f.MeanNS) {
 		m, s := f.MeanNS, f.StddevNS
 		r.DelayNS, r.StddevNS = &m, &s

@@ -14,6 +14,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // slicePackets turns a send-ordered slice into a Packets iterator.
@@ -29,9 +30,17 @@ func slicePackets(ps []PacketDelay) Packets {
 }
 
 var (
-	flowX = gen.FlowKey{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("192.0.2.1"), SPort: 1000, DPort: 443, Proto: 6}
-	flowY = gen.FlowKey{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), SPort: 53, DPort: 5353, Proto: 17}
+	flowX = mustKey("10.0.0.1", "192.0.2.1", 1000, 443, 6)
+	flowY = mustKey("2001:db8::1", "2001:db8::2", 53, 5353, 17)
 )
+
+func mustKey(src, dst string, sport, dport uint16, proto uint8) capture.FlowKey {
+	k, err := capture.FlowKeyFromAddrs(netip.MustParseAddr(src), netip.MustParseAddr(dst), proto, sport, dport)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
 
 func meanStd(v []float64) (float64, float64) {
 	var m float64
@@ -46,10 +55,10 @@ func meanStd(v []float64) (float64, float64) {
 	return m, math.Sqrt(s / float64(len(v)))
 }
 
-func recFor(t *testing.T, recs []results.FlowRecord, iv int64, k gen.FlowKey) results.FlowRecord {
+func recFor(t *testing.T, recs []results.FlowRecord, iv int64, k capture.FlowKey) results.FlowRecord {
 	t.Helper()
 	for _, r := range recs {
-		if r.Interval == iv && r.Src == k.Src.String() && r.Dst == k.Dst.String() && r.SPort == k.SPort && r.DPort == k.DPort && r.Proto == k.Proto {
+		if r.Interval == iv && r.Src == k.SrcAddr().String() && r.Dst == k.DstAddr().String() && r.SPort == k.SPort && r.DPort == k.DPort && r.Proto == k.Proto {
 			return r
 		}
 	}
@@ -64,7 +73,7 @@ func approx(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Max(1, ma
 func TestRLIHandWorked(t *testing.T) {
 	const us = int64(time.Microsecond)
 	t0 := int64(1000 * time.Second) // on a tick and an interval boundary
-	p := func(k gen.FlowKey, send, delay int64, lost bool) PacketDelay {
+	p := func(k capture.FlowKey, send, delay int64, lost bool) PacketDelay {
 		return PacketDelay{Key: k, SendNS: t0 + send*us, RecvNS: t0 + (send+delay)*us, Lost: lost}
 	}
 	pkts := []PacketDelay{
@@ -86,7 +95,7 @@ func TestRLIHandWorked(t *testing.T) {
 	p8 := 400 + 200*(2200.0-1400)/(3600-1400)
 	want := []struct {
 		iv  int64
-		k   gen.FlowKey
+		k   capture.FlowKey
 		est []float64 // µs
 	}{
 		{0, flowX, []float64{100, p4, p6}},  // P1, P4, P6
@@ -107,13 +116,13 @@ func TestRLIHandWorked(t *testing.T) {
 		r := recFor(t, recs, base+w.iv, w.k)
 		m, s := meanStd(w.est)
 		if r.DelayNS == nil || !approx(*r.DelayNS, ns(m), 1e-12) {
-			t.Errorf("iv %d %v: delay %v, want %v", w.iv, w.k.Src, r.DelayNS, ns(m))
+			t.Errorf("iv %d %v: delay %v, want %v", w.iv, w.k.SrcAddr(), r.DelayNS, ns(m))
 		}
 		if r.StddevNS == nil || !approx(*r.StddevNS, ns(s), 1e-9) {
-			t.Errorf("iv %d %v: stddev %v, want %v", w.iv, w.k.Src, r.StddevNS, ns(s))
+			t.Errorf("iv %d %v: stddev %v, want %v", w.iv, w.k.SrcAddr(), r.StddevNS, ns(s))
 		}
 		if r.Samples != float64(len(w.est)) || r.Packets != float64(len(w.est)) || r.Loss != 0 {
-			t.Errorf("iv %d %v: samples %v packets %v loss %v, want %d, %d, 0", w.iv, w.k.Src, r.Samples, r.Packets, r.Loss, len(w.est), len(w.est))
+			t.Errorf("iv %d %v: samples %v packets %v loss %v, want %d, %d, 0", w.iv, w.k.SrcAddr(), r.Samples, r.Packets, r.Loss, len(w.est), len(w.est))
 		}
 		if r.StartNS != (base+w.iv)*T || r.Estimator != "rli-1khz" {
 			t.Errorf("start %d estimator %q", r.StartNS, r.Estimator)
@@ -160,8 +169,7 @@ func synth(seed uint64, pps float64, dur time.Duration, nFlows int, loss float64
 	var out []PacketDelay
 	for s := t0; s < t0+int64(dur); s += 1 + int64(rng.ExpFloat64()*1e9/pps) {
 		i := len(out) % nFlows
-		k := gen.FlowKey{Src: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Dst: netip.MustParseAddr("192.0.2.9"),
-			SPort: uint16(2000 + i), DPort: 80, Proto: 6}
+		k := capture.FlowKey{Src: [16]byte{10, 0, byte(i >> 8), byte(i)}, Dst: [16]byte{192, 0, 2, 9}, SPort: uint16(2000 + i), DPort: 80, Proto: 6}
 		lost := rng.Float64() < loss
 		d := delayAt(s)
 		out = append(out, PacketDelay{Key: k, SendNS: s, RecvNS: s + d, Lost: lost})
@@ -253,7 +261,7 @@ func TestRLIExactOnLinearDelay(t *testing.T) {
 		t.Fatalf("%d exact records, %d rli", len(ex), len(rl))
 	}
 	for _, e := range ex {
-		r := recFor(t, rl, e.Interval, gen.FlowKey{Src: netip.MustParseAddr(e.Src), Dst: netip.MustParseAddr(e.Dst), SPort: e.SPort, DPort: e.DPort, Proto: e.Proto})
+		r := recFor(t, rl, e.Interval, mustKey(e.Src, e.Dst, e.SPort, e.DPort, e.Proto))
 		// Delays are whole ns: interpolation is within 1 ns of the truth.
 		if math.Abs(*r.DelayNS-*e.DelayNS) > 1 {
 			t.Errorf("interval %d %s: rli %v exact %v", e.Interval, e.Src, *r.DelayNS, *e.DelayNS)
@@ -307,14 +315,14 @@ func TestBaselineConfigValidate(t *testing.T) {
 // TestCostTable: the exact join's bytes on a hand-made truth, and the
 // report's cost rows.
 func TestCostTable(t *testing.T) {
-	a := tr(5, 0, 10, 9, 1000, 10)                                                     // IPv4, 10 sent
-	b := gen.TruthRecord{Interval: 6, Src: "2001:db8::1", Dst: "2001:db8::2", Sent: 3} // IPv6, all lost
-	truth := []gen.TruthRecord{a, b}
+	a := tr(5, 0, 10, 9, 1000, 10)                                                  // IPv4, 10 sent
+	b := truth.Record{Interval: 6, Src: "2001:db8::1", Dst: "2001:db8::2", Sent: 3} // IPv6, all lost
+	recs := []truth.Record{a, b}
 	// (13 + 4 + 12*10) + (37 + 4 + 12*3)
 	const exactBytes = 137 + 77
 	opt := DefaultOptions()
 	opt.ShippedBytes = map[string]float64{"lds": 107, "rli-1khz": 24}
-	rep, err := EvaluateWith(truth, map[string][]results.FlowRecord{}, opt)
+	rep, err := EvaluateWith(recs, map[string][]results.FlowRecord{}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +342,7 @@ func TestCostTable(t *testing.T) {
 	}
 }
 
-func runGen(t *testing.T, sc gen.Scenario) (gen.Outputs, []gen.TruthRecord, *Baselines, [2]int64) {
+func runGen(t *testing.T, sc gen.Scenario) (gen.Outputs, []truth.Record, *Baselines, [2]int64) {
 	t.Helper()
 	dir := t.TempDir()
 	out := gen.Outputs{SenderPcap: filepath.Join(dir, "a.pcap"), ReceiverPcap: filepath.Join(dir, "b.pcap"), Truth: filepath.Join(dir, "truth.jsonl")}
