@@ -37,8 +37,11 @@ func TestEvalPerClass(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb.Write(append(b, '\n'))
-		r := results.FlowRecord{Interval: tr.Interval, StartNS: tr.StartNS, Src: tr.Src, Dst: tr.Dst, SPort: tr.SPort, DPort: tr.DPort,
-			Proto: tr.Proto, DelayNS: d(estimates[i]), Packets: float64(tr.Sent)}
+		k, err := tr.Key()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := results.FlowRecord{Interval: tr.Interval, StartNS: tr.StartNS, Key: k, DelayNS: d(estimates[i]), Packets: float64(tr.Sent)}
 		line, err := results.MarshalLine(nil, &r)
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -18,22 +19,22 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // field, a sender filled in from the interval, and ties in packets, loss
 // and delay (the answers order ties by flow key).
 func goldenStore() *Store {
-	all := results.FlowRecord{Interval: 7, StartNS: 7e9, Src: "2001:db8::10", Dst: "2001:db8:1::1", SPort: 53, DPort: 5353, Proto: 17,
+	all := results.FlowRecord{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("2001:db8::10", "2001:db8:1::1", 17, 53, 5353),
 		DelayNS: f(1234.5), StddevNS: f(1e-7), Loss: 1.5, Packets: 40, Samples: 39.25, CI95NS: f(88), Sender: "edge-a",
 		Bytes: f(52000), Estimator: "decode", Partial: true, Unsynced: true, ErrorNS: f(250), Spike: true,
 		Status: results.StatusBeyondWindow, LossPoint: f(1), P50NS: f(1200), P90NS: f(1500), P99NS: f(2e21),
 		DelaySamples: 30, StddevFrom: "samples", SampledLost: 2}
 	flows := []results.FlowRecord{
 		all,
-		{Interval: 7, StartNS: 7e9, Src: "10.0.0.9", Dst: "192.0.2.1", SPort: 40000, DPort: 443, Proto: 6,
+		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.9", "192.0.2.1", 6, 40000, 443),
 			DelayNS: f(400_000), StddevNS: f(12.25), Packets: 40, Samples: 40, CI95NS: f(3.5), Estimator: "paper"},
-		{Interval: 7, StartNS: 7e9, Src: "10.0.0.10", Dst: "192.0.2.1", SPort: 40000, DPort: 443, Proto: 6,
+		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 6, 40000, 443),
 			DelayNS: f(400_000), Packets: 40, Loss: 1.5, Samples: 12, Estimator: "paper", StddevFrom: "sketch"},
-		{Interval: 7, StartNS: 7e9, Src: "10.0.0.10", Dst: "192.0.2.1", SPort: 40000, DPort: 80, Proto: 6,
+		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 6, 40000, 80),
 			Packets: 3, Estimator: "paper"},
-		{Interval: 7, StartNS: 7e9, Src: "10.0.0.10", Dst: "192.0.2.1", SPort: 0x0800, DPort: 77, Proto: 1,
+		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 1, 0x0800, 77),
 			DelayNS: f(5), Packets: 40, Loss: 0.25, Samples: 1, Estimator: "decode", LossPoint: f(0)},
-		{Interval: 7, StartNS: 7e9, Src: "2001:db8::9", Dst: "2001:db8::1", SPort: 1, DPort: 2, Proto: 6,
+		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("2001:db8::9", "2001:db8::1", 6, 1, 2),
 			Packets: 1e-7, Loss: 3},
 	}
 	s := NewStore(10)
@@ -43,7 +44,7 @@ func goldenStore() *Store {
 		UsableCellRatio: 0.875, SenderDrops: 1, ReceiverDrops: 2, SketchBytes: 8192})
 	s.Add(&results.Interval{Sender: "edge-b", Interval: 6, StartNS: 6e9, Outcome: results.OutcomeVoidedGap})
 	s.Add(&results.Interval{Sender: "edge-b", Interval: 7, StartNS: 7e9, Outcome: results.OutcomeMatched,
-		Flows: []results.FlowRecord{{Interval: 7, StartNS: 7e9, Src: "10.0.0.9", Dst: "192.0.2.1", SPort: 40000, DPort: 443, Proto: 6,
+		Flows: []results.FlowRecord{{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.9", "192.0.2.1", 6, 40000, 443),
 			DelayNS: f(400_000), Packets: 40, Samples: 40}}})
 	return s
 }

@@ -125,8 +125,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
 		r := &iv.Flows[i]
-		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Src: k.SrcAddr().String(), Dst: k.DstAddr().String(),
-			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
+		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
 		if e.Estimator == sketch.EstimatorDecode {
 			r.LossPoint = results.Float(est.Loss)

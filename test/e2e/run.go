@@ -436,16 +436,10 @@ type CoverageStats struct {
 // Coverage counts truth records with at least minPkts received packets
 // that have a result with a delay.
 func (r *Result) Coverage(minPkts int64) CoverageStats {
-	type key struct {
-		iv           int64
-		src, dst     string
-		sport, dport uint16
-		proto        uint8
-	}
-	has := map[key]bool{}
+	has := map[join.FlowID]bool{}
 	for _, x := range r.Results {
 		if x.DelayNS != nil && !math.IsNaN(*x.DelayNS) {
-			has[key{x.Interval, x.Src, x.Dst, x.SPort, x.DPort, x.Proto}] = true
+			has[join.FlowID{Interval: x.Interval, Key: x.Key}] = true
 		}
 	}
 	var c CoverageStats
@@ -453,7 +447,8 @@ func (r *Result) Coverage(minPkts int64) CoverageStats {
 		if t.Received < minPkts {
 			continue
 		}
-		ok := has[key{t.Interval, t.Src, t.Dst, t.SPort, t.DPort, t.Proto}]
+		k, _ := t.Key() // the truth comes from the join: its keys parse
+		ok := has[join.FlowID{Interval: t.Interval, Key: k}]
 		if t.Lost == 0 {
 			c.Flows++
 			if ok {

@@ -134,8 +134,7 @@ func (s *accs) records(t int64, label string, withLoss bool) []results.FlowRecor
 	for i := range s.a {
 		a := &s.a[i]
 		k := a.key.k
-		r := results.FlowRecord{Interval: a.key.iv, StartNS: a.key.iv * t, Src: k.SrcAddr().String(), Dst: k.DstAddr().String(),
-			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Samples: float64(a.n), Estimator: label}
+		r := results.FlowRecord{Interval: a.key.iv, StartNS: a.key.iv * t, Key: k, Samples: float64(a.n), Estimator: label}
 		if withLoss {
 			r.Packets, r.Loss = float64(a.sent), float64(a.lost)
 		} else {

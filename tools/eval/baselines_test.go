@@ -58,7 +58,7 @@ func meanStd(v []float64) (float64, float64) {
 func recFor(t *testing.T, recs []results.FlowRecord, iv int64, k capture.FlowKey) results.FlowRecord {
 	t.Helper()
 	for _, r := range recs {
-		if r.Interval == iv && r.Src == k.SrcAddr().String() && r.Dst == k.DstAddr().String() && r.SPort == k.SPort && r.DPort == k.DPort && r.Proto == k.Proto {
+		if r.Interval == iv && r.Key == k {
 			return r
 		}
 	}
@@ -261,10 +261,10 @@ func TestRLIExactOnLinearDelay(t *testing.T) {
 		t.Fatalf("%d exact records, %d rli", len(ex), len(rl))
 	}
 	for _, e := range ex {
-		r := recFor(t, rl, e.Interval, mustKey(e.Src, e.Dst, e.SPort, e.DPort, e.Proto))
+		r := recFor(t, rl, e.Interval, e.Key)
 		// Delays are whole ns: interpolation is within 1 ns of the truth.
 		if math.Abs(*r.DelayNS-*e.DelayNS) > 1 {
-			t.Errorf("interval %d %s: rli %v exact %v", e.Interval, e.Src, *r.DelayNS, *e.DelayNS)
+			t.Errorf("interval %d %s: rli %v exact %v", e.Interval, e.Key, *r.DelayNS, *e.DelayNS)
 		}
 	}
 }
@@ -451,7 +451,7 @@ func TestBaselinesOnGeneratedTrace(t *testing.T) {
 			t.Fatalf("%s: %d records from the generator, %d from captures", l, len(g), len(c))
 		}
 		for i := range g {
-			if g[i].Src != c[i].Src || g[i].Interval != c[i].Interval || g[i].SPort != c[i].SPort || *g[i].DelayNS != *c[i].DelayNS {
+			if g[i].Key != c[i].Key || g[i].Interval != c[i].Interval || *g[i].DelayNS != *c[i].DelayNS {
 				t.Fatalf("%s record %d: generator %+v, captures %+v", l, i, g[i], c[i])
 			}
 		}

@@ -6,16 +6,13 @@
 package eval
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/join"
@@ -123,7 +120,6 @@ type RunReport struct {
 	Matched    int // joined to a truth record
 	Spurious   int // no truth record for (interval, flow)
 	Duplicates int // a second record for the same (interval, flow); the first is kept
-	Invalid    int // unparsable address
 	NoLoss     bool
 	Bins       []BinStats
 	// Classes[c][b]: the flows of class Report.Classes[c] in bin
@@ -298,14 +294,7 @@ func evalRun(label string, truth []truth.Record, idx map[join.FlowID]int, recs [
 	fe := make([]flowEval, len(truth))
 	for i := range recs {
 		r := &recs[i]
-		s, err1 := netip.ParseAddr(r.Src)
-		d, err2 := netip.ParseAddr(r.Dst)
-		k, err3 := capture.FlowKeyFromAddrs(s, d, r.Proto, r.SPort, r.DPort)
-		if err1 != nil || err2 != nil || err3 != nil {
-			rr.Invalid++
-			continue
-		}
-		ti, ok := idx[join.FlowID{Interval: r.Interval, Key: k}]
+		ti, ok := idx[join.FlowID{Interval: r.Interval, Key: r.Key}]
 		if !ok {
 			rr.Spurious++
 			continue
@@ -536,8 +525,11 @@ func GlobalAverage(truth []truth.Record) []results.FlowRecord {
 	for i := range truth {
 		t := &truth[i]
 		a := per[t.Interval]
-		r := results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Src: t.Src, Dst: t.Dst,
-			SPort: t.SPort, DPort: t.DPort, Proto: t.Proto, Packets: float64(t.Sent),
+		k, err := t.Key()
+		if err != nil {
+			continue // not a flow (EvaluateWith refuses such a truth)
+		}
+		r := results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Key: k, Packets: float64(t.Sent),
 			Estimator: BaselineLabel}
 		if a.sent > 0 {
 			r.Loss = float64(a.lost) / float64(a.sent) * float64(t.Sent)
@@ -553,14 +545,10 @@ func GlobalAverage(truth []truth.Record) []results.FlowRecord {
 }
 
 // ReadResults reads a results JSONL stream (DESIGN §6). Blank lines are
-// skipped; a line that is not a flow record is an error naming the line.
+// skipped; a line that is not a flow record (no src/dst, or addresses that
+// do not parse as one flow key) is an error naming the line.
 func ReadResults(r io.Reader) ([]results.FlowRecord, error) {
-	return jsonl.Read(r, "results", 4<<20, func(rec *results.FlowRecord) error {
-		if rec.Src == "" || rec.Dst == "" {
-			return errors.New("no src/dst: not a flow record")
-		}
-		return nil
-	})
+	return jsonl.Read[results.FlowRecord](r, "results", 4<<20, nil)
 }
 
 // ReadResultsFile reads a results JSONL file.
