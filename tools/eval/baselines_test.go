@@ -5,7 +5,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,17 +29,9 @@ func slicePackets(ps []PacketDelay) Packets {
 }
 
 var (
-	flowX = mustKey("10.0.0.1", "192.0.2.1", 1000, 443, 6)
-	flowY = mustKey("2001:db8::1", "2001:db8::2", 53, 5353, 17)
+	flowX = capture.MustParseFlowKey("10.0.0.1", "192.0.2.1", 6, 1000, 443)
+	flowY = capture.MustParseFlowKey("2001:db8::1", "2001:db8::2", 17, 53, 5353)
 )
-
-func mustKey(src, dst string, sport, dport uint16, proto uint8) capture.FlowKey {
-	k, err := capture.FlowKeyFromAddrs(netip.MustParseAddr(src), netip.MustParseAddr(dst), proto, sport, dport)
-	if err != nil {
-		panic(err)
-	}
-	return k
-}
 
 func meanStd(v []float64) (float64, float64) {
 	var m float64
