@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-live.sh measures live capture on a real kernel link (issue 8):
+# bench-live.sh measures live capture on a real kernel link:
 # a blaster pushes minimal UDP frames into a veth between two network
 # namespaces as fast as it can, and at the other end tcpdump -w /dev/null
 # and the real lds-sender (workers 1 and 2) capture with the same ring

@@ -13,26 +13,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "e2e-live: needs root (network namespaces, veth, AF_PACKET)" >&2
-	exit 1
-fi
-for tool in ip tcpdump go; do
-	command -v "$tool" >/dev/null || { echo "e2e-live: $tool not found (make deps installs iproute2 and tcpdump)" >&2; exit 1; }
-done
+. scripts/e2e-common.sh
+e2e_preflight e2e-live ip tcpdump go
 
 prefix="ldstb-e2e-$$"
 OUT=${OUT:-$(mktemp -d /tmp/lds-e2e-live.XXXXXX)}
 report="$OUT/report.md"
 mkdir -p "$OUT"
 
-# The test deletes its namespaces itself; this catches an interrupted run.
-cleanup() {
-	for ns in "$prefix-src" "$prefix-mid" "$prefix-dst"; do
-		ip netns del "$ns" 2>/dev/null || true
-	done
-}
-trap cleanup EXIT INT TERM
+e2e_cleanup_on_exit "$prefix-src" "$prefix-mid" "$prefix-dst"
 
 echo "e2e-live: running (files in $OUT)"
 set +e
@@ -47,23 +36,6 @@ if [ ! -s "$report" ]; then
 	exit 1
 fi
 
-doc=docs/testbed.md
-begin='<!-- e2e-live report: begin -->'
-end='<!-- e2e-live report: end -->'
-if ! grep -qF "$begin" "$doc"; then
-	printf '\n## Latest long run\n\n%s\n%s\n' "$begin" "$end" >>"$doc"
-fi
-{
-	echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($(uname -r)), \`scripts/e2e-live.sh\` (test status: $([ "$status" = 0 ] && echo pass || echo FAIL)):"
-	echo
-	# Demote the report's headings so they nest under this section.
-	sed -e 's/^# /#### /' -e 's/^## /#### /' -e 's/^### /#### /' "$report"
-} >"$OUT/section.md"
-awk -v b="$begin" -v e="$end" -v f="$OUT/section.md" '
-	$0 == b { print; while ((getline l < f) > 0) print l; skip = 1; next }
-	$0 == e { skip = 0 }
-	!skip { print }
-' "$doc" >"$OUT/testbed.md.new"
-mv "$OUT/testbed.md.new" "$doc"
-echo "e2e-live: report written into $doc (test exit status $status)"
+e2e_splice e2e-live "## Latest long run" "\`scripts/e2e-live.sh\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):" "$report" "$OUT"
+echo "e2e-live: report written into docs/testbed.md (test exit status $status)"
 exit "$status"

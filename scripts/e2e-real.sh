@@ -18,13 +18,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "e2e-real: needs root (network namespaces, veth, tc, AF_PACKET)" >&2
-	exit 1
-fi
-for tool in ip tc tcpdump ethtool iperf3 curl ping go; do
-	command -v "$tool" >/dev/null || { echo "e2e-real: $tool not found (make deps installs the Debian packages)" >&2; exit 1; }
-done
+. scripts/e2e-common.sh
+e2e_preflight e2e-real ip tc tcpdump ethtool iperf3 curl ping go
 
 prefix="ldsrl-e2e-$$"
 OUT=${OUT:-$(mktemp -d /tmp/lds-e2e-real.XXXXXX)}
@@ -32,13 +27,7 @@ report="$OUT/report.md"
 mkdir -p "$OUT"
 : >"$report"
 
-# The test deletes its namespaces itself; this catches an interrupted run.
-cleanup() {
-	for ns in "$prefix-snd" "$prefix-rtr" "$prefix-rcv"; do
-		ip netns del "$ns" 2>/dev/null || true
-	done
-}
-trap cleanup EXIT INT TERM
+e2e_cleanup_on_exit "$prefix-snd" "$prefix-rtr" "$prefix-rcv"
 
 secs=${LDS_REAL_SECONDS:-120}
 echo "e2e-real: running, ${secs}s of traffic per run (files in $OUT)"
@@ -54,22 +43,6 @@ if [ ! -s "$report" ]; then
 	exit 1
 fi
 
-doc=docs/testbed.md
-begin='<!-- e2e-real report: begin -->'
-end='<!-- e2e-real report: end -->'
-if ! grep -qF "$begin" "$doc"; then
-	printf '\n### Long run\n\n%s\n%s\n' "$begin" "$end" >>"$doc"
-fi
-{
-	echo "\`LDS_REAL_SECONDS=$secs make e2e-real\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):"
-	echo
-	sed -e 's/^### /#### /' "$report"
-} >"$OUT/section.md"
-awk -v b="$begin" -v e="$end" -v f="$OUT/section.md" '
-	$0 == b { print; while ((getline l < f) > 0) print l; skip = 1; next }
-	$0 == e { skip = 0 }
-	!skip { print }
-' "$doc" >"$OUT/testbed.md.new"
-mv "$OUT/testbed.md.new" "$doc"
-echo "e2e-real: report written into $doc (test exit status $status)"
+e2e_splice e2e-real "### Long run" "\`LDS_REAL_SECONDS=$secs make e2e-real\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):" "$report" "$OUT"
+echo "e2e-real: report written into docs/testbed.md (test exit status $status)"
 exit "$status"

@@ -86,7 +86,7 @@ func cmdReplay(args []string) error {
 	}
 	fmt.Fprintln(os.Stderr)
 	if cfg.Export.Enabled() && sum.ExportDropped > 0 {
-		// The replay itself succeeded (DESIGN §8: exit 0 once every
+		// The replay itself succeeded (docs/replay.md: exit 0 once every
 		// interval is final); the backfill did not.
 		fmt.Fprintf(os.Stderr, "ldsctl replay: warning: %.0f flow records were not exported (a collector or broker unreachable or failing, see the log); the results file is complete, so the replay can be rerun for the backfill\n", sum.ExportDropped)
 	}

@@ -63,7 +63,7 @@ func ErrorReason(err error) string {
 	return ReasonOther
 }
 
-// JSONLWriter appends one results line (DESIGN.md §6) per flow record to a
+// JSONLWriter appends one results line (docs/results.md) per flow record to a
 // file. Each interval's lines go to the OS in one write; a write that fails
 // part-way is cut back to the last whole line, so a reader never sees a torn
 // line, and the interval's records are dropped (counted through OnError).

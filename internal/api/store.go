@@ -1,7 +1,7 @@
 // Package api publishes the receiver's results: an in-memory Store of the
 // last intervals per sender served as JSON over HTTP (/api/v1/...), and a
 // JSONL writer for the results file. Both carry the same FlowRecords, with
-// the JSON of the results contract (DESIGN.md §6).
+// the JSON of the results contract (docs/results.md).
 package api
 
 import (

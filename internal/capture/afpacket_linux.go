@@ -24,8 +24,8 @@ import (
 // directly: pure Go, nanosecond kernel timestamps, zero-copy. It reads
 // the ring itself rather than through gopacket/afpacket because that
 // reader takes a mutex and bumps an atomic counter for every packet:
-// three locked instructions that were 46 % of lds-sender's CPU at
-// 2.5 Mpps (perf record, docs/testbed.md "Live capture performance").
+// three locked instructions, 46 % of lds-sender's CPU at 2.5 Mpps in a
+// perf record profile (docs/testbed.md, "Live capture performance").
 // One goroutine reads a source (Source contract); only Stats may be
 // called from elsewhere.
 //

@@ -1,4 +1,4 @@
-// Package config loads the daemons' YAML files (DESIGN.md §7). Each internal
+// Package config loads the daemons' YAML files (docs/config.md). Each internal
 // package owns the struct of its own section, with defaults and Validate();
 // this package composes them, fills defaults, refuses unknown keys, and
 // computes the fingerprint that the sender and the receiver must share.
@@ -34,7 +34,7 @@ import (
 // identity layout plus sketch's hash derivation). Bump it on any change.
 const HashVersion = "2"
 
-// Sketch is the `sketch:` section (contract keys of DESIGN.md §7 plus additions).
+// Sketch is the `sketch:` section (stable keys of docs/config.md plus additions).
 type Sketch struct {
 	Rows      int       `yaml:"rows"`
 	Columns   int       `yaml:"columns"`
@@ -149,7 +149,7 @@ type Receiver struct {
 	Export   export.Config   `yaml:"export"`
 }
 
-// DefaultCommon returns the defaults of DESIGN.md §7.
+// DefaultCommon returns the defaults of docs/config.md.
 func DefaultCommon() Common {
 	sp := sketch.DefaultParams()
 	lp := sketch.DefaultLDAParams()

@@ -36,6 +36,10 @@ type kafkaSink struct {
 	t        int64
 	cl       *kgo.Client
 	stopping atomic.Bool
+	// pending counts records handed to the client whose promise has not
+	// run: a stop waits for all of them, so that every record is counted
+	// sent or dropped before Run returns.
+	pending sync.WaitGroup
 
 	mu    sync.Mutex // guards state: promises run on the client's goroutines
 	state stateLog
@@ -152,6 +156,7 @@ func (s *kafkaSink) run(ctx context.Context, flushBy func() time.Time) {
 	}
 	s.stopping.Store(true)
 	s.cl.Close() // fails what is still buffered: counted as dropped (stop)
+	s.pending.Wait()
 	s.m.ExportQueued(KindKafka, s.name_, 0)
 }
 
@@ -170,12 +175,14 @@ func (s *kafkaSink) produce(ctx context.Context, b batch) {
 			s.m.ExportDropped(KindKafka, s.name_, DropStop, 1)
 			continue
 		}
+		s.pending.Add(1)
 		s.cl.Produce(ctx, rec, s.promise)
 	}
 	s.m.ExportQueued(KindKafka, s.name_, s.q.len()+int(s.cl.BufferedProduceRecords()))
 }
 
 func (s *kafkaSink) promise(_ *kgo.Record, err error) {
+	defer s.pending.Done()
 	if err == nil {
 		s.m.ExportSent(KindKafka, s.name_, 1)
 		s.mu.Lock()

@@ -186,8 +186,8 @@ func (run *adaptiveRun) flagged(id int64) bool {
 	return ok && a.Beyond(run.matched[id].Unresolved) || okNext && b.Beyond(run.matched[id+1].Unresolved)
 }
 
-// TestAdaptiveWindowsExact checks DESIGN.md §3 against ground truth with
-// windows the receiver chooses and tells the sender: every interval's
+// TestAdaptiveWindowsExact checks docs/DESIGN.md, "2. Packet → interval",
+// against ground truth with windows the receiver chooses and tells the sender: every interval's
 // receiver sketch equals the sketch of exactly the packets sent in it, or
 // the interval is flagged (never an unflagged wrong sketch); and where
 // every delay is below the window, every interval is exact and unflagged.

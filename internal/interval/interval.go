@@ -1,6 +1,7 @@
 // Package interval cuts the packet stream into measurement intervals
-// (DESIGN.md §3) at both ends. The sender assigns each packet by its own
-// timestamp (exact). The receiver cannot see send times, so it holds the
+// (docs/DESIGN.md, "2. Packet → interval") at both ends. The sender
+// assigns each packet by its own timestamp (exact). The receiver cannot
+// see send times, so it holds the
 // packets it receives near a boundary B, in [B - guard, B + W), W the
 // boundary's hold window (at most max_delay, chosen from the delays the
 // receiver has evidence of: window.go), and places them once the sender's

@@ -111,9 +111,10 @@ func sameSketches(a, b *Sketches) bool {
 	return true
 }
 
-// TestExactBoundaryAssignment checks DESIGN.md §3's requirement against
-// ground truth: every receiver-side sketch equals the sketch of exactly the
-// packets the sender sent in that interval, timed at the receiver.
+// TestExactBoundaryAssignment checks the requirement of docs/DESIGN.md,
+// "2. Packet → interval", against ground truth: every receiver-side sketch
+// equals the sketch of exactly the packets the sender sent in that
+// interval, timed at the receiver.
 func TestExactBoundaryAssignment(t *testing.T) {
 	for _, tc := range []struct {
 		name       string

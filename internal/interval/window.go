@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Boundary windows (DESIGN.md §3, docs/DESIGN.md §2). At boundary b (time
-// b·T) the receiver holds the packets it receives in [b·T − guard,
+// Boundary windows (docs/DESIGN.md, "2. Packet → interval"). At boundary
+// b (time b·T) the receiver holds the packets it receives in [b·T − guard,
 // b·T + W_b) and places them with the sender's boundary function for b.
 // W_b is the hold window: at most max_delay, chosen by the receiver from
 // the delays it has evidence of (WindowPlan), and told to the sender over

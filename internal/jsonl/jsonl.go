@@ -1,4 +1,4 @@
-// Package jsonl reads JSON Lines files: the results (DESIGN.md §6) and the
+// Package jsonl reads JSON Lines files: the results (docs/results.md) and the
 // generator's ground truth share one reader, each with its own record type,
 // line limit and check.
 package jsonl

@@ -123,7 +123,7 @@ func TestSenderOwnClockFromStart(t *testing.T) {
 			t.Errorf("step %d: lds_ptp_offset_seconds %v, want %v", i, got, st.wantOffset)
 		}
 	}
-	// SetClock (each shipped interval) no longer decides state and offset.
+	// SetClock (each shipped interval) does not decide state and offset.
 	s.SetClock("holdover", 5, 0)
 	if got := series(t, s.Registry(), "lds_ptp_state"); !maps.Equal(got, map[string]float64{"state=synced": 1}) {
 		t.Errorf("after SetClock: lds_ptp_state %v, want the live state", got)

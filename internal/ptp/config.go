@@ -45,8 +45,8 @@ type Config struct {
 // DefaultConfig returns the defaults documented in docs/ptp.md.
 //
 // OffsetLimit is 100µs: an order of magnitude below the 1 ms clock guard
-// that interval boundary assignment assumes (DESIGN §3), so a "synced"
-// clock never endangers boundaries, and well above the few-µs jitter of
+// that interval boundary assignment assumes (docs/DESIGN.md, "2. Packet →
+// interval"), so a "synced" clock never endangers boundaries, and well above the few-µs jitter of
 // software-timestamped PTP on a loaded host, so the state does not flap.
 // The exact offset is exported as a metric; the limit is an alarm, not an
 // accuracy target.

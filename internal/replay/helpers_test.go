@@ -22,7 +22,7 @@ func readJSONL(t *testing.T, path string) []results.FlowRecord {
 }
 
 // checkSchema holds every line of a results file to the contract of
-// DESIGN.md §6: these keys, these JSON types, null only where allowed.
+// docs/results.md: these keys, these JSON types, null only where allowed.
 func checkSchema(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)

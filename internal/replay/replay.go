@@ -1,6 +1,6 @@
 // Package replay runs the sender's and the receiver's pipelines in one
 // process from two captures, joined by the real gRPC protocol on a loopback
-// listener (DESIGN.md §8: `ldsctl replay`).
+// listener (docs/replay.md: `ldsctl replay`).
 package replay
 
 import (

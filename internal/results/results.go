@@ -1,5 +1,5 @@
 // Package results holds the records the receiver publishes: one FlowRecord
-// per (interval, flow) — the JSONL contract of DESIGN.md §6 — and one
+// per (interval, flow) — the JSONL contract of docs/results.md — and one
 // LinkRecord per (interval, traffic class) for the LDA figures. It depends
 // only on capture's flow key: the receiver produces these records, and the
 // metrics, API, export and eval packages read them.
@@ -19,7 +19,7 @@ import (
 // in memory with a typed flow key and rendered as one line of the results
 // JSONL (MarshalLine, MarshalJSON) where it leaves the process: the results
 // file, the API, the exporters. The JSON fields up to ci95_ns are the
-// contract (docs/DESIGN.md) and never change meaning; fields after it may
+// contract (docs/results.md) and never change meaning; fields after it may
 // be added. Pointer fields are null in JSON where no estimate exists.
 type FlowRecord struct {
 	Interval int64 // interval id = floor(sender ns / T)
@@ -48,7 +48,7 @@ type FlowRecord struct {
 	// (Loss stays the conservative count-min bound).
 	LossPoint *float64
 
-	// Delay quantiles from exactly joined packet samples (docs/DESIGN.md,
+	// Delay quantiles from exactly joined packet samples (docs/results.md,
 	// docs/sampling.md): null below sample.MinP50/MinP90/MinP99 samples.
 	P50NS        *float64
 	P90NS        *float64

@@ -28,7 +28,7 @@ const seedProofLabel = "lds-seed-proof/v2"
 // answers a mismatch with "sketch.seed differs" and nothing else: a sender
 // that does not hold the seed learns only that its guess was wrong, one
 // guess per stream, with no value it could test further guesses against
-// offline (the unkeyed digest of earlier versions allowed exactly that).
+// offline (an unkeyed digest of the seed would allow exactly that).
 func SeedProof(seed string, challenge, nonce []byte, senderID string) []byte {
 	m := hmac.New(sha256.New, []byte(seed))
 	m.Write([]byte(seedProofLabel))

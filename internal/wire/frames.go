@@ -1,5 +1,5 @@
 // Package wire carries finished intervals from lds-sender to lds-receiver
-// over one gRPC bidirectional stream per sender (DESIGN.md §5): framing
+// over one gRPC bidirectional stream per sender (docs/protocol.md): framing
 // (Start, chunks, End with a seq rising by one per frame), the receiver's
 // checks on every frame, and the client with its resend buffer.
 package wire

@@ -18,7 +18,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 )
 
-// Live capture performance (issue 8): a blaster pushes frames into a veth
+// Live capture performance: a blaster pushes frames into a veth
 // as fast as one core can, and the capture tools at the other end (tcpdump
 // and the real lds-sender, with the same ring size) are compared by the
 // kernel's own drop counters. See docs/testbed.md, "Live capture

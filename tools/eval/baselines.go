@@ -363,7 +363,7 @@ func ExactJoin(pkts Packets, t int64) ([]results.FlowRecord, error) {
 // BaselineConfig selects the per-packet baselines RunBaselines computes in
 // one pass.
 type BaselineConfig struct {
-	T         int64   // interval length, ns (DESIGN §3)
+	T         int64   // interval length, ns (docs/DESIGN.md, "2. Packet → interval")
 	RLI       bool    // Reference Latency Interpolation
 	RLIRateHz float64 // references per second; 0 = DefaultRLIRateHz
 	Exact     bool    // the exact per-packet join as a run

@@ -1,5 +1,5 @@
-// Package eval measures how well delay/loss estimates (results JSONL, DESIGN
-// §6) match the generator's ground truth: per (interval, flow) relative
+// Package eval measures how well delay/loss estimates (results JSONL,
+// docs/results.md) match the generator's ground truth: per (interval, flow) relative
 // error of the mean delay and of the standard deviation, loss error and
 // coverage, aggregated per flow-size bin the way the LDS paper's Fig. 9/10
 // do, with a "global average" baseline computed from the truth alone.
@@ -544,7 +544,7 @@ func GlobalAverage(truth []truth.Record) []results.FlowRecord {
 	return out
 }
 
-// ReadResults reads a results JSONL stream (DESIGN §6). Blank lines are
+// ReadResults reads a results JSONL stream (docs/results.md). Blank lines are
 // skipped; a line that is not a flow record (no src/dst, or addresses that
 // do not parse as one flow key) is an error naming the line.
 func ReadResults(r io.Reader) ([]results.FlowRecord, error) {

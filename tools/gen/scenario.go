@@ -28,7 +28,7 @@ type Scenario struct {
 	Seed     uint64        `yaml:"seed"`     // every random draw derives from it
 	StartNS  int64         `yaml:"start_ns"` // Unix ns of the trace start
 	Duration time.Duration `yaml:"duration"` // send times fall in [start, start+duration)
-	Interval time.Duration `yaml:"interval"` // T of DESIGN §3: interval id = floor(send_ns / T)
+	Interval time.Duration `yaml:"interval"` // T of docs/config.md: interval id = floor(send_ns / T)
 	MaxDelay time.Duration `yaml:"max_delay"`
 	Flows    int           `yaml:"flows"`
 	// RatePPS is the target aggregate packet rate. When > 0 the drawn flow
@@ -174,8 +174,9 @@ const (
 )
 
 // HeaderChanges are the header rewrites between the taps — exactly the fields
-// DESIGN §2 excludes from packet identity. The IPv4 header checksum is always
-// recomputed after a change, as a router does.
+// docs/capture.md ("Packet identity") excludes from packet identity. The
+// IPv4 header checksum is always recomputed after a change, as a router
+// does.
 type HeaderChanges struct {
 	// Random, when true, ignores the switches below and enables each change
 	// with probability 1/2 (fractions drawn in (0, 0.5]) from the seed.

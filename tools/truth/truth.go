@@ -16,7 +16,7 @@ import (
 
 // Record is one line of the ground-truth JSONL: the exact figures of one
 // flow in one interval. The flow fields carry the same names and meaning as
-// the results JSONL (docs/DESIGN.md), so the two join on (interval, src,
+// the results JSONL (docs/results.md), so the two join on (interval, src,
 // dst, sport, dport, proto). Packets belong to the interval of their send
 // time.
 type Record struct {

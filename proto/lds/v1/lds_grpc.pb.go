@@ -1,4 +1,4 @@
-// The lds wire protocol (DESIGN.md §5). One bidirectional stream per sender:
+// The lds wire protocol (docs/protocol.md). One bidirectional stream per sender:
 // the receiver sends Challenge first; the sender answers Hello, then sends
 // per interval Start, Chunk..., End; the receiver answers HelloAck once and
 // Ack per interval. Every SenderFrame
