@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -21,36 +22,58 @@ import (
 	"github.com/lds-net/lds/tools/linkem"
 )
 
-func main() {
-	// Flags registers these; the relay reads them.
-	var statsPath *string
-	var every *time.Duration
-	d := cli.Daemon[linkem.Config]{
-		Name:       "lds-linkem",
-		Usage:      "Usage: lds-linkem --config FILE [flags]\n\nRelays frames between interfaces a and b with emulated delay and loss.\n\nFlags:\n",
-		ConfigHelp: "YAML configuration (keys of linkem.Config: a, b, forward, reverse, seed, ...)",
-		Flags: func(fs *flag.FlagSet) func(*linkem.Config) {
-			a := fs.String("a", "", "interface A (overrides a)")
-			b := fs.String("b", "", "interface B (overrides b)")
-			statsPath = fs.String("stats", "", "write the counters as JSON to this file on exit")
-			every = fs.Duration("log-every", 10*time.Second, "log the counters this often (0: never)")
-			return func(cfg *linkem.Config) {
-				if *a != "" {
-					cfg.A = *a
-				}
-				if *b != "" {
-					cfg.B = *b
-				}
-			}
-		},
-		Load:     load,
-		Validate: (*linkem.Config).Validate,
-		Logger:   func(_ *linkem.Config, w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) },
-		New: func(cfg linkem.Config, log *slog.Logger) (cli.Runner, error) {
-			return cli.RunFunc(func(ctx context.Context) error { return run(ctx, cfg, *statsPath, *every, log) }), nil
-		},
+const usage = `Usage: lds-linkem --config FILE [flags]
+
+Relays frames between interfaces a and b with emulated delay and loss.
+
+Flags:
+`
+
+func main() { os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// runMain is lds-linkem with its arguments and output; it returns the exit
+// code (cli.ExitUsage for a bad flag or configuration, cli.ExitFailed when
+// the relay stops on an error).
+func runMain(args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("lds-linkem", flag.ContinueOnError, usage)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "YAML configuration (keys of linkem.Config: a, b, forward, reverse, seed, ...)")
+	check := fs.Bool("check-config", false, "validate the configuration and exit")
+	a := fs.String("a", "", "interface A (overrides a)")
+	b := fs.String("b", "", "interface B (overrides b)")
+	statsPath := fs.String("stats", "", "write the counters as JSON to this file on exit")
+	every := fs.Duration("log-every", 10*time.Second, "log the counters this often (0: never)")
+	if code, exit := cli.Parse(fs, args); exit {
+		return code
 	}
-	os.Exit(d.Main(os.Args[1:], os.Stdout, os.Stderr))
+
+	cfg, err := load(*path)
+	if err == nil {
+		if *a != "" {
+			cfg.A = *a
+		}
+		if *b != "" {
+			cfg.B = *b
+		}
+		err = cfg.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lds-linkem: configuration %s: %v\n", *path, err)
+		return cli.ExitUsage
+	}
+	if *check {
+		fmt.Fprintln(stdout, "configuration OK")
+		return 0
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	ctx, stop := cli.SignalContext(context.Background())
+	defer stop()
+	if err := run(ctx, cfg, *statsPath, *every, log); err != nil {
+		log.Error("lds-linkem stopped", "err", err)
+		return cli.ExitFailed
+	}
+	return 0
 }
 
 func load(path string) (linkem.Config, error) {

@@ -4,8 +4,10 @@
 package main
 
 import (
+	"context"
 	"flag"
-	"log/slog"
+	"fmt"
+	"io"
 	"os"
 
 	"github.com/lds-net/lds/internal/cli"
@@ -14,26 +16,67 @@ import (
 	"github.com/lds-net/lds/internal/version"
 )
 
-func main() {
-	d := config.Daemon("receiver", "Measures per-flow one-way delay and loss against lds-sender at the upstream tap.",
-		config.LoadReceiver, flags, start)
-	os.Exit(d.Main(os.Args[1:], os.Stdout, os.Stderr))
-}
+const usage = `Usage: lds-receiver [flags]
 
-// flags registers the receiver's own flags.
-func flags(fs *flag.FlagSet) func(*config.Receiver) {
+Measures per-flow one-way delay and loss against lds-sender at the upstream tap.
+
+Flags:
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is lds-receiver with its arguments and output: it returns the exit
+// code (0, cli.ExitUsage for a bad flag or configuration, cli.ExitFailed
+// when the pipeline stops on an error). --version and --check-config's
+// verdict go to stdout; flag and configuration errors and the log to
+// stderr. SIGHUP (reopen the results file) is the pipeline's own.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("lds-receiver", flag.ContinueOnError, usage)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "/etc/lds/receiver.yaml", "configuration file (see configs/receiver.yaml for every key)")
+	check := fs.Bool("check-config", false, "validate the configuration and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	common := config.CommonFlags(fs)
 	listen := fs.String("listen", "", "gRPC listen address for senders (overrides receiver.listen)")
 	results := fs.String("results", "", "results JSONL file (overrides receiver.results_file)")
-	return func(c *config.Receiver) {
+	if code, exit := cli.Parse(fs, args); exit {
+		return code
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "lds-receiver", version.Version)
+		return 0
+	}
+
+	cfg, err := config.LoadReceiver(*path)
+	if err == nil {
+		common(&cfg.Common)
 		if *listen != "" {
-			c.Receiver.Listen = *listen
+			cfg.Receiver.Listen = *listen
 		}
 		if *results != "" {
-			c.Receiver.ResultsFile = *results
+			cfg.Receiver.ResultsFile = *results
 		}
+		err = cfg.Validate()
 	}
-}
+	if err != nil {
+		fmt.Fprintf(stderr, "lds-receiver: configuration %s: %v\n", *path, err)
+		return cli.ExitUsage
+	}
+	if *check {
+		fmt.Fprintln(stdout, "configuration OK")
+		return 0
+	}
 
-func start(cfg config.Receiver, log *slog.Logger) (cli.Runner, error) {
-	return receiver.New(cfg, receiver.Options{Version: version.Version}, log)
+	log := cfg.Log.Logger(stderr)
+	ctx, stop := cli.SignalContext(context.Background())
+	defer stop()
+	r, err := receiver.New(cfg, receiver.Options{Version: version.Version}, log)
+	if err == nil {
+		err = r.Run(ctx)
+	}
+	if err != nil {
+		log.Error("lds-receiver stopped", "err", err)
+		return cli.ExitFailed
+	}
+	return 0
 }

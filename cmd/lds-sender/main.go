@@ -3,8 +3,10 @@
 package main
 
 import (
+	"context"
 	"flag"
-	"log/slog"
+	"fmt"
+	"io"
 	"os"
 
 	"github.com/lds-net/lds/internal/cli"
@@ -13,22 +15,62 @@ import (
 	"github.com/lds-net/lds/internal/version"
 )
 
-func main() {
-	d := config.Daemon("sender", "Sketches the packets at the upstream tap and streams them to lds-receiver.",
-		config.LoadSender, flags, start)
-	os.Exit(d.Main(os.Args[1:], os.Stdout, os.Stderr))
-}
+const usage = `Usage: lds-sender [flags]
 
-// flags registers the sender's own flags.
-func flags(fs *flag.FlagSet) func(*config.Sender) {
+Sketches the packets at the upstream tap and streams them to lds-receiver.
+
+Flags:
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is lds-sender with its arguments and output: it returns the exit
+// code (0, cli.ExitUsage for a bad flag or configuration, cli.ExitFailed
+// when the pipeline stops on an error). --version and --check-config's
+// verdict go to stdout; flag and configuration errors and the log to stderr.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("lds-sender", flag.ContinueOnError, usage)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "/etc/lds/sender.yaml", "configuration file (see configs/sender.yaml for every key)")
+	check := fs.Bool("check-config", false, "validate the configuration and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	common := config.CommonFlags(fs)
 	recv := fs.String("receiver", "", "lds-receiver host:port (overrides sender.receiver)")
-	return func(c *config.Sender) {
-		if *recv != "" {
-			c.Sender.Receiver = *recv
-		}
+	if code, exit := cli.Parse(fs, args); exit {
+		return code
 	}
-}
+	if *showVersion {
+		fmt.Fprintln(stdout, "lds-sender", version.Version)
+		return 0
+	}
 
-func start(cfg config.Sender, log *slog.Logger) (cli.Runner, error) {
-	return sender.New(cfg, sender.Options{Version: version.Version}, log)
+	cfg, err := config.LoadSender(*path)
+	if err == nil {
+		common(&cfg.Common)
+		if *recv != "" {
+			cfg.Sender.Receiver = *recv
+		}
+		err = cfg.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lds-sender: configuration %s: %v\n", *path, err)
+		return cli.ExitUsage
+	}
+	if *check {
+		fmt.Fprintln(stdout, "configuration OK")
+		return 0
+	}
+
+	log := cfg.Log.Logger(stderr)
+	ctx, stop := cli.SignalContext(context.Background())
+	defer stop()
+	s, err := sender.New(cfg, sender.Options{Version: version.Version}, log)
+	if err == nil {
+		err = s.Run(ctx)
+	}
+	if err != nil {
+		log.Error("lds-sender stopped", "err", err)
+		return cli.ExitFailed
+	}
+	return 0
 }

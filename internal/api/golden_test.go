@@ -23,7 +23,7 @@ func goldenStore() *Store {
 		DelayNS: f(1234.5), StddevNS: f(1e-7), Loss: 1.5, Packets: 40, Samples: 39.25, CI95NS: f(88), Sender: "edge-a",
 		Bytes: f(52000), Estimator: "decode", Partial: true, Unsynced: true, ErrorNS: f(250), Spike: true,
 		Status: results.StatusBeyondWindow, LossPoint: f(1), P50NS: f(1200), P90NS: f(1500), P99NS: f(2e21),
-		DelaySamples: 30, StddevFrom: "samples", SampledLost: 2}
+		DelaySamples: 30, StddevFrom: "samples", SampledLost: 2, LossBound: f(4.5)}
 	flows := []results.FlowRecord{
 		all,
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.9", "192.0.2.1", 6, 40000, 443),

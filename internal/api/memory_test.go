@@ -13,7 +13,7 @@ import (
 func receiverRecord(id int64, k capture.FlowKey, errorNS *float64) results.FlowRecord {
 	r := results.FlowRecord{Interval: id, StartNS: id * 1e9, Key: k, Loss: 1, Packets: 1234, Samples: 1200,
 		Sender: "tap-a", Estimator: "decode", ErrorNS: errorNS}
-	r.LossPoint = results.Float(0.5)
+	r.LossBound, r.LossPoint = results.Float(1), results.Float(0.5)
 	r.DelayNS, r.StddevNS, r.CI95NS = results.Float(123456.7), results.Float(2345.6), results.Float(99.5)
 	r.StddevFrom = "sketch"
 	return r

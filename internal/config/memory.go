@@ -24,7 +24,7 @@ const (
 	// composition counters (4·R·k B) come on top.
 	flowTableBytes = 2*88 + 4*16
 	// recordBytes is one published flow record: results.FlowRecord
-	// (240 B, its flow key inline) and up to six float pointers (8 B each
+	// (248 B, its flow key inline) and up to six float pointers (8 B each
 	// from the runtime's tiny allocator). The three quantile pointers
 	// exist only for flows with packet samples, at most
 	// sample.max_per_interval / 10 an interval: not counted.

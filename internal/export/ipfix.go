@@ -40,7 +40,7 @@ const (
 	EntDelayMeanNS     = 2  // float64, ns: delay_ns (NaN = none)
 	EntDelayStddevNS   = 3  // float64, ns: stddev_ns
 	EntDelayCI95NS     = 4  // float64, ns: ci95_ns
-	EntLostPackets     = 5  // float64: loss (the sketch's count-min bound)
+	EntLostPackets     = 5  // float64: loss (docs/decode.md, "Loss and packets")
 	EntPackets         = 6  // float64: packets as estimated (packetDeltaCount is it rounded)
 	EntSamples         = 7  // float64: effective sample size of the delay estimate
 	EntDelayP50NS      = 8  // float64, ns: p50_ns (NaN = none)
@@ -53,6 +53,7 @@ const (
 	EntSender          = 15 // string: sender id
 	EntLossPoint       = 16 // float64: loss_point (NaN = none)
 	EntClockErrorBound = 17 // float64, ns: clock_error_bound_ns (NaN = none)
+	EntLossBound       = 18 // float64: loss_bound, the count-min bound (NaN = none)
 )
 
 // Flag bits of EntFlags.
@@ -94,6 +95,7 @@ func templateFields(v6, delay bool) []field {
 		field{EntDelayCI95NS, 8, true}, field{EntLostPackets, 8, true}, field{EntPackets, 8, true}, field{EntSamples, 8, true},
 		field{EntDelayP50NS, 8, true}, field{EntDelayP90NS, 8, true}, field{EntDelayP99NS, 8, true},
 		field{EntDelaySamples, 4, true}, field{EntFlags, 2, true}, field{EntLossPoint, 8, true}, field{EntClockErrorBound, 8, true},
+		field{EntLossBound, 8, true},
 		field{EntStatus, varLen, true}, field{EntEstimator, varLen, true}, field{EntSender, varLen, true})
 	return f
 }
@@ -193,6 +195,7 @@ func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16) {
 	b = binary.BigEndian.AppendUint16(b, flags)
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(ptr(r.LossPoint)))
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(ptr(r.ErrorNS)))
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(ptr(r.LossBound)))
 	for _, s := range [...]string{r.Status, r.Estimator, r.Sender} {
 		b = appendVarString(b, s)
 	}

@@ -93,6 +93,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 	}
 	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: weight}
 	var ests, fallback []sketch.FlowEstimate
+	var alone []float64
 	var err error
 	if e.Estimator == sketch.EstimatorDecode {
 		// The receiver knows exactly how many packets of each flow it put
@@ -111,6 +112,9 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		// decoder's value is only its prior (the interval mean); the
 		// paper's least-crowded-cell estimate is better there.
 		ests, fallback, err = sketch.EstimateDecodeAndPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
+		if err == nil {
+			alone, err = sketch.AloneLoss(mt.Snd.Sk.LDS, mt.Rx.LDS, comp)
+		}
 	} else {
 		ests, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
 	}
@@ -127,8 +131,13 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		r := &iv.Flows[i]
 		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
+		// Loss: under decode its point estimate where the cells support
+		// it, within the count-min bound, never below what the flow's own
+		// cells prove (docs/decode.md, "Loss and packets"); under paper the
+		// bound. The bound and the point estimate keep their own fields.
+		r.LossBound = results.Float(est.LossBound)
 		if e.Estimator == sketch.EstimatorDecode {
-			r.LossPoint = results.Float(est.Loss)
+			r.Loss, r.LossPoint = sketch.PublishedLoss(est.Loss, est.LossBound, alone[i]), results.Float(est.Loss)
 		}
 		if !math.IsNaN(est.Bytes) {
 			r.Bytes = results.Float(est.Bytes)
@@ -187,17 +196,15 @@ func zeroNaN(v float64) float64 {
 }
 
 // applySamples puts a flow's joined samples into its record: the lost
-// samples raise the loss figures to at least their count (a sampled packet
-// the receiver never saw is lost), and, where the clocks allow delays, the
+// samples raise loss, loss_point and loss_bound to at least their count
+// (a sampled packet the receiver never saw is lost), and, where the clocks allow delays, the
 // quantiles and the stddev come from the samples where there are enough
 // of them (docs/sampling.md).
 func applySamples(r *results.FlowRecord, d *sample.FlowDist) {
 	if d.Lost > 0 {
 		r.SampledLost = d.Lost
 		r.Loss = max(r.Loss, float64(d.Lost))
-		if r.LossPoint != nil && *r.LossPoint < float64(d.Lost) {
-			r.LossPoint = results.Float(float64(d.Lost))
-		}
+		r.LossPoint, r.LossBound = atLeast(r.LossPoint, d.Lost), atLeast(r.LossBound, d.Lost)
 	}
 	if r.Unsynced {
 		return
@@ -208,6 +215,14 @@ func applySamples(r *results.FlowRecord, d *sample.FlowDist) {
 	if !math.IsNaN(sm.Stddev) {
 		r.StddevNS, r.StddevFrom = results.Float(sm.Stddev), "samples"
 	}
+}
+
+// atLeast is v raised to n (nil stays nil).
+func atLeast(v *float64, n int) *float64 {
+	if v != nil && *v < float64(n) {
+		return results.Float(float64(n))
+	}
+	return v
 }
 
 // linkSamples gives a class its per-packet quantiles and histogram delays

@@ -36,6 +36,7 @@ import (
 	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 	"github.com/lds-net/lds/internal/spike"
+	"github.com/lds-net/lds/internal/tap"
 	"github.com/lds-net/lds/internal/wire"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 )
@@ -165,10 +166,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		}
 		// This host's clock is exported from start, not only with the
 		// first interval: it is often why none is published.
-		r.metrics.SetOwnClock(func() metrics.OwnClock {
-			st := r.ptp.Status()
-			return metrics.OwnClock{State: string(st.State), OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
-		})
+		r.metrics.SetOwnClock(tap.OwnClock(r.ptp))
 	}
 	entries := cfg.Receiver.Senders
 	if len(entries) == 0 {
@@ -341,17 +339,11 @@ func (r *Receiver) Run(ctx context.Context) error {
 		g.Go(func() error {
 			wg.Wait()
 			srv.GracefulStop()
-			return errDone
+			return tap.ErrDone
 		})
 	}
-	err = g.Wait()
-	if errors.Is(err, errDone) {
-		return nil
-	}
-	return err
+	return tap.Wait(g)
 }
-
-var errDone = errors.New("replay finished")
 
 // openResults opens receiver.results_file with its rotation, durability
 // and error counting; a replay writes one file, never rotated or synced.
@@ -401,10 +393,11 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 	return wire.ServerTLS(t.Cert, t.Key, t.ClientCA)
 }
 
-// captureLoop is one capture worker: it reads packets and hands them to
-// every sender entry whose selection they match. It never waits on the
-// network or on estimation, only (in replay) on a full channel to the
-// matcher, which keeps memory bounded.
+// captureLoop is one capture worker: the receiver's callbacks of the
+// shared loop (internal/tap) hand each packet to every sender entry whose
+// selection it matches. It never waits on the network or on estimation,
+// only (in replay) on a full channel to the matcher, which keeps memory
+// bounded.
 func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
 	builders := make([]*interval.RxBuilder, len(r.senders))
 	emitters := make([]func(*interval.Sealed), len(r.senders))
@@ -431,78 +424,47 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 			}
 		}
 	}
-	// On a stop request, seal what has been captured and hand it to the
-	// matchers (they drain their channel before finalizing): nothing
-	// captured is dropped silently at SIGTERM.
-	stop := func() error {
-		for i, s := range r.senders {
-			builders[i].Flush(func(sl *interval.Sealed) {
-				stores[i].Cut(sl.ID, s.pieces.Put)
-				select {
-				case s.sealed <- sl:
-				case <-time.After(stopGrace):
-				}
-			})
-		}
-		return nil
-	}
-	var pkt capture.Packet
-	n := 0
-	for {
-		err := rd.Next(&pkt)
-		switch {
-		case err == nil:
+	loop := tap.Loop{Name: "receiver", Reader: rd, Log: r.log.With("worker", worker), Replay: r.opt.Replay,
+		Packet: func(pkt *capture.Packet) {
 			for i, s := range r.senders {
 				if len(s.sel) == 0 || match.First(s.sel, pkt.Key.SrcAddr(), pkt.Key.DstAddr(), pkt.Key.Proto, pkt.Key.SPort, pkt.Key.DPort) >= 0 {
-					builders[i].Add(&pkt, emitters[i])
-					stores[i].Add(&pkt) // after: a piece Add's sealing hands over is complete
+					builders[i].Add(pkt, emitters[i])
+					stores[i].Add(pkt) // after: a piece Add's sealing hands over is complete
 				}
 			}
-			n++
-			if n&1023 == 0 {
-				if ctx.Err() != nil {
-					return stop()
-				}
-				r.publishCapture(worker, rd)
-				if r.opt.Replay {
-					// A file never blocks: let the matcher and the
-					// stream's goroutines run now, not at the next
-					// preemption up to 10 ms away.
-					runtime.Gosched()
-				}
+		},
+		Advance: func(now int64) {
+			for i := range r.senders {
+				builders[i].Advance(now, emitters[i])
 			}
-		case errors.Is(err, capture.ErrTimeout):
-			if ctx.Err() != nil {
-				return stop()
-			}
-			if !r.opt.Replay {
-				// Behind the wall clock by the capture ring's latency, so
-				// that packets still in the ring are not late.
-				now := time.Now().Add(-idleSlack).UnixNano()
-				for i := range r.senders {
-					builders[i].Advance(now, emitters[i])
-				}
-			}
-			r.publishCapture(worker, rd)
-		case errors.Is(err, io.EOF):
+		},
+		Flush: func() {
 			for i := range r.senders {
 				builders[i].Flush(emitters[i])
 			}
-			r.publishCapture(worker, rd)
-			r.log.Info("receiver capture ended", "worker", worker, "packets", n)
-			return nil
-		default:
-			return fmt.Errorf("receiver capture: %w", err)
-		}
+		},
+		// On a stop request, seal what has been captured and hand it to
+		// the matchers (they drain their channel before finalizing):
+		// nothing captured is dropped silently at SIGTERM.
+		Stop: func() {
+			for i, s := range r.senders {
+				builders[i].Flush(func(sl *interval.Sealed) {
+					stores[i].Cut(sl.ID, s.pieces.Put)
+					select {
+					case s.sealed <- sl:
+					case <-time.After(stopGrace):
+					}
+				})
+			}
+		},
+		Poll: func() { r.publishCapture(worker, rd) },
 	}
+	return loop.Run(ctx)
 }
 
 // replayPace bounds how long a replay's capture waits for the evidence of
 // earlier intervals before fixing a boundary's window without it.
 const replayPace = 10 * time.Second
-
-// idleSlack: see internal/sender.
-const idleSlack = 250 * time.Millisecond
 
 type workerStats struct {
 	parse capture.ParseCounters
@@ -773,14 +735,7 @@ func nanOr0(v float64) float64 {
 }
 
 // ownClock is this host's clock verdict now.
-func (r *Receiver) ownClock() interval.ClockStatus {
-	if r.ptp == nil {
-		return interval.ClockStatus{State: string(ptp.StateDisabled)}
-	}
-	st := r.ptp.Status()
-	return interval.ClockStatus{State: string(st.State), OffsetNS: st.OffsetNS, GrandmasterPresent: st.GrandmasterPresent,
-		GrandmasterID: st.GrandmasterID, PortState: st.PortState, Err: st.Err}
-}
+func (r *Receiver) ownClock() interval.ClockStatus { return tap.Clock(r.ptp) }
 
 // clock judges an interval by both ends' clocks: the sender's when it
 // closed the interval, the receiver's when it sealed it. Anything but

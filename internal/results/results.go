@@ -30,7 +30,7 @@ type FlowRecord struct {
 	Key      capture.FlowKey
 	DelayNS  *float64 // mean one-way delay
 	StddevNS *float64 // delay standard deviation
-	Loss     float64  // estimated lost packets
+	Loss     float64  // estimated lost packets (decode: see LossPoint; paper: LossBound's value)
 	Packets  float64  // estimated packets sent
 	Samples  float64  // effective sample size of the delay estimate
 	CI95NS   *float64 // 95 % confidence half-width of DelayNS
@@ -44,8 +44,11 @@ type FlowRecord struct {
 	Spike     bool     // latency spike against the flow's baseline
 	ErrorNS   *float64 // "clock_error_bound_ns": |offset_A| + |offset_B|
 	Status    string   // "", or why no delay is given
-	// LossPoint is the decoding estimator's point estimate of lost packets
-	// (Loss stays the conservative count-min bound).
+	// LossPoint is the decoding estimator's point estimate of lost packets.
+	// Loss is it where it reaches sketch.LossSupportMin packets (below,
+	// it divided by that, under one packet), never above LossBound nor
+	// below what the flow's own cells or samples prove (docs/decode.md,
+	// "Loss and packets").
 	LossPoint *float64
 
 	// Delay quantiles from exactly joined packet samples (docs/results.md,
@@ -59,8 +62,12 @@ type FlowRecord struct {
 	// sign-hash sums, whose ci95 does not cover the stddev: docs/sketch.md).
 	StddevFrom string
 	// SampledLost counts samples the sender shipped and the receiver never
-	// saw: packets certainly lost (Loss and LossPoint are never below it).
+	// saw: packets certainly lost (Loss, LossPoint and LossBound are never
+	// below it).
 	SampledLost int
+	// LossBound is the count-min bound on lost packets (never below the
+	// truth while a sketch row is unsampled; raised to SampledLost).
+	LossBound *float64
 }
 
 // flowJSON is FlowRecord's JSON shape, field for field in the order of the
@@ -95,6 +102,7 @@ type flowJSON struct {
 	DelaySamples int      `json:"delay_samples"`
 	StddevFrom   string   `json:"stddev_from,omitempty"`
 	SampledLost  int      `json:"sampled_lost,omitempty"`
+	LossBound    *float64 `json:"loss_bound,omitempty"`
 }
 
 // MarshalJSON writes the record's results line (without the newline).
@@ -124,7 +132,8 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 		Loss: j.Loss, Packets: j.Packets, Samples: j.Samples, CI95NS: j.CI95NS, Sender: j.Sender, Bytes: j.Bytes,
 		Estimator: j.Estimator, Partial: j.Partial, Unsynced: j.Unsynced, ErrorNS: j.ErrorNS, Spike: j.Spike,
 		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
-		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost}
+		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
+		LossBound: j.LossBound}
 	return nil
 }
 
@@ -161,7 +170,7 @@ type LinkRecord struct {
 // StatusBeyondWindow is a flow's status when packets slower than the
 // receiver's hold window (at most max_delay) may have been placed in the
 // wrong interval and the flow has cells that do not match: its loss is
-// withheld (loss 0, no loss_point) and its delay comes only from cells
+// withheld (loss 0, no loss_point or loss_bound) and its delay comes only from cells
 // that match exactly.
 const StatusBeyondWindow = "delay_beyond_window"
 
@@ -198,7 +207,7 @@ func (iv *Interval) FlagBeyondWindow() {
 			continue
 		}
 		f := &iv.Flows[i]
-		f.Status, f.Loss, f.LossPoint = StatusBeyondWindow, 0, nil
+		f.Status, f.Loss, f.LossPoint, f.LossBound = StatusBeyondWindow, 0, nil, nil
 	}
 	for i := range iv.Links {
 		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, 0
@@ -310,6 +319,10 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	if r.SampledLost != 0 {
 		b = append(b, `,"sampled_lost":`...)
 		b = strconv.AppendInt(b, int64(r.SampledLost), 10)
+	}
+	if r.LossBound != nil {
+		b = append(b, `,"loss_bound":`...)
+		b = appendFloatPtr(b, r.LossBound)
 	}
 	return append(b, "}\n"...), nil
 }

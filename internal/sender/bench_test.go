@@ -1,6 +1,9 @@
 package sender
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -93,4 +96,57 @@ func makeFrames(b *testing.B, n, flows int) [][]byte {
 		out[i] = append([]byte(nil), buf.Bytes()...)
 	}
 	return out
+}
+
+// memSource plays frames from memory, 1 µs apart, n of them, then ends.
+type memSource struct {
+	frames [][]byte
+	i, n   int
+}
+
+func (m *memSource) ReadPacket([]byte) ([]byte, int64, int, error) {
+	if m.i == m.n {
+		return nil, 0, 0, io.EOF
+	}
+	f := m.frames[m.i&(len(m.frames)-1)]
+	m.i++
+	return f, int64(m.i) * 1000, len(f), nil
+}
+func (m *memSource) LinkType() layers.LinkType         { return layers.LinkTypeEthernet }
+func (m *memSource) Stats() (capture.DropStats, error) { return capture.DropStats{}, nil }
+func (m *memSource) Close() error                      { return nil }
+
+// BenchmarkCaptureLoop is one capture worker of the sender as it runs:
+// the capture loop (internal/tap) over a source in memory, with the
+// sender's callbacks (parse, sampler, interval builder) and its intervals
+// handed on at 1 Mpps of event time, default sketch.
+func BenchmarkCaptureLoop(b *testing.B) {
+	cfg := config.DefaultSender()
+	cc := cfg.CaptureConfig()
+	p, err := capture.NewParser(cc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ip := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
+		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+	s := &Sender{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), params: ip, cc: cc, pool: sample.NewPool(8), windows: interval.NewWindowTable()}
+	rd := capture.NewReader(&memSource{frames: makeFrames(b, 4096, 20000), n: b.N}, p)
+	out := make(chan *interval.SenderInterval, 8)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for si := range out {
+			s.pool.Put(si.SampleCands)
+			si.Release()
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := s.captureLoop(context.Background(), rd, 0, out); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	close(out)
+	<-drained
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
 }

@@ -5,12 +5,8 @@ package sender
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"runtime"
 	"sync"
 	"time"
 
@@ -23,6 +19,7 @@ import (
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/sample"
+	"github.com/lds-net/lds/internal/tap"
 	"github.com/lds-net/lds/internal/wire"
 )
 
@@ -42,10 +39,6 @@ type Options struct {
 // replayWindowWait bounds how long a replay's sender waits for the
 // receiver's window of one boundary before covering max_delay.
 const replayWindowWait = 30 * time.Second
-
-// idleSlack is how far behind the wall clock an idle link's intervals are
-// closed: packets still in the capture ring must not arrive late.
-const idleSlack = 250 * time.Millisecond
 
 // Sender is the upstream daemon's pipeline.
 type Sender struct {
@@ -97,10 +90,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 		}
 		// This host's clock is exported from start, not only with the
 		// first interval shipped.
-		s.metrics.SetOwnClock(func() metrics.OwnClock {
-			st := s.ptp.Status()
-			return metrics.OwnClock{State: string(st.State), OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
-		})
+		s.metrics.SetOwnClock(tap.OwnClock(s.ptp))
 	}
 	return s, nil
 }
@@ -176,21 +166,18 @@ func (s *Sender) Run(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				return errDone
+				return tap.ErrDone
 			case <-gctx.Done():
 				return nil
 			}
 		})
 	}
-	err = g.Wait()
-	if errors.Is(err, errDone) {
-		return nil
-	}
-	return err
+	return tap.Wait(g)
 }
 
-var errDone = errors.New("replay finished")
-
+// captureLoop is one capture worker: the sender's callbacks of the shared
+// loop (internal/tap) sketch and sample each packet and hand every finished
+// interval to ship.
 func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int64, out chan<- *interval.SenderInterval) error {
 	// Live, an interval whose boundary window has not come by max_delay
 	// covers max_delay (capture never waits); a replay reads files, which
@@ -217,45 +204,18 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 		}
 		out <- si
 	}
-	var pkt capture.Packet
-	n := 0
-	for {
-		err := rd.Next(&pkt)
-		switch {
-		case err == nil:
-			smp.Add(&pkt) // before b.Add: an interval b emits has all its candidates
-			b.Add(&pkt, emit)
-			n++
-			if n&1023 == 0 {
-				if ctx.Err() != nil {
-					// A stop request: ship what the open interval has,
-					// flagged partial, rather than lose it.
-					b.FlushPartial(time.Now().UnixNano(), emit)
-					return nil
-				}
-				if s.opt.Replay {
-					// A file never blocks: let the connection and the
-					// stream's goroutines run now, not at the next
-					// preemption 10 ms away.
-					runtime.Gosched()
-				}
-			}
-		case errors.Is(err, capture.ErrTimeout):
-			if ctx.Err() != nil {
-				b.FlushPartial(time.Now().UnixNano(), emit)
-				return nil
-			}
-			if !s.opt.Replay {
-				b.Advance(time.Now().Add(-idleSlack).UnixNano(), emit)
-			}
-		case errors.Is(err, io.EOF):
-			b.Flush(emit)
-			s.log.Info("sender capture ended", "packets", n)
-			return nil
-		default:
-			return fmt.Errorf("sender capture: %w", err)
-		}
+	loop := tap.Loop{Name: "sender", Reader: rd, Log: s.log, Replay: s.opt.Replay,
+		Packet: func(pkt *capture.Packet) {
+			smp.Add(pkt) // before b.Add: an interval b emits has all its candidates
+			b.Add(pkt, emit)
+		},
+		Advance: func(now int64) { b.Advance(now, emit) },
+		Flush:   func() { b.Flush(emit) },
+		// A stop request: ship what the open interval has, flagged
+		// partial, rather than lose it.
+		Stop: func() { b.FlushPartial(time.Now().UnixNano(), emit) },
 	}
+	return loop.Run(ctx)
 }
 
 // ship merges the workers' intervals, attaches the clock and the capture
@@ -264,12 +224,9 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 	merger := interval.NewSenderMerger(workers, s.params.Heavy)
 	var prevDrops capture.DropStats
 	submit := func(si *interval.SenderInterval) error {
-		meta := interval.SenderMeta{Clock: interval.ClockStatus{State: string(ptp.StateDisabled)}}
+		meta := interval.SenderMeta{Clock: tap.Clock(s.ptp)}
 		if s.ptp != nil {
-			st := s.ptp.Status()
-			meta.Clock = interval.ClockStatus{State: string(st.State), OffsetNS: st.OffsetNS, GrandmasterPresent: st.GrandmasterPresent,
-				GrandmasterID: st.GrandmasterID, PortState: st.PortState, Err: st.Err}
-			s.metrics.SetClock(string(st.State), st.OffsetNS, 0)
+			s.metrics.SetClock(meta.Clock.State, meta.Clock.OffsetNS, 0)
 		}
 		d := si.Drops.Sub(prevDrops)
 		prevDrops = si.Drops

@@ -40,7 +40,7 @@ type FlowRecord struct {
 	Dport             uint32                 `protobuf:"varint,8,opt,name=dport,proto3" json:"dport,omitempty"`                            // ICMP: identifier
 	Proto             uint32                 `protobuf:"varint,9,opt,name=proto,proto3" json:"proto,omitempty"`                            // IP protocol number
 	Packets           float64                `protobuf:"fixed64,10,opt,name=packets,proto3" json:"packets,omitempty"`                      // estimated packets sent
-	Loss              float64                `protobuf:"fixed64,11,opt,name=loss,proto3" json:"loss,omitempty"`                            // estimated lost packets (count-min bound)
+	Loss              float64                `protobuf:"fixed64,11,opt,name=loss,proto3" json:"loss,omitempty"`                            // estimated lost packets (docs/decode.md, "Loss and packets")
 	Samples           float64                `protobuf:"fixed64,12,opt,name=samples,proto3" json:"samples,omitempty"`                      // effective sample size of the delay estimate
 	DelayNs           *float64               `protobuf:"fixed64,13,opt,name=delay_ns,json=delayNs,proto3,oneof" json:"delay_ns,omitempty"` // mean one-way delay; absent where none
 	StddevNs          *float64               `protobuf:"fixed64,14,opt,name=stddev_ns,json=stddevNs,proto3,oneof" json:"stddev_ns,omitempty"`
@@ -57,6 +57,7 @@ type FlowRecord struct {
 	Spike             bool                   `protobuf:"varint,25,opt,name=spike,proto3" json:"spike,omitempty"`
 	LossPoint         *float64               `protobuf:"fixed64,26,opt,name=loss_point,json=lossPoint,proto3,oneof" json:"loss_point,omitempty"`
 	Bytes             *float64               `protobuf:"fixed64,27,opt,name=bytes,proto3,oneof" json:"bytes,omitempty"`
+	LossBound         *float64               `protobuf:"fixed64,28,opt,name=loss_bound,json=lossBound,proto3,oneof" json:"loss_bound,omitempty"` // count-min bound on lost packets
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -280,11 +281,18 @@ func (x *FlowRecord) GetBytes() float64 {
 	return 0
 }
 
+func (x *FlowRecord) GetLossBound() float64 {
+	if x != nil && x.LossBound != nil {
+		return *x.LossBound
+	}
+	return 0
+}
+
 var File_lds_export_v1_flow_proto protoreflect.FileDescriptor
 
 const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\n" +
-	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\xf5\x06\n" +
+	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\xa8\a\n" +
 	"\n" +
 	"FlowRecord\x12\x1a\n" +
 	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x19\n" +
@@ -315,7 +323,9 @@ const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\x05spike\x18\x19 \x01(\bR\x05spike\x12\"\n" +
 	"\n" +
 	"loss_point\x18\x1a \x01(\x01H\aR\tlossPoint\x88\x01\x01\x12\x19\n" +
-	"\x05bytes\x18\x1b \x01(\x01H\bR\x05bytes\x88\x01\x01B\v\n" +
+	"\x05bytes\x18\x1b \x01(\x01H\bR\x05bytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"loss_bound\x18\x1c \x01(\x01H\tR\tlossBound\x88\x01\x01B\v\n" +
 	"\t_delay_nsB\f\n" +
 	"\n" +
 	"_stddev_nsB\n" +
@@ -326,7 +336,8 @@ const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\a_p99_nsB\x17\n" +
 	"\x15_clock_error_bound_nsB\r\n" +
 	"\v_loss_pointB\b\n" +
-	"\x06_bytesB5Z3github.com/lds-net/lds/proto/lds/export/v1;exportv1b\x06proto3"
+	"\x06_bytesB\r\n" +
+	"\v_loss_boundB5Z3github.com/lds-net/lds/proto/lds/export/v1;exportv1b\x06proto3"
 
 var (
 	file_lds_export_v1_flow_proto_rawDescOnce sync.Once
