@@ -148,17 +148,22 @@ func cmdEval(args []string) error {
 	if err != nil {
 		return err
 	}
-	w := os.Stdout
-	if *out != "" {
+	if *out == "" {
+		if err := rep.WriteMarkdown(os.Stdout); err != nil {
+			return err
+		}
+	} else {
 		f, err := os.Create(*out)
 		if err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
-		defer f.Close()
-		w = f
-	}
-	if err := rep.WriteMarkdown(w); err != nil {
-		return err
+		if err := rep.WriteMarkdown(f); err != nil {
+			_ = f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
 	}
 	if *plots != "" {
 		if err := os.MkdirAll(*plots, 0o755); err != nil {

@@ -44,12 +44,12 @@ func cmdJoin(args []string) error {
 	enc := json.NewEncoder(w)
 	for _, r := range res.Truth(cfg.Interval.Nanoseconds()) {
 		if err := enc.Encode(r); err != nil {
-			f.Close()
+			_ = f.Close()
 			return err
 		}
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -54,11 +54,16 @@ func cmdReplay(args []string) error {
 		if err != nil {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
-		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				log.Error("--cpuprofile: the profile may be incomplete", "file", *cpuProfile, "err", err)
+			}
+		}()
 	}
 	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()

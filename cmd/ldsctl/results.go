@@ -41,7 +41,7 @@ func cmdResults(args []string) error {
 	if err != nil {
 		return fmt.Errorf("querying %s: %w", *addr, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		var e map[string]any
 		_ = json.NewDecoder(resp.Body).Decode(&e)

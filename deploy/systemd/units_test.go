@@ -197,13 +197,13 @@ func TestUnitsMemoryMax(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		max := unitBytes(t, string(unit), `(?m)^MemoryMax=(\d+)([KMG]?)$`)
+		memMax := unitBytes(t, string(unit), `(?m)^MemoryMax=(\d+)([KMG]?)$`)
 		limit := unitBytes(t, string(unit), `(?m)^Environment=GOMEMLIMIT=(\d+)([KMG]?)iB$`)
-		if tc.peak > max {
-			t.Errorf("%s: MemoryMax= %d MiB is below the default configuration's bound %d MiB", tc.name, max>>20, tc.peak>>20)
+		if tc.peak > memMax {
+			t.Errorf("%s: MemoryMax= %d MiB is below the default configuration's bound %d MiB", tc.name, memMax>>20, tc.peak>>20)
 		}
-		if limit >= max || limit < max*8/10 {
-			t.Errorf("%s: GOMEMLIMIT %d MiB, want ~90 %% of MemoryMax= %d MiB", tc.name, limit>>20, max>>20)
+		if limit >= memMax || limit < memMax*8/10 {
+			t.Errorf("%s: GOMEMLIMIT %d MiB, want ~90 %% of MemoryMax= %d MiB", tc.name, limit>>20, memMax>>20)
 		}
 	}
 }

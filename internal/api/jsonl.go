@@ -155,7 +155,7 @@ func cutTornLine(path string, f *os.File) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	chunk := make([]byte, 64<<10)
 	end := size
 	for end > 0 {

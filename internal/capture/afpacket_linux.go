@@ -132,7 +132,7 @@ func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Sourc
 		return s, nil
 	}
 	if err := s.open(st); err != nil {
-		s.Close()
+		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -156,7 +156,7 @@ func (s *afSource) open(st linkState) error {
 	s.blk, s.held, s.left = 0, false, 0
 	s.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN | unix.POLLERR}
 	fail := func(what string, err error) error {
-		s.closeRing()
+		_ = s.closeRing()
 		return fmt.Errorf("capture: afpacket on %q: %s: %w", cfg.Interface, what, err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
@@ -285,7 +285,7 @@ func (s *afSource) nextBlock() error {
 		case s.pfd[0].Revents&unix.POLLERR != 0 && atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0:
 			// The kernel reports ENETDOWN when the interface goes down
 			// or away; reading SO_ERROR clears it.
-			unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			_, _ = unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 			return s.checkLink()
 		}
 	}
@@ -293,7 +293,7 @@ func (s *afSource) nextBlock() error {
 		// Packets again: the link is back (no event says so), unless
 		// they are the last of an interface since deleted, whose ring
 		// checkLink has just closed.
-		if s.checkLink(); s.fd < 0 {
+		if _ = s.checkLink(); s.fd < 0 {
 			return ErrTimeout
 		}
 	}
@@ -372,7 +372,7 @@ func (s *afSource) closeRing() error {
 	defer s.mu.Unlock()
 	var errs []error
 	if s.fd >= 0 {
-		s.readKernelStats()
+		_ = s.readKernelStats() // the last counters, when the socket still gives them
 		if s.reportIf {
 			if n, err := readIfDrops(s.ifname); err == nil && n >= s.ifBase {
 				s.ifAcc += n - s.ifBase

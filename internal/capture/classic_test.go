@@ -95,7 +95,7 @@ func readBoth(t testing.TB, b []byte) (got, want []rec) {
 			// pcapgo takes a file that stops right after a record header
 			// for a clean end; bytes left over are a truncated record,
 			// which the classic reader reports (nothing silently dropped).
-			want = append(want, rec{err: true, finalEOF: err == io.EOF && consumed == len(b)})
+			want = append(want, rec{err: true, finalEOF: errors.Is(err, io.EOF) && consumed == len(b)})
 			break
 		}
 		// A timestamp fraction of a second or more is corrupt: pcapgo

@@ -40,14 +40,14 @@ func OpenFile(path string) (Source, error) {
 	br := bufio.NewReaderSize(f, 1<<20)
 	magic, err := br.Peek(4)
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("capture: %s: too short to be a pcap or pcapng file: %w", path, err)
 	}
 	s := &fileSource{f: f, path: path}
 	if bytes.Equal(magic, pcapngMagic) {
 		ng, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{})
 		if err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("capture: %s: reading pcapng header: %w", path, err)
 		}
 		s.ng, s.read, s.link = ng, ng.ZeroCopyReadPacketData, ng.LinkType()
@@ -63,7 +63,7 @@ func OpenFile(path string) (Source, error) {
 	order, nanos, classic := pcapMagic(magic)
 	r, err := pcapgo.NewReader(br)
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("capture: %s: neither pcap nor pcapng (magic % x): %w", path, magic, err)
 	}
 	s.read, s.link, s.snaplen = r.ZeroCopyReadPacketData, r.LinkType(), int(r.Snaplen())
@@ -197,7 +197,7 @@ func (s *fileSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	}
 	data, ci, err := s.read()
 	if err != nil {
-		if err == io.ErrUnexpectedEOF {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, 0, 0, fmt.Errorf("capture: capture file ends inside a packet (cut short?): %w", err)
 		}
 		return nil, 0, 0, err

@@ -86,7 +86,7 @@ func writePcap(t testing.TB, path string, frames [][]byte, ts []int64, link laye
 	}
 	defer f.Close()
 	var write func(gopacket.CaptureInfo, []byte) error
-	var flush func() error = func() error { return nil }
+	flush := func() error { return nil }
 	if ng {
 		w, err := pcapgo.NewNgWriter(f, link)
 		if err != nil {
@@ -193,7 +193,9 @@ func TestCapturePair(t *testing.T) {
 func TestFileErrors(t *testing.T) {
 	dir := t.TempDir()
 	junk := filepath.Join(dir, "junk")
-	os.WriteFile(junk, []byte("this is not a capture file at all"), 0o600)
+	if err := os.WriteFile(junk, []byte("this is not a capture file at all"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := OpenFile(junk); err == nil {
 		t.Error("junk opened")
 	}
@@ -209,10 +211,14 @@ func TestFileErrors(t *testing.T) {
 	}{{96, layers.LinkTypeEthernet, true}, {95, layers.LinkTypeEthernet, false}, {64, layers.LinkTypeEthernet, false},
 		{82, layers.LinkTypeRaw, true}, {97, layers.LinkTypeLinuxSLL, false}, {98, layers.LinkTypeLinuxSLL, true}} {
 		short := filepath.Join(dir, fmt.Sprintf("short-%d-%d.pcap", tc.snap, tc.lt))
-		f, _ := os.Create(short)
+		f, err := os.Create(short)
+		if err != nil {
+			t.Fatal(err)
+		}
 		w := pcapgo.NewWriterNanos(f)
-		w.WriteFileHeader(uint32(tc.snap), tc.lt)
-		f.Close()
+		if err := errors.Join(w.WriteFileHeader(uint32(tc.snap), tc.lt), f.Close()); err != nil {
+			t.Fatal(err)
+		}
 		src, err := OpenFile(short)
 		if err != nil {
 			t.Fatal(err)
@@ -234,11 +240,16 @@ func TestFileErrors(t *testing.T) {
 		b.vlans = tc.vlans
 		frame := b.frame(t)
 		path := filepath.Join(dir, fmt.Sprintf("tagged-%d-%d.pcap", len(tc.vlans), tc.snap))
-		f, _ := os.Create(path)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
 		w := pcapgo.NewWriterNanos(f)
-		w.WriteFileHeader(uint32(tc.snap), layers.LinkTypeEthernet)
-		w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: min(len(frame), tc.snap), Length: len(frame)}, frame[:min(len(frame), tc.snap)])
-		f.Close()
+		if err := errors.Join(w.WriteFileHeader(uint32(tc.snap), layers.LinkTypeEthernet),
+			w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: min(len(frame), tc.snap), Length: len(frame)}, frame[:min(len(frame), tc.snap)]),
+			f.Close()); err != nil {
+			t.Fatal(err)
+		}
 		src, err := OpenFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -278,7 +289,9 @@ func TestReaderAllocatesNothing(t *testing.T) {
 	defer src.Close()
 	r := NewReader(src, testParser(t, nil))
 	var pkt Packet
-	r.Next(&pkt) // the first read sizes pcapgo's buffer
+	if err := r.Next(&pkt); err != nil { // the first read sizes pcapgo's buffer
+		t.Fatal(err)
+	}
 	allocs := testing.AllocsPerRun(40, func() {
 		if err := r.Next(&pkt); err != nil {
 			t.Fatal(err)

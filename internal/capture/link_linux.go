@@ -59,7 +59,7 @@ func (l *linkWatch) init(ifname string) error {
 		if unix.Fstat(int(f.Fd()), &st) == nil {
 			l.ns, l.nsDev, l.nsIno = f, st.Dev, st.Ino
 		} else {
-			f.Close()
+			_ = f.Close()
 		}
 	}
 	return nil
@@ -176,7 +176,7 @@ func (l *linkWatch) inNS(fn func() error) error {
 func (s *afSource) checkLink() error {
 	st := s.link.state()
 	if s.fd >= 0 && (!st.exists || st.index != s.link.bound) {
-		s.closeRing()
+		_ = s.closeRing()
 	}
 	if st.exists && st.mtu > 0 {
 		s.maxFrame = st.mtu + 14

@@ -143,7 +143,7 @@ func sampleLinkHeader(path string, n int) int {
 	if err != nil {
 		return -1
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }()
 	longest := -1
 	for range n {
 		data, _, _, err := src.ReadPacket(nil)
@@ -217,7 +217,7 @@ func OpenSources(cfg SourceConfig, log *slog.Logger) ([]Source, error) {
 		if cfg.BPF != "" {
 			f, err := withBPF(s, cfg.BPF)
 			if err != nil {
-				s.Close()
+				_ = s.Close()
 				return nil, err
 			}
 			s = f
@@ -237,7 +237,7 @@ func OpenSources(cfg SourceConfig, log *slog.Logger) ([]Source, error) {
 			s, err := OpenAFPacket(c, group, log)
 			if err != nil {
 				for _, o := range out {
-					o.Close()
+					_ = o.Close()
 				}
 				return nil, fmt.Errorf("capture: worker %d of %d: %w", i, cfg.Workers, err)
 			}
@@ -282,7 +282,7 @@ func OpenReaders(srcs []Source, cfg Config, log *slog.Logger) (readers []*Reader
 		opened := srcs
 		release = func() {
 			for _, s := range opened {
-				s.Close()
+				_ = s.Close()
 			}
 		}
 	}
@@ -379,7 +379,7 @@ func (c Config) Open(log *slog.Logger) ([]*Reader, error) {
 		}
 		if err != nil {
 			for _, s := range srcs {
-				s.Close()
+				_ = s.Close()
 			}
 			return nil, err
 		}
@@ -404,7 +404,7 @@ func EachPacket(path string, p *Parser, fn func(*Packet) bool) error {
 	if err != nil {
 		return err
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }()
 	rd := NewReader(src, p)
 	var pk Packet
 	for {

@@ -29,9 +29,11 @@ const (
 	// exist only for flows with packet samples, at most
 	// sample.max_per_interval / 10 an interval: not counted.
 	recordBytes = int64(unsafe.Sizeof(results.FlowRecord{})) + 6*8
-	// candBytes is one packet-sample candidate (sample.Cand) and
+	// candBytes is one packet-sample candidate at the receiver
+	// (sample.Cand), txCandBytes one at the sender (sample.TxCand), and
 	// sampleBytes one shipped sample held decoded (sample.Sample).
 	candBytes   = int64(unsafe.Sizeof(sample.Cand{}))
+	txCandBytes = int64(unsafe.Sizeof(sample.TxCand{}))
 	sampleBytes = int64(unsafe.Sizeof(sample.Sample{}))
 	// estimatePaperBytes and estimateDecodeBytes are one candidate flow's
 	// working memory during estimation: keys, hashes, compositions and
@@ -233,7 +235,7 @@ func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 	// + guard); with max_delay above the interval, several do.
 	open := 2 + c.boundaryClass()
 	return newBound([]MemoryTerm{
-		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * candBytes},
+		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * txCandBytes},
 		{"intervals open or waiting for their boundary window in the capture workers (2 + class per worker)", workers * open, sk},
 		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, twice for the slice's growth)", workers, 2 * keys},
 		{"heavy-flow tables (sketch.heavy per worker)", workers * heavy, heavySlotBytes},

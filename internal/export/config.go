@@ -74,7 +74,7 @@ type KafkaSASL struct {
 	PasswordFile string `yaml:"password_file"` // file holding the password (kept out of the config)
 }
 
-// Default enterprise number: RFC 5612's documentation number.
+// DefaultEnterpriseNumber is RFC 5612's documentation number.
 const DefaultEnterpriseNumber = 32473
 
 // DefaultConfig returns the defaults: no exporter.

@@ -302,11 +302,11 @@ func (m *message) finish(seq uint32) []byte {
 
 // EncodeMessages encodes records as one exporting process would over a new
 // transport session: templates in the first message, messages of at most
-// max bytes, sequence numbers from 0 (tests and tools; the exporter itself
+// maxLen bytes, sequence numbers from 0 (tests and tools; the exporter itself
 // streams them).
-func EncodeMessages(recs []results.FlowRecord, domain, pen uint32, max int, intervalNS int64) [][]byte {
+func EncodeMessages(recs []results.FlowRecord, domain, pen uint32, maxLen int, intervalNS int64) [][]byte {
 	var out [][]byte
-	m := message{max: max}
+	m := message{max: maxLen}
 	var seq uint32
 	m.reset(domain, 0)
 	m.addTemplates(pen)

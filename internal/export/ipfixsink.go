@@ -50,7 +50,7 @@ func (s *ipfixSink) queue() *queue { return s.q }
 func (s *ipfixSink) run(ctx context.Context, flushBy func() time.Time) {
 	defer func() {
 		if s.conn != nil {
-			s.conn.Close()
+			_ = s.conn.Close()
 		}
 	}()
 	backoff := s.cfg.ReconnectMin
@@ -183,7 +183,7 @@ func (s *ipfixSink) write(ds *domainState, deadline time.Time) {
 		s.m.ExportDropped(KindIPFIX, s.addr, DropSendError, n)
 		s.state.fail(err)
 		if s.cfg.Transport == "tcp" || !isTransient(err) {
-			s.conn.Close()
+			_ = s.conn.Close()
 			s.conn = nil
 		}
 		ds.templated = false // the failed message may have held them

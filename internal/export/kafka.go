@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,7 +30,7 @@ import (
 // (batching, compression, retries while the record is buffered).
 type kafkaSink struct {
 	cfg      KafkaConfig
-	name_    string
+	brokers  string
 	q        *queue
 	m        Metrics
 	log      *slog.Logger
@@ -46,8 +47,8 @@ type kafkaSink struct {
 }
 
 func newKafkaSink(cfg KafkaConfig, intervalNS int64, m Metrics, log *slog.Logger) (*kafkaSink, error) {
-	s := &kafkaSink{cfg: cfg, name_: strings.Join(cfg.Brokers, ","), m: m, log: log, t: intervalNS}
-	s.state = stateLog{kind: KindKafka, name: s.name_, log: log, m: m}
+	s := &kafkaSink{cfg: cfg, brokers: strings.Join(cfg.Brokers, ","), m: m, log: log, t: intervalNS}
+	s.state = stateLog{kind: KindKafka, name: s.brokers, log: log, m: m}
 	// The queue and the client's buffer share queue_records.
 	ours := max(1, cfg.QueueRecords/2)
 	s.q = newQueue(ours)
@@ -126,7 +127,7 @@ func kafkaTLS(c KafkaTLS) (*tls.Config, error) {
 }
 
 func (s *kafkaSink) kind() string  { return KindKafka }
-func (s *kafkaSink) name() string  { return s.name_ }
+func (s *kafkaSink) name() string  { return s.brokers }
 func (s *kafkaSink) queue() *queue { return s.q }
 
 func (s *kafkaSink) run(ctx context.Context, flushBy func() time.Time) {
@@ -151,13 +152,13 @@ func (s *kafkaSink) run(ctx context.Context, flushBy func() time.Time) {
 		s.produce(pctx, b)
 	}
 	if err := s.cl.Flush(pctx); err != nil {
-		s.log.Warn("export: Kafka flush at stop did not finish; the records still buffered are dropped", "brokers", s.name_,
+		s.log.Warn("export: Kafka flush at stop did not finish; the records still buffered are dropped", "brokers", s.brokers,
 			"buffered", s.cl.BufferedProduceRecords(), "err", err)
 	}
 	s.stopping.Store(true)
 	s.cl.Close() // fails what is still buffered: counted as dropped (stop)
 	s.pending.Wait()
-	s.m.ExportQueued(KindKafka, s.name_, 0)
+	s.m.ExportQueued(KindKafka, s.brokers, 0)
 }
 
 // produce hands a batch to the client, waiting (in this goroutine, never
@@ -167,34 +168,34 @@ func (s *kafkaSink) produce(ctx context.Context, b batch) {
 		r := &b.flows[i]
 		val, err := proto.Marshal(ToProto(r, s.t))
 		if err != nil {
-			s.m.ExportDropped(KindKafka, s.name_, DropEncode, 1)
+			s.m.ExportDropped(KindKafka, s.brokers, DropEncode, 1)
 			continue
 		}
 		rec := &kgo.Record{Key: FlowKey(r), Value: val}
 		if ctx.Err() != nil {
-			s.m.ExportDropped(KindKafka, s.name_, DropStop, 1)
+			s.m.ExportDropped(KindKafka, s.brokers, DropStop, 1)
 			continue
 		}
 		s.pending.Add(1)
 		s.cl.Produce(ctx, rec, s.promise)
 	}
-	s.m.ExportQueued(KindKafka, s.name_, s.q.len()+int(s.cl.BufferedProduceRecords()))
+	s.m.ExportQueued(KindKafka, s.brokers, s.q.len()+int(s.cl.BufferedProduceRecords()))
 }
 
 func (s *kafkaSink) promise(_ *kgo.Record, err error) {
 	defer s.pending.Done()
 	if err == nil {
-		s.m.ExportSent(KindKafka, s.name_, 1)
+		s.m.ExportSent(KindKafka, s.brokers, 1)
 		s.mu.Lock()
 		s.state.ok()
 		s.mu.Unlock()
 		return
 	}
 	reason := DropSendError
-	if s.stopping.Load() || err == context.Canceled || err == context.DeadlineExceeded {
+	if s.stopping.Load() || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		reason = DropStop
 	}
-	s.m.ExportDropped(KindKafka, s.name_, reason, 1)
+	s.m.ExportDropped(KindKafka, s.brokers, reason, 1)
 	s.mu.Lock()
 	s.state.fail(err)
 	s.mu.Unlock()

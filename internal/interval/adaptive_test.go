@@ -49,19 +49,14 @@ type adaptiveRun struct {
 	plan    *WindowPlan
 }
 
-// runAdaptive runs the sender builder, the receiver builder with a window
-// plan and the matcher in time order, as live daemons on one clock do: a
-// sender packet at its send time, a receiver packet at its receive time,
-// both builders advanced by every event (the wall clock), the receiver's
-// announced windows handed to the sender's table at once, and (observe)
-// the plan fed each matched interval's own evidence.
-func runAdaptive(t *testing.T, p Params, base int64, pk []simPkt, prime float64, observe bool) *adaptiveRun {
-	return runAdaptiveWorkers(t, p, base, pk, prime, observe, 1)
-}
-
-// runAdaptiveWorkers is runAdaptive with n capture workers at each end
-// (packets spread by flow hash, as with AF_PACKET fanout), their
-// intervals merged, one plan shared by the receiver's workers.
+// runAdaptiveWorkers runs the sender builder, the receiver builder with a
+// window plan and the matcher in time order, as live daemons on one clock
+// do: a sender packet at its send time, a receiver packet at its receive
+// time, both builders advanced by every event (the wall clock), the
+// receiver's announced windows handed to the sender's table at once, and
+// (observe) the plan fed each matched interval's own evidence. n capture
+// workers run at each end (packets spread by flow hash, as with AF_PACKET
+// fanout), their intervals merged, one plan shared by the receiver's workers.
 func runAdaptiveWorkers(t *testing.T, p Params, base int64, pk []simPkt, prime float64, observe bool, n int) *adaptiveRun {
 	t.Helper()
 	type ev struct {

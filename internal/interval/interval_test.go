@@ -576,7 +576,9 @@ func TestHeavyFlowsFound(t *testing.T) {
 		b.Add(&pk, func(si *SenderInterval) { got = si })
 	}
 	b.Flush(func(si *SenderInterval) { got = si })
-	got.Finish()
+	if err := got.Finish(); err != nil {
+		t.Fatal(err)
+	}
 	slices.SortFunc(flows, func(a, b flow) int { return b.n - a.n })
 	reported := map[capture.FlowKey]uint64{}
 	for i, k := range got.Heavy {

@@ -77,25 +77,24 @@ type split struct {
 // Matcher joins the receiver's sealed intervals with the sender's, places
 // held packets, and emits each interval exactly once. One per sender; not
 // safe for concurrent use (the receiver runs it on one goroutine).
+//
+// Its state is keyed two ways: by interval id (ivState: both ends'
+// intervals until final, the sender's boundary function, whether it was
+// final) and by boundary id (bndState: the packets held at boundary b,
+// its class and hold window, and how the held packets were split).
+// Boundary b is the end of interval b-1 and the start of interval b.
 type Matcher struct {
 	p          Params
 	lateness   time.Duration
 	maxPending int
 
-	rx       map[int64]*Sealed
-	rxSince  map[int64]time.Time
-	held     map[int64]*HeldSet // boundary b → held packets, not yet split
-	heldAt   map[int64]time.Time
-	kOf      map[int64]int64 // boundary → class
-	wOf      map[int64]int64 // boundary → final hold window
-	resolved map[int64]*split
-	snd      map[int64]*senderEntry
-	sndSince map[int64]time.Time
-	sndB     map[int64]*retrieval.Func // sender boundary functions kept until their boundary is split
-	noPrev   map[int64]bool            // sender said (first interval since start) that interval b-1 will never come
-	done     map[int64]bool
-	// doneOrder holds the ids of done in the order they became final:
-	// what is forgotten goes by that order, never by the id's value.
+	ivs  map[int64]*ivState
+	bnds map[int64]*bndState
+	// nRx and nSnd count the intervals with a receiver or sender side
+	// waiting (Pending).
+	nRx, nSnd int
+	// doneOrder holds the final interval ids in the order they became
+	// final: what is forgotten goes by that order, never by the id's value.
 	doneOrder []int64
 
 	rxFirst    int64
@@ -107,6 +106,39 @@ type Matcher struct {
 	Duplicates uint64
 }
 
+// ivState is what the matcher holds for one interval id.
+type ivState struct {
+	rx       *Sealed // the receiver's side, until final
+	rxSince  time.Time
+	snd      *senderEntry // the sender's side, until final
+	sndSince time.Time
+	// fn is the sender's boundary function of this interval, kept until
+	// boundary id+1 (the interval's end) is split.
+	fn *retrieval.Func
+	// first: the sender's first interval since it started: interval id-1
+	// will never come, so boundary id holds only this interval's packets.
+	first bool
+	done  bool // final; forgotten in doneOrder's order
+}
+
+func (s *ivState) empty() bool {
+	return s.rx == nil && s.snd == nil && s.fn == nil && !s.first && !s.done
+}
+
+// bndState is what the matcher holds for one boundary id.
+type bndState struct {
+	held   *HeldSet // packets held at the boundary, until split
+	heldAt time.Time
+	k      int64 // class: the intervals before b its packets may belong to
+	kKnown bool
+	w      int64  // final hold window, ns (0: unknown)
+	split  *split // the held packets placed into intervals
+}
+
+func (s *bndState) empty() bool {
+	return s.held == nil && !s.kKnown && s.k == 0 && s.w == 0 && s.split == nil
+}
+
 type senderEntry struct {
 	si   *SenderInterval
 	meta SenderMeta
@@ -115,23 +147,61 @@ type senderEntry struct {
 // NewMatcher makes a matcher that waits up to lateness (wall clock) for the
 // other side of an interval and keeps at most maxPending intervals waiting.
 func NewMatcher(p Params, lateness time.Duration, maxPending int) *Matcher {
-	return &Matcher{p: p, lateness: lateness, maxPending: maxPending,
-		rx: map[int64]*Sealed{}, rxSince: map[int64]time.Time{}, held: map[int64]*HeldSet{},
-		kOf: map[int64]int64{}, wOf: map[int64]int64{},
-		heldAt: map[int64]time.Time{}, resolved: map[int64]*split{}, snd: map[int64]*senderEntry{},
-		sndSince: map[int64]time.Time{}, sndB: map[int64]*retrieval.Func{}, noPrev: map[int64]bool{}, done: map[int64]bool{}}
+	return &Matcher{p: p, lateness: lateness, maxPending: maxPending, ivs: map[int64]*ivState{}, bnds: map[int64]*bndState{}}
+}
+
+// iv is interval id's state, made on first use.
+func (m *Matcher) iv(id int64) *ivState {
+	s := m.ivs[id]
+	if s == nil {
+		s = &ivState{}
+		m.ivs[id] = s
+	}
+	return s
+}
+
+// bnd is boundary b's state, made on first use.
+func (m *Matcher) bnd(b int64) *bndState {
+	s := m.bnds[b]
+	if s == nil {
+		s = &bndState{}
+		m.bnds[b] = s
+	}
+	return s
+}
+
+// isDone reports whether interval id is final (and not yet forgotten).
+func (m *Matcher) isDone(id int64) bool {
+	s := m.ivs[id]
+	return s != nil && s.done
+}
+
+// heldAt is boundary b's held set not yet split, or nil.
+func (m *Matcher) heldAt(b int64) *HeldSet {
+	if s := m.bnds[b]; s != nil {
+		return s.held
+	}
+	return nil
+}
+
+// splitAt is how boundary b's held packets were split, or nil.
+func (m *Matcher) splitAt(b int64) *split {
+	if s := m.bnds[b]; s != nil {
+		return s.split
+	}
+	return nil
 }
 
 // Pending is the number of intervals waiting for their other side.
-func (m *Matcher) Pending() int { return len(m.rx) + len(m.snd) }
+func (m *Matcher) Pending() int { return m.nRx + m.nSnd }
 
 // Idle reports whether both sides have ended and everything is emitted.
 func (m *Matcher) Idle() bool {
-	return m.senderGone && m.rxGone && len(m.rx) == 0 && len(m.snd) == 0
+	return m.senderGone && m.rxGone && m.nRx == 0 && m.nSnd == 0
 }
 
 // HasFinal reports whether interval id was already emitted (duplicates).
-func (m *Matcher) HasFinal(id int64) bool { return m.done[id] }
+func (m *Matcher) HasFinal(id int64) bool { return m.isDone(id) }
 
 // AddSealed takes the receiver's own view of an interval.
 func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
@@ -143,14 +213,18 @@ func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
 	}
 	m.addHeld(s.ID+1, s.HeldNext, now)
 	if s.NextK > 0 {
-		m.kOf[s.ID+2] = s.NextK
+		b := m.bnd(s.ID + 2)
+		b.k, b.kKnown = s.NextK, true
 	}
 	s.HeldPrev, s.HeldNext = nil, nil
-	if m.done[s.ID] {
+	if m.isDone(s.ID) {
 		return // sealed after being given up (cannot happen in order, kept safe)
 	}
-	m.rx[s.ID] = s
-	m.rxSince[s.ID] = now
+	st := m.iv(s.ID)
+	if st.rx == nil {
+		m.nRx++
+	}
+	st.rx, st.rxSince = s, now
 	m.try(now, emit)
 }
 
@@ -158,15 +232,15 @@ func (m *Matcher) addHeld(b int64, h *HeldSet, now time.Time) {
 	if h == nil {
 		h = &HeldSet{B: b, K: 1}
 	}
-	if o := m.held[b]; o != nil {
+	bs := m.bnd(b)
+	if o := bs.held; o != nil {
 		o.Pkts = append(o.Pkts, h.Pkts...)
 		o.W, o.K = max(o.W, h.W), max(o.K, h.K)
 		h = o
 	}
-	m.held[b] = h
-	m.heldAt[b] = now
-	m.kOf[b] = max(m.kOf[b], h.K)
-	m.wOf[b] = h.W
+	bs.held, bs.heldAt = h, now
+	bs.k, bs.kKnown = max(bs.k, h.K), true
+	bs.w = h.W
 }
 
 // AddSender takes the sender's interval; it reports false for a duplicate
@@ -175,17 +249,18 @@ func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, 
 	// Without a boundary function (it failed to build: cannot happen with
 	// distinct hashes) the boundary waits and is placed by receive time.
 	splitOK := si.Finish() == nil
-	if m.done[si.ID] || m.snd[si.ID] != nil {
+	if st := m.ivs[si.ID]; st != nil && (st.done || st.snd != nil) {
 		m.Duplicates++
 		return false
 	}
-	m.snd[si.ID] = &senderEntry{si: si, meta: meta}
-	m.sndSince[si.ID] = now
+	st := m.iv(si.ID)
+	st.snd, st.sndSince = &senderEntry{si: si, meta: meta}, now
+	m.nSnd++
 	if splitOK {
-		m.sndB[si.ID] = si.Split
+		st.fn = si.Split
 	}
 	if si.First {
-		m.noPrev[si.ID] = true
+		st.first = true
 	}
 	m.try(now, emit)
 	return true
@@ -212,33 +287,30 @@ func (m *Matcher) expired(since time.Time, now time.Time) bool {
 
 func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 	m.resolve(now)
-	ids := make([]int64, 0, len(m.rx)+len(m.snd))
-	for id := range m.rx {
-		ids = append(ids, id)
-	}
-	for id := range m.snd {
-		if m.rx[id] == nil {
+	ids := make([]int64, 0, m.nRx+m.nSnd)
+	for id, st := range m.ivs {
+		if st.rx != nil || st.snd != nil {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	for n, id := range ids {
 		over := len(ids)-n > m.maxPending
-		rx, se := m.rx[id], m.snd[id]
+		st := m.ivs[id]
 		switch {
-		case rx != nil && se != nil:
-			if over || m.expired(m.rxSince[id], now) {
+		case st.rx != nil && st.snd != nil:
+			if over || m.expired(st.rxSince, now) {
 				m.forceResolve(id)
 				m.finish(id, results.OutcomeMatched, emit)
 			} else if m.ready(id) {
 				m.finish(id, results.OutcomeMatched, emit)
 			}
-		case rx != nil:
-			if m.senderGone || over || m.expired(m.rxSince[id], now) {
+		case st.rx != nil:
+			if m.senderGone || over || m.expired(st.rxSince, now) {
 				m.finish(id, results.OutcomeNoSender, emit)
 			}
-		case se != nil:
-			if (m.rxStarted && id < m.rxFirst) || m.rxGone || over || m.expired(m.sndSince[id], now) {
+		case st.snd != nil:
+			if (m.rxStarted && id < m.rxFirst) || m.rxGone || over || m.expired(st.sndSince, now) {
 				m.finish(id, results.OutcomeNoReceiver, emit)
 			}
 		}
@@ -252,14 +324,14 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 func (m *Matcher) needs(id int64) (bs []int64, ok bool) {
 	bs = []int64{id, id + 1}
 	for b := id + 2; ; b++ {
-		k, known := m.kOf[b]
-		if !known {
+		st := m.bnds[b]
+		if st == nil || !st.kKnown {
 			if m.rxGone {
 				return bs, true // no later held set will come
 			}
 			return bs, false
 		}
-		if k < b-id {
+		if st.k < b-id {
 			return bs, true
 		}
 		bs = append(bs, b)
@@ -273,8 +345,8 @@ func (m *Matcher) ready(id int64) bool {
 		return false
 	}
 	for _, b := range bs {
-		if m.resolved[b] == nil {
-			if _, pending := m.held[b]; pending || !m.rxGone || b <= id+1 {
+		if m.splitAt(b) == nil {
+			if m.heldAt(b) != nil || !m.rxGone || b <= id+1 {
 				return false
 			}
 		}
@@ -284,11 +356,18 @@ func (m *Matcher) ready(id int64) bool {
 
 // resolve splits every complete held set whose sender boundary function is known.
 func (m *Matcher) resolve(now time.Time) {
-	for b, h := range m.held {
+	for b, bs := range m.bnds {
+		h := bs.held
+		if h == nil {
+			continue
+		}
 		// A held set is complete when it arrives (with the sealing of b-1).
-		fn, ok := m.sndB[b-1]
+		var fn *retrieval.Func
+		if prev := m.ivs[b-1]; prev != nil {
+			fn = prev.fn
+		}
 		switch {
-		case ok:
+		case fn != nil:
 			sp := m.newSplit(h.K)
 			for i := range h.Pkts {
 				// Exact for every packet the sender saw in the key window
@@ -298,19 +377,18 @@ func (m *Matcher) resolve(now time.Time) {
 				// are counted.
 				m.place(sp, b-int64(fn.Value(h.Pkts[i].PktHash)), &h.Pkts[i])
 			}
-			m.resolved[b] = sp
-		case m.noPrev[b]:
+			bs.split = sp
+		case m.ivs[b] != nil && m.ivs[b].first:
 			// The sender never had interval b-1: everything held is b's.
 			sp := m.newSplit(h.K)
 			sp.byIv[b] = h.Pkts
-			m.resolved[b] = sp
-		case m.senderGone || m.expired(m.heldAt[b], now):
-			m.resolved[b] = m.byReceiveTime(h)
+			bs.split = sp
+		case m.senderGone || m.expired(bs.heldAt, now):
+			bs.split = m.byReceiveTime(h)
 		default:
 			continue
 		}
-		delete(m.held, b)
-		delete(m.heldAt, b)
+		bs.held, bs.heldAt = nil, time.Time{}
 	}
 }
 
@@ -319,7 +397,7 @@ func (m *Matcher) newSplit(k int64) *split { return &split{k: k, byIv: map[int64
 // place puts a held packet into interval iv, unless iv is already final
 // (then it is counted as misplaced: a packet slower than its window).
 func (m *Matcher) place(sp *split, iv int64, p *capture.Packet) {
-	if m.done[iv] {
+	if m.isDone(iv) {
 		sp.misplaced++
 		return
 	}
@@ -331,10 +409,9 @@ func (m *Matcher) place(sp *split, iv int64, p *capture.Packet) {
 func (m *Matcher) forceResolve(id int64) {
 	bs, _ := m.needs(id)
 	for _, b := range bs {
-		if h, ok := m.held[b]; ok {
-			m.resolved[b] = m.byReceiveTime(h)
-			delete(m.held, b)
-			delete(m.heldAt, b)
+		if st := m.bnds[b]; st != nil && st.held != nil {
+			st.split = m.byReceiveTime(st.held)
+			st.held, st.heldAt = nil, time.Time{}
 		}
 	}
 }
@@ -356,19 +433,20 @@ func (m *Matcher) byReceiveTime(h *HeldSet) *split {
 }
 
 func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
+	st := m.iv(id)
 	mt := &Matched{ID: id, Outcome: outcome}
-	if se := m.snd[id]; se != nil {
+	if se := st.snd; se != nil {
 		mt.Snd, mt.Meta = se.si, se.meta
 		mt.Partial = se.si.Partial
 	}
-	if rx := m.rx[id]; rx != nil {
+	if rx := st.rx; rx != nil {
 		mt.Rx, mt.Flows, mt.Late, mt.RxClock = rx.Direct, rx.Flows, rx.Late, rx.Clock
 		mt.release = rx.Release
 		mt.Partial = mt.Partial || rx.Partial
 		start := id * m.p.T
 		bs, _ := m.needs(id)
 		for _, b := range bs {
-			sp := m.resolved[b]
+			sp := m.splitAt(b)
 			if sp == nil {
 				continue
 			}
@@ -384,7 +462,12 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 				sp.unresolved, sp.misplaced = 0, 0
 			}
 		}
-		mt.WOpen, mt.WClose = m.wOf[id], m.wOf[id+1]
+		if b := m.bnds[id]; b != nil {
+			mt.WOpen = b.w
+		}
+		if b := m.bnds[id+1]; b != nil {
+			mt.WClose = b.w
+		}
 	}
 	if mt.Partial && outcome == results.OutcomeMatched {
 		mt.Outcome = results.OutcomePartial
@@ -395,11 +478,14 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	// So are the empty intervals a sender emits after the end of its input
 	// for the boundaries that can still hold its last packets.
 	quiet := (mt.Snd == nil || mt.Snd.Trailer && mt.Snd.Sk != nil && mt.Snd.Sk.Packets == 0) && (mt.Rx == nil || mt.Rx.Packets == 0)
-	delete(m.rx, id)
-	delete(m.rxSince, id)
-	delete(m.snd, id)
-	delete(m.sndSince, id)
-	m.done[id] = true
+	if st.rx != nil {
+		m.nRx--
+	}
+	if st.snd != nil {
+		m.nSnd--
+	}
+	st.rx, st.rxSince, st.snd, st.sndSince = nil, time.Time{}, nil, time.Time{}
+	st.done = true
 	m.doneOrder = append(m.doneOrder, id)
 	if !quiet {
 		emit(mt)
@@ -414,42 +500,51 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 func (m *Matcher) prune() {
 	keep := 4*m.maxPending + 16
 	for len(m.doneOrder) > keep {
-		delete(m.done, m.doneOrder[0])
+		if st := m.ivs[m.doneOrder[0]]; st != nil {
+			st.done = false
+		}
 		m.doneOrder = m.doneOrder[1:]
 	}
 	low := int64(math.MinInt64)
 	if len(m.doneOrder) == keep {
 		low = slices.Min(m.doneOrder)
 	}
-	for b := range m.sndB {
-		// The list of interval b is needed to split boundary b+1.
-		if _, pending := m.held[b+1]; !pending && (m.resolved[b+1] != nil || b < low) {
-			delete(m.sndB, b)
+	for id, st := range m.ivs {
+		// The function of interval id is needed to split boundary id+1.
+		if st.fn != nil && m.heldAt(id+1) == nil && (m.splitAt(id+1) != nil || id < low) {
+			st.fn = nil
+		}
+		if id < low {
+			st.first = false
 		}
 	}
-	for b := range m.noPrev {
+	for b, st := range m.bnds {
 		if b < low {
-			delete(m.noPrev, b)
+			st.k, st.kKnown, st.w = 0, false, 0
 		}
-	}
-	for _, mp := range []map[int64]int64{m.kOf, m.wOf} {
-		for b := range mp {
-			if b < low {
-				delete(mp, b)
-			}
+		if st.split == nil {
+			continue
 		}
-	}
-	for b, sp := range m.resolved {
 		// Boundary b feeds intervals b-K … b.
 		gone := true
-		for iv := b - sp.k; iv <= b; iv++ {
-			if !m.done[iv] && iv >= low {
+		for iv := b - st.split.k; iv <= b; iv++ {
+			if !m.isDone(iv) && iv >= low {
 				gone = false
 				break
 			}
 		}
 		if gone {
-			delete(m.resolved, b)
+			st.split = nil
+		}
+	}
+	for id, st := range m.ivs {
+		if st.empty() {
+			delete(m.ivs, id)
+		}
+	}
+	for b, st := range m.bnds {
+		if st.empty() {
+			delete(m.bnds, b)
 		}
 	}
 }

@@ -94,3 +94,57 @@ func TestFarIntervalIdsCostOnlyThemselves(t *testing.T) {
 		}
 	}
 }
+
+// TestMatcherStateBounded: over a long run of intervals that both ends
+// send, the matcher's per-interval and per-boundary state stays within
+// what it must remember (the last 4 x maxPending + 16 final ids and
+// the boundaries around what is pending), and every interval is emitted
+// once, in order.
+func TestMatcherStateBounded(t *testing.T) {
+	p := testParams()
+	const maxPending, n = 2, 400
+	keep := 4*maxPending + 16
+	m := NewMatcher(p, time.Second, maxPending)
+	var got []int64
+	emit := func(mt *Matched) {
+		if mt.Outcome != results.OutcomeMatched {
+			t.Errorf("interval %d: outcome %s, want matched", mt.ID, mt.Outcome)
+		}
+		got = append(got, mt.ID)
+	}
+	rxSk, err := NewSketches(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	first := int64(1_763_000_000)
+	maxIvs, maxBnds := 0, 0
+	for id := first; id < first+n; id++ {
+		sk, err := NewSketches(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sk.Packets = 1 // not quiet: emitted
+		m.AddSender(&SenderInterval{ID: id, Sk: sk, First: id == first}, SenderMeta{}, now, emit)
+		m.AddSealed(&Sealed{ID: id, Direct: rxSk, Flows: NewFlowTable(0, p.Sketch, false)}, now, emit)
+		maxIvs, maxBnds = max(maxIvs, len(m.ivs)), max(maxBnds, len(m.bnds))
+	}
+	m.RxGone(now, emit)
+	m.SenderGone(now, emit)
+	if len(got) != n {
+		t.Fatalf("%d of %d intervals emitted", len(got), n)
+	}
+	for i, id := range got {
+		if id != first+int64(i) {
+			t.Fatalf("emission %d is interval %d (order lost or emitted twice)", i, id)
+		}
+	}
+	// Final ids kept, plus the pending ones and their neighbours.
+	if maxIvs > keep+maxPending+4 || maxBnds > keep+maxPending+4 {
+		t.Errorf("the matcher held state for up to %d interval ids and %d boundary ids over %d intervals, want at most %d each",
+			maxIvs, maxBnds, n, keep+maxPending+4)
+	}
+	if m.Pending() != 0 || !m.Idle() {
+		t.Errorf("after both ends are gone: %d pending, idle %v", m.Pending(), m.Idle())
+	}
+}

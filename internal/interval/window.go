@@ -393,7 +393,8 @@ func (pl *WindowPlan) prune(b int64) {
 	}
 }
 
-// Close says the capture has ended: no boundary will be held any more.
+// Close says the capture has ended or is ending: no boundary will be held
+// any more, and none waits for evidence (Pace) any more.
 func (pl *WindowPlan) Close() {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
@@ -401,6 +402,9 @@ func (pl *WindowPlan) Close() {
 		pl.closed = true
 		close(pl.wake)
 		pl.wake = make(chan struct{})
+		// A capture worker waiting for evidence (waitObserved) stops waiting.
+		close(pl.obsWake)
+		pl.obsWake = make(chan struct{})
 	}
 }
 

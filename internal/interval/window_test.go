@@ -76,3 +76,25 @@ func TestWindowPlanClassesAndAnnouncements(t *testing.T) {
 		t.Error("closed table: a window never set was found")
 	}
 }
+
+// TestWindowPlanCloseEndsPacedWait: a capture worker waiting (Pace) for
+// the evidence of an earlier interval stops waiting once the plan is
+// closed, as a stopping receiver closes it before draining its workers.
+func TestWindowPlanCloseEndsPacedWait(t *testing.T) {
+	pl := NewWindowPlan(testParams(), 1)
+	pl.Pace(time.Hour)
+	const b = int64(1_763_000_000)
+	pl.classFor(b, true) // the first boundary: nothing before it to wait for
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pl.startFor(b+10, true) // waits for the evidence of interval b+8 or so
+	}()
+	time.Sleep(50 * time.Millisecond) // usually waiting by now; Close must end the wait or prevent it
+	pl.Close()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a paced wait for evidence outlived Close by a minute")
+	}
+}

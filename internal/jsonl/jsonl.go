@@ -50,7 +50,7 @@ func ReadFile[T any](path, what string, read func(io.Reader) ([]T, error)) ([]T,
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", what, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	recs, err := read(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -164,7 +164,7 @@ func TestServe(t *testing.T) {
 			cfg.WebConfig = tc.webConfig
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			extra := map[string]http.Handler{"/api/": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "api here") })}
+			extra := map[string]http.Handler{"/api/": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "api here") })}
 			go func() { done <- ServeListener(ctx, l, cfg, s.Registry(), extra, nil) }()
 			base := "http://" + l.Addr().String()
 			code, body := get(t, base+"/metrics", tc.user, "secret")

@@ -42,7 +42,7 @@ func ServeListener(ctx context.Context, l net.Listener, cfg Config, reg *prometh
 	}
 	if cfg.WebConfig != "" {
 		if err := web.Validate(cfg.WebConfig); err != nil {
-			l.Close()
+			_ = l.Close()
 			return fmt.Errorf("metrics.web_config %s: %w", cfg.WebConfig, err)
 		}
 	}
@@ -56,7 +56,7 @@ func ServeListener(ctx context.Context, l net.Listener, cfg Config, reg *prometh
 	paths := make([]string, 0, len(extra))
 	for p, h := range extra {
 		if p == "/metrics" || p == "/" {
-			l.Close()
+			_ = l.Close()
 			return fmt.Errorf("metrics server: extra handler path %q is reserved", p)
 		}
 		mux.Handle(p, h)

@@ -116,7 +116,7 @@ func (c *Checker) query(ctx context.Context) (reply, error) {
 	}
 	conn := c.conn
 	// Cancelling ctx interrupts a read in progress.
-	stop := context.AfterFunc(ctx, func() { conn.conn.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = conn.conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	ctxDeadline, _ := ctx.Deadline()
 	r, err := queryAll(conn.client, conn.conn.SetDeadline, c.cfg.Timeout, ctxDeadline)
@@ -126,7 +126,7 @@ func (c *Checker) query(ctx context.Context) (reply, error) {
 		// replies on a kept socket are dropped by seqFilter.
 		var ne net.Error
 		if !errors.As(err, &ne) || !ne.Timeout() {
-			c.closeConnLocked()
+			_ = c.closeConnLocked()
 		}
 		if ctx.Err() != nil {
 			err = errors.Join(ctx.Err(), err)
@@ -157,7 +157,7 @@ func (c *Checker) Close() error {
 // ptp4l being absent is not an error: it is warned about once per outage
 // and shows as State "unknown" (never answered) or "unsynced".
 func (c *Checker) Run(ctx context.Context) error {
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if !c.cfg.Enabled {
 		c.log.Info("PTP checking disabled (ptp.enabled: false); clock status reported as disabled")
 		<-ctx.Done()

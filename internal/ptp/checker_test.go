@@ -33,8 +33,22 @@ func testChecker(t *testing.T, socket string, mod func(*Config), log *slog.Logge
 	return c
 }
 
+// responder answers one management request with the datagrams a fake ptp4l
+// sends back.
+type responder func(t testing.TB, id protocol.ManagementID, seq uint16) [][]byte
+
+// pollCase is one case of TestPollAgainstFakeResponder.
+type pollCase struct {
+	name    string
+	respond responder
+	sim     *sim                 // a measuring ptp4l; used when respond is nil
+	wrap    func(*sim) responder // tampers with sim's replies
+	polls   int
+	wantErr []string                              // substrings of the error; nil = success
+	check   func(t *testing.T, s Status, w world) // w: the sim's world at the end
+}
+
 func TestPollAgainstFakeResponder(t *testing.T) {
-	type responder func(t testing.TB, id protocol.ManagementID, seq uint16) [][]byte
 	good := goodWorld()
 	garbage := func(t testing.TB, id protocol.ManagementID, seq uint16) [][]byte {
 		b := make([]byte, 120)
@@ -46,15 +60,7 @@ func TestPollAgainstFakeResponder(t *testing.T) {
 		return [][]byte{b}
 	}
 
-	tests := []struct {
-		name    string
-		respond responder
-		sim     *sim                 // a measuring ptp4l; used when respond is nil
-		wrap    func(*sim) responder // tampers with sim's replies
-		polls   int
-		wantErr []string                              // substrings of the error; nil = success
-		check   func(t *testing.T, s Status, w world) // w: the sim's world at the end
-	}{
+	tests := []pollCase{
 		{name: "good answer", sim: newSim(good), polls: 2, check: func(t *testing.T, s Status, w world) {
 			want := Status{
 				State: StateSynced, Reachable: true, GrandmasterPresent: true,
@@ -142,50 +148,54 @@ func TestPollAgainstFakeResponder(t *testing.T) {
 			}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			path := fakeSocket(t)
-			respond := tc.respond
-			switch {
-			case tc.wrap != nil:
-				respond = tc.wrap(tc.sim)
-			case respond == nil:
-				respond = tc.sim.respond
-			}
-			startFake(t, path, func(id protocol.ManagementID, seq uint16) [][]byte { return respond(t, id, seq) })
-			c := testChecker(t, path, nil, nil)
-			var s Status
-			var err error
-			for range tc.polls {
-				// A poll ends on its per-request timeouts: one that does not
-				// return for a minute waits on something else (a hang, not a
-				// slow machine).
-				done := make(chan struct{})
-				go func() { s, err = c.Poll(context.Background()); close(done) }()
-				select {
-				case <-done:
-				case <-time.After(time.Minute):
-					t.Fatalf("poll did not return within a minute with a %s timeout per request", c.cfg.Timeout)
-				}
-			}
-			if tc.wantErr == nil {
-				if err != nil {
-					t.Fatalf("Poll: %v", err)
-				}
-				tc.check(t, s, tc.sim.current())
-				return
-			}
-			if err == nil {
-				t.Fatalf("want error, got status %+v", s)
-			}
-			for _, w := range tc.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-			if s.Reachable || s.Err != err.Error() || s.State != StateUnknown {
-				t.Errorf("after a failed first poll: %+v", s)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { runPollCase(t, tc) })
+	}
+}
+
+// runPollCase polls a checker tc.polls times against tc's fake ptp4l and
+// holds the last outcome to tc.wantErr or tc.check.
+func runPollCase(t *testing.T, tc pollCase) {
+	path := fakeSocket(t)
+	respond := tc.respond
+	switch {
+	case tc.wrap != nil:
+		respond = tc.wrap(tc.sim)
+	case respond == nil:
+		respond = tc.sim.respond
+	}
+	startFake(t, path, func(id protocol.ManagementID, seq uint16) [][]byte { return respond(t, id, seq) })
+	c := testChecker(t, path, nil, nil)
+	var s Status
+	var err error
+	for range tc.polls {
+		// A poll ends on its per-request timeouts: one that does not
+		// return for a minute waits on something else (a hang, not a
+		// slow machine).
+		done := make(chan struct{})
+		go func() { s, err = c.Poll(context.Background()); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("poll did not return within a minute with a %s timeout per request", c.cfg.Timeout)
+		}
+	}
+	if tc.wantErr == nil {
+		if err != nil {
+			t.Fatalf("Poll: %v", err)
+		}
+		tc.check(t, s, tc.sim.current())
+		return
+	}
+	if err == nil {
+		t.Fatalf("want error, got status %+v", s)
+	}
+	for _, w := range tc.wantErr {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	if s.Reachable || s.Err != err.Error() || s.State != StateUnknown {
+		t.Errorf("after a failed first poll: %+v", s)
 	}
 }
 
@@ -257,7 +267,7 @@ func TestOutageGraceAndRecovery(t *testing.T) {
 	f := startFake(t, path, respond)
 	c := testChecker(t, path, nil, log)
 
-	c.Poll(context.Background())
+	_, _ = c.Poll(context.Background()) // the first poll only primes the checker
 	s, err := c.Poll(context.Background())
 	if err != nil || s.State != StateSynced {
 		t.Fatalf("first poll: %v, %+v", err, s)

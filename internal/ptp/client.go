@@ -64,14 +64,14 @@ func dialMgmt(socket, base string, domain uint8) (*mgmtConn, error) {
 	}
 	local := filepath.Join(dir, "c.sock")
 	if len(local) > maxSunPath {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("PTP client socket path %q is longer than %d bytes: set ptp.client_dir to a shorter directory", local, maxSunPath)
 	}
 	conn, err := net.DialUnix("unixgram",
 		&net.UnixAddr{Name: local, Net: "unixgram"},
 		&net.UnixAddr{Name: socket, Net: "unixgram"})
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		if errors.Is(err, fs.ErrPermission) {
 			return nil, fmt.Errorf("connecting to ptp4l management socket %s: %w (this user may not write to it: linuxptp before 4.0 makes it root-only; "+
 				"the ptp4l@.service drop-in that make install puts in /etc/systemd/system/ptp4l@.service.d/ hands it to group lds, see docs/ptp.md \"Permissions\")", socket, err)
@@ -86,9 +86,7 @@ func dialMgmt(socket, base string, domain uint8) (*mgmtConn, error) {
 }
 
 func (m *mgmtConn) close() error {
-	err := m.conn.Close()
-	os.RemoveAll(m.dir)
-	return err
+	return errors.Join(m.conn.Close(), os.RemoveAll(m.dir))
 }
 
 // reply is the decoded content of one poll.

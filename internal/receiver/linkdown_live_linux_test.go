@@ -166,7 +166,7 @@ func (l tapDownLink) traffic(t *testing.T) (stop func()) {
 			case <-stopTraffic:
 				return
 			case <-tick.C:
-				conn.Write(fmt.Appendf(nil, "packet %d of the link-down test", i)) // errors while the link is down are expected
+				_, _ = conn.Write(fmt.Appendf(nil, "packet %d of the link-down test", i)) // errors while the link is down are expected
 			}
 		}
 	}()

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -85,29 +84,31 @@ type Receiver struct {
 	export  *export.Set // nil: no exporter configured
 	ptp     *ptp.Checker
 	senders []*senderState
-	byID    sync.Map // sender id -> *senderState
 
-	pubMu    sync.Mutex // publishing is shared by the senders' matcher goroutines
-	capMu    sync.Mutex // guards capStats: each capture worker's last counters
-	capStats []workerStats
-	done     chan struct{} // closed when Run returns: stream handlers stop waiting
+	// toPublish carries every sender entry's intervals, in each entry's
+	// order, from its emitter to the publish stage (made in Run).
+	toPublish chan *results.Interval
+	capMu     sync.Mutex // guards capStats: each capture worker's last counters
+	capStats  []workerStats
+	done      chan struct{} // closed when Run returns: stream handlers stop waiting
 }
 
-type senderMsg struct {
-	res  *wire.Result
-	gone bool
-}
-
+// senderState is one receiver.senders entry: its match stage's input
+// channels and matcher, and what its emitter and the stream stage keep.
 type senderState struct {
 	entry  config.SenderEntry
 	sel    []match.Compiled
-	m      *interval.Matcher // matcher goroutine only
+	m      *interval.Matcher // match stage only
 	pieces *sample.Pieces    // the capture workers' sample candidates, until joined
+	// sealed carries the capture workers' sealed intervals to the match
+	// stage; closed once every worker has ended.
 	sealed chan *interval.Sealed
-	in     chan senderMsg
-	plan   *interval.WindowPlan // hold windows (made in Run: it needs the worker count)
+	// fromStream carries what the sender's stream decoded to the match
+	// stage; never closed (streams come and go; r.done ends a waiting send).
+	fromStream chan senderMsg
+	plan       *interval.WindowPlan // hold windows (made in Run: it needs the worker count)
 
-	// Publisher goroutine only: the interval held back until the next
+	// Emitter goroutine only: the interval held back until the next
 	// one's check (a surplus there means packets of this one moved there),
 	// and whether the last published interval was flagged (log once an
 	// episode).
@@ -180,7 +181,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
 			pieces: sample.NewPieces(pieceKeep(cfg, opt.Replay)),
-			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), in: make(chan senderMsg, 16)})
+			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), fromStream: make(chan senderMsg, 16)})
 	}
 	return r, nil
 }
@@ -234,7 +235,11 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return err
 		}
 		r.jsonl = w
-		defer w.Close()
+		defer func() {
+			if err := w.Close(); err != nil {
+				r.log.Error("closing the results file: its last records may be lost", "file", r.cfg.Receiver.ResultsFile, "err", err)
+			}
+		}()
 	}
 	if !r.opt.Replay {
 		// SIGHUP reopens the results file (logrotate's create mode, or
@@ -316,11 +321,8 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if r.ptp != nil {
 		g.Go(func() error { return r.ptp.Run(gctx) })
 	}
-	var wg sync.WaitGroup
-	for _, s := range r.senders {
-		wg.Add(1)
-		g.Go(func() error { defer wg.Done(); return r.matchLoop(gctx, s, len(readers)) })
-	}
+	// The pipeline's stages, from the match stage on (stages.go).
+	r.runStages(gctx, g, srv, len(readers))
 	var workers sync.WaitGroup
 	for i, rd := range readers {
 		workers.Add(1)
@@ -334,14 +336,6 @@ func (r *Receiver) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	if r.opt.Replay {
-		// In replay, the daemon is done once every matcher is.
-		g.Go(func() error {
-			wg.Wait()
-			srv.GracefulStop()
-			return tap.ErrDone
-		})
-	}
 	return tap.Wait(g)
 }
 
@@ -491,248 +485,9 @@ func (r *Receiver) publishCapture(worker int, rd *capture.Reader) {
 	}
 }
 
-// matchLoop owns one sender entry's matcher.
-func (r *Receiver) matchLoop(ctx context.Context, s *senderState, workers int) error {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	merger := interval.NewSealedMerger(workers)
-	pl := newEstPipeline(r.estConc, r.estimateJob, func(j *estJob) { r.publishJob(s, j) })
-	defer func() {
-		pl.close() // everything final is published before the loop ends
-		r.releaseHeld(s)
-	}()
-	emit := func(mt *interval.Matched) { r.final(s, pl, mt) }
-	sealed := s.sealed
-	rxGone, sndGone := false, false
-	for {
-		if r.opt.Replay && rxGone && sndGone && s.m.Idle() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			r.stopMatching(s, merger, sealed, emit)
-			return nil
-		case sl, ok := <-sealed:
-			if !ok {
-				sealed, rxGone = nil, true
-				s.m.RxGone(time.Now(), emit)
-				continue
-			}
-			merged, err := merger.Add(sl)
-			if err != nil {
-				return err
-			}
-			if merged != nil {
-				merged.Clock = r.ownClock()
-				s.m.AddSealed(merged, time.Now(), emit)
-			}
-		case msg := <-s.in:
-			if msg.gone {
-				if r.opt.Replay {
-					sndGone = true
-					s.m.SenderGone(time.Now(), emit)
-				}
-				continue
-			}
-			res := msg.res
-			if res.VoidedOK {
-				ids := res.VoidedIDs
-				if len(ids) == 0 {
-					ids = []int64{res.Voided}
-				}
-				for range ids {
-					r.metrics.IntervalOutcome(s.name(), results.OutcomeVoidedGap)
-				}
-				r.log.Warn("intervals voided by a seq gap (the sender resends them after a reconnect)", "sender", s.name(), "intervals", ids)
-				continue
-			}
-			r.metrics.SketchBytes(s.name(), int(res.Meta.SketchBytes))
-			if !s.m.AddSender(res.Interval, res.Meta, time.Now(), emit) {
-				r.metrics.IntervalOutcome(s.name(), results.OutcomeDuplicate)
-			}
-		case <-tick.C:
-			s.m.Tick(time.Now(), emit)
-			pl.add(&estJob{sender: s.name(), tick: true, final: time.Now()})
-		}
-	}
-}
-
-// stopGrace bounds how long a stopping receiver waits for the last sealed
-// intervals of its capture workers.
+// stopGrace bounds how long a stopping capture worker waits to hand its
+// last sealed intervals to the match stage.
 const stopGrace = 2 * time.Second
-
-// stopMatching finalizes one sender's intervals at a stop request: it takes
-// what the capture workers sealed on their way out, then emits everything
-// (matched where both ends are present, else with the outcome that says
-// what is missing), so that the results file ends complete.
-func (r *Receiver) stopMatching(s *senderState, merger *interval.SealedMerger, sealed <-chan *interval.Sealed, emit func(*interval.Matched)) {
-	deadline := time.After(stopGrace)
-	for sealed != nil {
-		select {
-		case sl, ok := <-sealed:
-			if !ok {
-				sealed = nil
-				break
-			}
-			if merged, err := merger.Add(sl); err == nil && merged != nil {
-				merged.Clock = r.ownClock()
-				s.m.AddSealed(merged, time.Now(), emit)
-			}
-		case <-deadline:
-			sealed = nil
-		}
-	}
-	now := time.Now()
-	s.m.RxGone(now, emit)
-	s.m.SenderGone(now, emit)
-}
-
-func (s *senderState) name() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.entry.ID != "" {
-		return s.entry.ID
-	}
-	if s.bound != "" {
-		return s.bound
-	}
-	return "unknown"
-}
-
-// final records one final interval and hands it to the estimation
-// pipeline; its clock verdict is taken now, when it became final.
-func (r *Receiver) final(s *senderState, pl *estPipeline, mt *interval.Matched) {
-	s.mu.Lock()
-	s.final = append(s.final, mt.ID)
-	if len(s.final) > 4*r.cfg.Receiver.MaxPending {
-		s.final = s.final[len(s.final)-4*r.cfg.Receiver.MaxPending:]
-	}
-	s.mu.Unlock()
-	name := s.name()
-	pl.add(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces, final: time.Now()})
-}
-
-// estimateJob runs in the pipeline's estimation goroutines.
-func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
-	if j.tick {
-		return nil, nil
-	}
-	defer j.mt.Release() // the receiver's sketches go back to its capture pool
-	// Estimations running side by side (a replay's burst) share the
-	// cores: decode's two-goroutine solves wait for each other at every
-	// step and lose more than they gain on a core another estimation holds.
-	est := r.est
-	est.Workers = max(1, est.Workers/max(1, j.running))
-	est.Pieces = j.pieces
-	// Packets slower than the hold window leave a surplus in the cells of
-	// the interval they were placed in: checked before the sketches go back.
-	j.chk = j.mt.CheckAssignment()
-	j.beyond = j.mt.Outcome == results.OutcomeMatched && j.chk.Beyond(j.mt.Unresolved)
-	start := time.Now()
-	iv, err := r.estimate(&est, j.sender, j.mt, j.clk)
-	took := time.Since(start)
-	r.metrics.EstimationDuration(j.sender, took)
-	if !r.opt.Replay && took > time.Duration(r.params.T) {
-		// Live intervals come one an interval: estimation slower than
-		// that piles them up (the sender's resend buffer, then voids).
-		r.log.Warn("estimating an interval took longer than the interval: the receiver falls behind",
-			"sender", j.sender, "interval", j.mt.ID, "took", took.Round(time.Millisecond), "interval_length", time.Duration(r.params.T),
-			"flows", j.mt.Flows.Len(), "estimator", est.Estimator,
-			"fix", "fewer candidate flows (sketch.max_flows), sketch.estimator: paper, or more cores for estimation (fewer capture.source.workers)")
-	}
-	return iv, err
-}
-
-// publishJob runs in the pipeline's publisher, in the order intervals
-// became final. It holds a matched interval with cells short of packets
-// (loss, or packets placed elsewhere) back until the next one is
-// estimated: packets of this interval slower than the hold window show as
-// a surplus in the next one, and then this one's loss is withheld too.
-func (r *Receiver) publishJob(s *senderState, j *estJob) {
-	if j.tick {
-		// The next interval is overdue (the sender stopped, a long gap):
-		// publish the held one without its successor's check.
-		if h := s.held; h != nil && j.final.Sub(h.final) >= r.holdFor() {
-			s.held = nil
-			r.publishChecked(s, h)
-		}
-		return
-	}
-	mt := j.mt
-	// The window follows the delays this interval vouches for.
-	s.plan.Observe(mt.ID, j.chk.Delay, j.beyond)
-	r.metrics.BoundaryWindow(j.sender, time.Duration(s.plan.Target()))
-	if j.err != nil {
-		r.log.Error("estimation failed: interval not published", "sender", j.sender, "interval", mt.ID, "err", j.err)
-		r.metrics.IntervalOutcome(j.sender, results.OutcomeFailed)
-		return
-	}
-	if mt.Unresolved > 0 || mt.Late > 0 {
-		r.log.Warn("boundary packets placed without the sender's function or arriving late", "sender", j.sender, "interval", mt.ID,
-			"unresolved", mt.Unresolved, "late", mt.Late)
-	}
-	if h := s.held; h != nil {
-		s.held = nil
-		if j.beyond && h.mt.ID == mt.ID-1 {
-			h.beyond = true
-		}
-		r.publishChecked(s, h)
-	}
-	// Without a cell short of packets, nothing of this interval can sit in
-	// the next one: no need to wait for its check.
-	if (mt.Outcome == results.OutcomeMatched || mt.Outcome == results.OutcomePartial) && j.chk.DeficitCells > 0 {
-		s.held = j
-		return
-	}
-	r.publishChecked(s, j)
-}
-
-// holdFor bounds how long a live interval waits for its successor's check.
-func (r *Receiver) holdFor() time.Duration {
-	return max(2*time.Duration(r.params.T), time.Second)
-}
-
-// releaseHeld publishes the interval held back for its successor's check
-// (end of the match loop: no successor will come).
-func (r *Receiver) releaseHeld(s *senderState) {
-	if h := s.held; h != nil {
-		s.held = nil
-		r.publishChecked(s, h)
-	}
-}
-
-// publishChecked flags an interval whose packets may sit in the wrong
-// interval (loss withheld, counted, logged once an episode) and publishes it.
-func (r *Receiver) publishChecked(s *senderState, j *estJob) {
-	if j.beyond {
-		j.iv.FlagBeyondWindow()
-		r.metrics.BoundaryMisassigned(j.sender)
-		if !s.inEpisode {
-			target := time.Duration(s.plan.Target())
-			msg := "packets slower than the receiver's hold window were placed in the wrong interval: loss withheld (status delay_beyond_window); the window is growing"
-			fix := fmt.Sprintf("the hold window grows toward twice the delays seen (now %v) up to max_delay (%v)", target, time.Duration(r.params.MaxDelay))
-			// Misplaced although its own windows were at max_delay: the
-			// delays are beyond it, no growing will help.
-			if j.chk.Window >= r.params.MaxDelay {
-				msg = "packets slower than max_delay were placed in the wrong interval: loss withheld (status delay_beyond_window)"
-				fix = fmt.Sprintf("raise max_delay (now %v) on both ends above the link's largest one-way delay", time.Duration(r.params.MaxDelay))
-			}
-			r.log.Warn(msg, "sender", j.sender, "interval", j.mt.ID, "surplus_cells", j.chk.SurplusCells, "misplaced", j.chk.Misplaced,
-				"delay_evidence", time.Duration(nanOr0(j.chk.Delay)), "window", time.Duration(j.chk.Window), "fix", fix)
-			s.inEpisode = true
-		}
-	} else if j.mt.Outcome == results.OutcomeMatched {
-		s.inEpisode = false
-	}
-	r.publish(j.iv)
-}
-
-func nanOr0(v float64) float64 {
-	if math.IsNaN(v) {
-		return 0
-	}
-	return v
-}
 
 // ownClock is this host's clock verdict now.
 func (r *Receiver) ownClock() interval.ClockStatus { return tap.Clock(r.ptp) }
@@ -740,17 +495,6 @@ func (r *Receiver) ownClock() interval.ClockStatus { return tap.Clock(r.ptp) }
 // clock judges an interval by both ends' clocks: the sender's when it
 // closed the interval, the receiver's when it sealed it. Anything but
 // synced (or disabled by choice) withholds the delays.
-// estimate runs the estimator, turning a panic into an error: the sketches
-// come from another host, and one bad interval must not stop the daemon.
-func (r *Receiver) estimate(est *Estimation, name string, mt *interval.Matched, clk Clock) (iv *results.Interval, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			iv, err = nil, fmt.Errorf("estimator panic: %v", p)
-		}
-	}()
-	return est.Estimate(name, mt, clk)
-}
-
 func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
 	if r.opt.Replay {
 		return Clock{}
@@ -768,112 +512,3 @@ func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
 	}
 	return c
 }
-
-func (r *Receiver) publish(iv *results.Interval) {
-	r.pubMu.Lock()
-	defer r.pubMu.Unlock()
-	complete := iv.Outcome == results.OutcomeMatched || iv.Outcome == results.OutcomeUnsynced
-	var events []spike.Event
-	if complete {
-		events = r.spikes.Observe(iv, r.metrics.Tracked(iv))
-	}
-	r.store.Add(iv)
-	r.metrics.IntervalOutcome(iv.Sender, iv.Outcome)
-	if complete {
-		r.metrics.ObserveInterval(iv, events)
-		if r.jsonl != nil {
-			if err := r.jsonl.Write(iv); err != nil {
-				r.log.Error("writing results file", "err", err)
-			}
-		}
-		r.export.Publish(iv) // never blocks the daemon: a full exporter drops and counts
-	}
-	if r.opt.OnInterval != nil {
-		r.opt.OnInterval(iv)
-	}
-}
-
-// --- wire.Handler ---
-
-func (r *Receiver) entryFor(sender string) (*senderState, error) {
-	for _, s := range r.senders {
-		s.mu.Lock()
-		ok := s.entry.ID == sender || (s.entry.ID == "" && (s.bound == "" || s.bound == sender))
-		if ok && s.entry.ID == "" {
-			s.bound = sender
-		}
-		s.mu.Unlock()
-		if ok {
-			return s, nil
-		}
-	}
-	return nil, fmt.Errorf("no receiver.senders entry for sender %q (the wildcard entry is bound to another sender: list every sender in receiver.senders)", sender)
-}
-
-// Connected implements wire.Handler.
-func (r *Receiver) Connected(sender string, _ uint64) ([]int64, error) {
-	s, err := r.entryFor(sender)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.connected {
-		return nil, fmt.Errorf("sender %q is already connected", sender)
-	}
-	s.connected = true
-	r.metrics.SenderConnected(sender, true)
-	return append([]int64(nil), s.final...), nil
-}
-
-// Interval implements wire.Handler.
-func (r *Receiver) Interval(sender string, res *wire.Result) error {
-	s, err := r.entryFor(sender)
-	if err != nil {
-		return err
-	}
-	select {
-	case s.in <- senderMsg{res: res}:
-		return nil
-	case <-r.done:
-		return errors.New("receiver shutting down")
-	}
-}
-
-// Disconnected implements wire.Handler.
-func (r *Receiver) Disconnected(sender string, err error) {
-	s, e := r.entryFor(sender)
-	if e != nil {
-		return
-	}
-	s.mu.Lock()
-	s.connected = false
-	s.mu.Unlock()
-	r.metrics.SenderConnected(sender, false)
-	if err == nil || errors.Is(err, io.EOF) {
-		select {
-		case s.in <- senderMsg{gone: true}:
-		case <-r.done:
-		}
-	} else {
-		r.log.Warn("sender disconnected", "sender", sender, "err", err)
-	}
-}
-
-// Windows gives the server the hold windows to tell sender (wire.windowed).
-func (r *Receiver) Windows(sender string) wire.WindowSource {
-	s, err := r.entryFor(sender)
-	if err != nil {
-		return nil
-	}
-	s.mu.Lock()
-	plan := s.plan
-	s.mu.Unlock()
-	if plan == nil {
-		return nil
-	}
-	return plan
-}
-
-// FrameError implements wire.Handler.
-func (r *Receiver) FrameError(sender, reason string) { r.metrics.FrameError(sender, reason) }

@@ -129,10 +129,10 @@ func (h *faultHandler) Connected(sender string, instance uint64) ([]int64, error
 }
 
 func (h *faultHandler) Interval(sender string, r *wire.Result) error {
-	if err := h.Receiver.Interval(sender, r); err != nil || r.VoidedOK {
+	if err := h.Receiver.Interval(sender, r); err != nil || r.Kind != wire.Complete {
 		return err
 	}
-	id := r.Interval.ID
+	id := r.ID
 	h.mu.Lock()
 	h.deliveries[id]++
 	n := h.deliveries[id]

@@ -75,7 +75,7 @@ func loadInto(path string, c *config.Receiver) error {
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	return config.Decode(r, c, path)
 }
 
@@ -91,12 +91,12 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	if err != nil {
 		return sum, fmt.Errorf("--sender-pcap: %w", err)
 	}
-	defer sa.Close()
+	defer func() { _ = sa.Close() }()
 	sb, err := capture.OpenFile(opt.ReceiverPcap)
 	if err != nil {
 		return sum, fmt.Errorf("--receiver-pcap: %w", err)
 	}
-	defer sb.Close()
+	defer func() { _ = sb.Close() }()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return sum, fmt.Errorf("replay: loopback listener: %w", err)
@@ -177,7 +177,7 @@ func captureStart(path string, t int64, partial bool) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("--sender-pcap: %w", err)
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }()
 	buf := make([]byte, 65536)
 	_, ts, _, err := src.ReadPacket(buf)
 	if errors.Is(err, io.EOF) {

@@ -2,6 +2,7 @@ package sample
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"sort"
 )
@@ -53,31 +54,32 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 	if prev != nil {
 		rxLimit = min(rxLimit, prev.Limit)
 	}
-	idx := make(map[uint64]int, len(set.Flows))
-	// A bitmap by flow hash in front of the map: most candidates belong
-	// to flows without samples and cost one bit test.
+	// A bitmap by flow hash in front of an open-addressing table of the
+	// set's flows: most candidates belong to flows without samples and
+	// cost one bit test; a candidate of a sampled flow costs a probe or
+	// two, and only candidates up to the list's largest sample are kept
+	// (the sender kept the smallest S of each flow).
 	var bm [1 << 12]uint64
-	// Only candidates up to a list's largest sample can match it (the
-	// sender kept the smallest S of each flow).
-	hi := make([]uint64, len(set.Flows))
+	tab := newFlowTab(len(set.Flows))
 	for i := range set.Flows {
 		l := &set.Flows[i]
 		f := l.Flow
-		idx[f] = i
+		var hi uint64
 		if n := len(l.Samples); n > 0 {
-			hi[i] = l.Samples[n-1].Q<<l.Shift | (uint64(1)<<l.Shift - 1)
+			hi = l.Samples[n-1].Q<<l.Shift | (uint64(1)<<l.Shift - 1)
 		}
+		tab.put(f, hi, i)
 		bm[f&(1<<18-1)>>6] |= 1 << (f & 63)
 	}
 	byFlow := make([][]Cand, len(set.Flows))
 	var link []Cand
-	for _, pc := range []*Cands{prev, cur} {
+	for _, pc := range []*Piece{prev, cur} {
 		if pc == nil {
 			continue
 		}
 		for _, x := range pc.C {
 			if bm[x.Flow&(1<<18-1)>>6]&(1<<(x.Flow&63)) != 0 {
-				if i, ok := idx[x.Flow]; ok && x.S <= hi[i] {
+				if i := tab.get(x.Flow, x.S); i >= 0 {
 					byFlow[i] = append(byFlow[i], x)
 				}
 			}
@@ -100,6 +102,53 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 	var amb int
 	m.join(&set.Link, link, func(x Cand, delay float64) { out.Link = append(out.Link, LinkSample{Class: x.Class, Delay: delay}) }, &out.LinkLost, &amb)
 	return out
+}
+
+// flowTab maps a flow hash to its list's index and largest sample value
+// (open addressing, linear probing, at most half full).
+type flowTab struct {
+	slots []flowSlot
+	shift uint
+}
+
+type flowSlot struct {
+	flow, hi uint64
+	i        int32 // the list's index + 1; 0: empty
+}
+
+func newFlowTab(n int) flowTab {
+	b := max(bits.Len(uint(2*n)), 6)
+	return flowTab{slots: make([]flowSlot, 1<<b), shift: uint(64 - b)}
+}
+
+func (t *flowTab) slot(f uint64) uint64 { return (f * 0x9e3779b97f4a7c15) >> t.shift }
+
+// put files list i of flow f (a later list of the same flow replaces it).
+func (t *flowTab) put(f, hi uint64, i int) {
+	mask := uint64(len(t.slots) - 1)
+	for j := t.slot(f); ; j = (j + 1) & mask {
+		if sl := &t.slots[j]; sl.i == 0 || sl.flow == f {
+			*sl = flowSlot{flow: f, hi: hi, i: int32(i + 1)}
+			return
+		}
+	}
+}
+
+// get is the index of flow f's list when s can be one of its samples, else -1.
+func (t *flowTab) get(f, s uint64) int {
+	mask := uint64(len(t.slots) - 1)
+	for j := t.slot(f); ; j = (j + 1) & mask {
+		sl := &t.slots[j]
+		if sl.i == 0 {
+			return -1
+		}
+		if sl.flow == f {
+			if s <= sl.hi {
+				return int(sl.i - 1)
+			}
+			return -1
+		}
+	}
 }
 
 type matcher struct {

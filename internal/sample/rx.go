@@ -20,7 +20,7 @@ import (
 type RxStore struct {
 	cfg      Config
 	limit    uint64
-	open     *Cands
+	open     *Piece
 	from     int64 // receive time the open piece's coverage starts after
 	maxTS    int64 // latest receive time seen (the capture's start before any)
 	cut      int64 // pieces up to this id were handed over
@@ -45,7 +45,7 @@ func (st *RxStore) Add(p *capture.Packet) {
 	}
 	c := st.open
 	if c == nil {
-		c = &Cands{Limit: st.limit, C: make([]Cand, 0, st.lastSize+st.lastSize/4+64)}
+		c = &Piece{Limit: st.limit, C: make([]Cand, 0, st.lastSize+st.lastSize/4+64)}
 		st.open = c
 	}
 	c.add(p, s, st.cfg.MaxCandidates)
@@ -55,13 +55,13 @@ func (st *RxStore) Add(p *capture.Packet) {
 // (call it when the receiver seals interval id), with their receive-time
 // coverage (From, Upto]. A piece is handed over even when empty: it says
 // that nothing sampled arrived in its range.
-func (st *RxStore) Cut(id int64, put func(*Cands)) {
+func (st *RxStore) Cut(id int64, put func(*Piece)) {
 	if st.cutAny && id <= st.cut {
 		return
 	}
 	c := st.open
 	if c == nil {
-		c = &Cands{Limit: st.limit}
+		c = &Piece{Limit: st.limit}
 	}
 	c.ID = id
 	c.From, c.Upto = st.from, st.maxTS
@@ -82,7 +82,7 @@ type Pieces struct {
 }
 
 type piece struct {
-	c    Cands
+	c    Piece
 	used uint8 // bit 0: joined for its own interval, bit 1: for the next
 }
 
@@ -93,12 +93,12 @@ func NewPieces(keep int) *Pieces {
 }
 
 // Put adds one worker's piece.
-func (ps *Pieces) Put(c *Cands) {
+func (ps *Pieces) Put(c *Piece) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	p := ps.m[c.ID]
 	if p == nil {
-		p = &piece{c: Cands{ID: c.ID, Limit: c.Limit, From: c.From, Upto: c.Upto}}
+		p = &piece{c: Piece{ID: c.ID, Limit: c.Limit, From: c.From, Upto: c.Upto}}
 		ps.m[c.ID] = p
 	}
 	// Several workers' pieces: covered only where every worker's is.
@@ -117,7 +117,7 @@ func (ps *Pieces) Put(c *Cands) {
 // take returns pieces id−1 and id for the join of interval id (nil where
 // absent) and marks them used; a piece used by both its joins is dropped.
 // The candidates are only read afterwards, never written.
-func (ps *Pieces) take(id int64) (prev, cur *Cands) {
+func (ps *Pieces) take(id int64) (prev, cur *Piece) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if p := ps.m[id-1]; p != nil {

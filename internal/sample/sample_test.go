@@ -168,7 +168,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	s := Select(&Cands{Limit: 1 << 60, C: []Cand{{Flow: 1, S: 5, TS: 10}, {Flow: 1, S: 99, TS: 20}, {Flow: 2, S: 7, TS: 30}}}, 0, DefaultConfig())
+	s := Select(&Cands{Limit: 1 << 60, Drop: 28, T: 1e9, C: []TxCand{{Flow: 1, X: 5<<32 | 10}, {Flow: 1, X: 99<<32 | 20}, {Flow: 2, X: 7<<32 | 30}}}, 0, DefaultConfig())
 	b, _ := s.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{1, 0, 0})
@@ -186,4 +186,54 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("re-encoding changed the set: %v", err)
 		}
 	})
+}
+
+// TestSamplerRecord: the sender's 16-byte candidate keeps s to Drop bits
+// and the send time exactly up to 4.29 s intervals, within half a unit
+// and inside the interval beyond; the buffer grows past its first size.
+func TestSamplerRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		T    int64
+		unit uint8
+	}{{"100ms", 100e6, 0}, {"1s", 1e9, 0}, {"4s", 4e9, 0}, {"300s", 300e9, 7}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			sm := NewSampler(cfg, tc.T, nil)
+			r := rand.New(rand.NewPCG(3, 4))
+			const n = 40000
+			sent := map[uint64]int64{} // s (Drop bits cleared) -> send time
+			id := int64(5)
+			var ts []int64
+			for range n {
+				ts = append(ts, id*tc.T+r.Int64N(tc.T))
+			}
+			ts = append(ts, id*tc.T, (id+1)*tc.T-1)
+			slices.Sort(ts)
+			for _, x := range ts {
+				p := capture.Packet{TS: x, FlowHash: r.Uint64N(50), PktHash: r.Uint64()}
+				if s := Mix(p.PktHash); s < limitOf(cfg.level()) {
+					sent[s>>sm.drop<<sm.drop] = x - id*tc.T
+				}
+				sm.Add(&p)
+			}
+			c := sm.Take(id)
+			if c == nil || len(c.C) != len(sent) || c.Unit != tc.unit {
+				t.Fatalf("took %v candidates (unit %d), want %d (unit %d)", c != nil, c.Unit, len(sent), tc.unit)
+			}
+			half := int64(0)
+			if c.Unit > 0 {
+				half = 1 << (c.Unit - 1)
+			}
+			for _, x := range c.C {
+				want, ok := sent[c.S(x)]
+				if !ok {
+					t.Fatalf("candidate s %x was not sent", c.S(x))
+				}
+				if got := c.TX(x); got < 0 || got >= tc.T || got-want > half || want-got > half {
+					t.Fatalf("send time %d, want %d within %d, in [0, %d)", got, want, half, tc.T)
+				}
+			}
+		})
+	}
 }

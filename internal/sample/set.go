@@ -59,20 +59,20 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	set := &Set{Limit: c.Limit}
 	if ll := cfg.linkLevel(); ll > 0 {
 		set.LinkLimit = min(limitOf(ll), c.Limit)
-		var link []Cand
+		var link []TxCand
 		for _, x := range c.C {
-			if x.S < set.LinkLimit {
+			if c.S(x) < set.LinkLimit {
 				link = append(link, x)
 			}
 		}
-		slices.SortFunc(link, func(a, b Cand) int { return cmp.Compare(a.S, b.S) })
-		set.Link = makeList(0, link, start)
+		slices.SortFunc(link, func(a, b TxCand) int { return cmp.Compare(a.X>>32, b.X>>32) })
+		set.Link = makeList(0, c, link)
 	}
 	if cfg.MaxPerInterval == 0 || len(c.C) == 0 {
 		return set
 	}
-	slices.SortFunc(c.C, func(a, b Cand) int {
-		return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.S, b.S))
+	slices.SortFunc(c.C, func(a, b TxCand) int {
+		return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.X>>32, b.X>>32))
 	})
 	type run struct{ from, n int }
 	var runs []run
@@ -122,24 +122,26 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	}
 	for _, r := range runs {
 		k := min(r.n, capK)
-		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c.C[r.from:r.from+k], start))
+		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c, c.C[r.from:r.from+k]))
 	}
 	return set
 }
 
-// makeList turns candidates sorted by S into a list whose shift keeps
-// bitlen(n)+precision bits of the largest S.
-func makeList(flow uint64, cs []Cand, start int64) List {
+// makeList turns candidates of c sorted by S into a list whose shift keeps
+// bitlen(n)+precision bits of the largest S, and no bit the candidates do
+// not hold (the shift is at least c.Drop).
+func makeList(flow uint64, c *Cands, cs []TxCand) List {
 	l := List{Flow: flow, Samples: make([]Sample, len(cs))}
 	if len(cs) == 0 {
 		return l
 	}
 	keep := bits.Len(uint(len(cs))) + precision
-	if top := bits.Len64(cs[len(cs)-1].S); top > keep {
-		l.Shift = uint8(top - keep)
+	l.Shift = c.Drop
+	if top := bits.Len64(c.S(cs[len(cs)-1])); top > keep {
+		l.Shift = max(uint8(top-keep), c.Drop)
 	}
 	for i, x := range cs {
-		l.Samples[i] = Sample{Q: x.S >> l.Shift, TX: x.TS - start}
+		l.Samples[i] = Sample{Q: c.S(x) >> l.Shift, TX: c.TX(x)}
 	}
 	return l
 }

@@ -93,8 +93,8 @@ func TestMaxEncodedBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if max := MaxEncodedLDS(p); len(b) > max {
-			t.Errorf("%+v: %d bytes, bound %d", p, len(b), max)
+		if bound := MaxEncodedLDS(p); len(b) > bound {
+			t.Errorf("%+v: %d bytes, bound %d", p, len(b), bound)
 		}
 	}
 	ap := LDAParams{Banks: 4, Cells: 64}
@@ -109,7 +109,7 @@ func TestMaxEncodedBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if max := MaxEncodedLDA(ap); len(b) > max {
-		t.Errorf("LDA %+v: %d bytes, bound %d", ap, len(b), max)
+	if bound := MaxEncodedLDA(ap); len(b) > bound {
+		t.Errorf("LDA %+v: %d bytes, bound %d", ap, len(b), bound)
 	}
 }

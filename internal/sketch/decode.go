@@ -234,6 +234,12 @@ func EstimateDecodeAndPaper(snd, rcv *LDS, flows []FlowComposition, opt DecodeOp
 
 // estimateDecode is EstimateDecode, also returning the solved system (for
 // tests); a non-nil paper (len(flows)) receives the paper's estimates.
+//
+// The stages run in a fixed order; two steps run stages side by side
+// (planDecode says how the workers are shared). Every stage computes each
+// of its values on one goroutine with the arithmetic of one loop, and its
+// reductions in a fixed order, so the results are the same bits for any
+// worker count and any scheduling (TestDecodeGolden).
 func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, paper []FlowEstimate) (*lsDecoder, []FlowEstimate, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("decode: %w", err)
@@ -251,33 +257,91 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			d.exact = append(d.exact, r)
 		}
 	}
-	t0 := time.Now()
-	lap := func(i int) {
-		t := time.Now()
-		d.stages[i] = t.Sub(t0)
-		t0 = t
+	plan := planDecode(d.workers)
+	clock := stageClock{d: d, t0: time.Now()}
+	out, err := d.buildAndWarm(pe, flows, plan, &clock)
+	if err != nil {
+		return nil, nil, err
 	}
-	// Warm start and fallbacks: the paper's estimate, with each flow's own
-	// weight (flowWeighted takes a weight of 0 as 1, as build does). It
-	// needs only the sketches, so with two workers or more it runs
-	// alongside build, each on half of them (both are loops over the
-	// flows, and side by side neither waits at the other's joins), and
-	// build's goroutine joins the warm start when build is done.
+	copy(paper, out)
+	clock.lap(1)
+	d.prior(out)
+	d.solveDelay(out, false)
+	d.respread()
+	clock.lap(2)
+	d.solveVariance(out)
+	clock.lap(3)
+	loss := d.finalStages(flows, out, plan, &clock)
+	clock.lap(6)
+	d.results(out, loss)
+	return d, out, nil
+}
+
+// stageClock records the wall time of each stage in d.stages (benchmarks).
+type stageClock struct {
+	d  *lsDecoder
+	t0 time.Time
+}
+
+// lap ends stage i.
+func (c *stageClock) lap(i int) {
+	t := time.Now()
+	c.d.stages[i] = t.Sub(c.t0)
+	c.t0 = t
+}
+
+// decodePlan shares the workers among the stages that run side by side.
+type decodePlan struct {
+	// together: build runs alongside the warm start, on buildWorkers of
+	// them, the warm start on warmWorkers; build's goroutine joins the
+	// warm start when build is done. Otherwise build runs first on all.
+	together                  bool
+	buildWorkers, warmWorkers int
+	// side: the identification (on idWorkers) and the loss EM run
+	// alongside the final delay solve, which holds one worker; lossAlone:
+	// the loss EM has a goroutine of its own, otherwise it runs first on
+	// the identification's. Otherwise the three run one after the other.
+	side      bool
+	idWorkers int
+	lossAlone bool
+}
+
+// planDecode shares workers. The warm start needs only the sketches, so
+// with two workers or more it runs alongside build, each on half of them
+// (both are loops over the flows, and side by side neither waits at the
+// other's joins). The identification needs the final noise model and
+// priors, not the final means, and the loss EM only the compositions and
+// the warm start: both run alongside the final solve, which then runs on
+// one goroutine (its two halves would wait for each other at every step
+// behind goroutines that never wait). With one worker left beside the
+// solve, the loss EM runs on it first and then the identification: at
+// k = 5 the two take about as long as the solve (docs/decode.md, "Time"),
+// and a third goroutine would only take turns on the same two cores.
+func planDecode(workers int) decodePlan {
+	if workers < 2 {
+		return decodePlan{buildWorkers: workers, warmWorkers: workers, idWorkers: workers}
+	}
+	warm := workers / 2
+	side := workers - 1
+	return decodePlan{
+		together: true, buildWorkers: workers - warm, warmWorkers: warm,
+		side: true, idWorkers: max(1, side-1), lossAlone: side >= 2,
+	}
+}
+
+// buildAndWarm builds the system and computes the warm start and
+// fallbacks: the paper's estimate, with each flow's own weight
+// (flowWeighted takes a weight of 0 as 1, as build does).
+func (d *lsDecoder) buildAndWarm(pe *estimator, flows []FlowComposition, plan decodePlan, clock *stageClock) ([]FlowEstimate, error) {
 	out := make([]FlowEstimate, len(flows))
-	together := d.workers >= 2
-	buildWorkers, warmWorkers := d.workers, d.workers
-	if together {
-		warmWorkers = d.workers / 2
-		buildWorkers = d.workers - warmWorkers
-	}
 	// Each goroutine of the warm start gets its own scratch, cloned here:
 	// cloning in the worker would read pe while worker 0 already writes
 	// its scratch. The flows go out in runs claimed as goroutines free up,
 	// so that build's goroutine takes a share of what is left when it is
 	// done (at the paper's load the two cost about the same CPU). Each
 	// flow's estimate is the same whoever computes it.
-	nEst := warmWorkers
-	if together {
+	nEst := plan.warmWorkers
+	if plan.together {
 		nEst++
 	}
 	ests := []*estimator{pe}
@@ -296,94 +360,75 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			}
 		}
 	}
-	var buildErr error
-	if !together {
-		buildErr = d.build(flows, buildWorkers)
-		lap(0)
-		if buildErr == nil {
-			fanOut(warmWorkers, func(w int) { warmFrom(ests[w]) })
+	if !plan.together {
+		if err := d.build(flows, plan.buildWorkers); err != nil {
+			return nil, err
 		}
-	} else {
-		fanOut(1+warmWorkers, func(i int) {
-			if i == 0 {
-				buildErr = d.build(flows, buildWorkers)
-				warmFrom(ests[warmWorkers])
-			} else {
-				warmFrom(ests[i-1])
-			}
-		})
-		lap(0) // build and warm start together
+		clock.lap(0)
+		fanOut(plan.warmWorkers, func(w int) { warmFrom(ests[w]) })
+		return out, nil
 	}
+	var buildErr error
+	fanOut(1+plan.warmWorkers, func(i int) {
+		if i == 0 {
+			buildErr = d.build(flows, plan.buildWorkers)
+			warmFrom(ests[plan.warmWorkers])
+		} else {
+			warmFrom(ests[i-1])
+		}
+	})
+	clock.lap(0) // build and warm start together
 	if buildErr != nil {
-		return nil, nil, buildErr
+		return nil, buildErr
 	}
-	copy(paper, out)
-	lap(1)
-	d.prior(out)
-	d.solveDelay(out, false)
-	d.respread()
-	lap(2)
-	d.solveVariance(out)
-	lap(3)
+	return out, nil
+}
+
+// finalStages runs the final delay solve, the identification and the loss
+// EM, and returns the loss estimates.
+func (d *lsDecoder) finalStages(flows []FlowComposition, out []FlowEstimate, plan decodePlan, clock *stageClock) []float64 {
 	var loss []float64
-	if d.workers >= 2 {
-		// The identification needs the final noise model and priors, not
-		// the final means, and the loss EM only the compositions and the
-		// warm start: both run alongside the final solve, which then runs
-		// on one goroutine (its two halves would wait for each other at
-		// every step behind goroutines that never wait).
-		//
-		// The solve holds one worker; the others share the identification
-		// and the loss EM. With one left, the loss EM runs on it first and
-		// then the identification: at k = 5 the two take about as long as
-		// the solve (docs/decode.md, "Time"), and a third goroutine would
-		// only take turns on the same two cores.
-		d.prepDelay(out, true)
-		var idFailed, lossFailed any
-		var running atomic.Int32
-		running.Store(2)
-		idDone, lossDone := make(chan struct{}), make(chan struct{})
-		side := d.workers - 1
-		idWorkers := max(1, side-1)
-		lossAlone := side >= 2
-		go func() {
-			defer close(idDone)
+	identify := func() {
+		d.findAlone()
+		d.identify(plan.idWorkers)
+	}
+	if !plan.side {
+		d.solveDelay(out, true)
+		clock.lap(4)
+		identify()
+		clock.lap(5)
+		return d.solveLoss(flows, out)
+	}
+	d.prepDelay(out, true)
+	side := []func(){
+		func() { loss = d.solveLoss(flows, out); identify() },
+	}
+	if plan.lossAlone {
+		side = []func(){identify, func() { loss = d.solveLoss(flows, out) }}
+	}
+	var running atomic.Int32
+	running.Store(int32(len(side)))
+	// fanOut re-panics a side stage's panic on this goroutine once all
+	// have ended.
+	fanOut(1+len(side), func(i int) {
+		if i > 0 {
 			defer running.Add(-1)
-			defer func() { idFailed = recover() }() // re-panicked below, on the caller's goroutine
-			if !lossAlone {
-				<-lossDone
-			}
-			d.findAlone()
-			d.identify(idWorkers)
-		}()
-		go func() {
-			defer close(lossDone)
-			defer running.Add(-1)
-			defer func() { lossFailed = recover() }()
-			loss = d.solveLoss(flows, out)
-		}()
+			side[i-1]()
+			return
+		}
 		// A long solve (k = 1: ~180 iterations) outlasts the other work:
 		// it takes its second goroutine back when that work is done.
 		d.cgJoin = func() bool { return running.Load() == 0 }
+		defer func() { d.cgJoin = nil }()
 		d.runDelay(true)
-		d.cgJoin = nil
-		lap(4)
-		<-lossDone
-		<-idDone
-		lap(5)
-		if p := cmp.Or(idFailed, lossFailed); p != nil {
-			panic(p)
-		}
-	} else {
-		d.solveDelay(out, true)
-		lap(4)
-		d.findAlone()
-		d.identify(d.workers)
-		lap(5)
-		loss = d.solveLoss(flows, out)
-	}
-	lap(6)
+		clock.lap(4)
+	})
+	clock.lap(5)
+	return loss
+}
 
+// results fills out from the solved system and the loss estimates.
+func (d *lsDecoder) results(out []FlowEstimate, loss []float64) {
 	for i := range out {
 		e := &out[i]
 		f := int(d.inv[i])
@@ -414,7 +459,6 @@ func estimateDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions, p
 			e.Delay, e.Identified, e.CI95 = delay, true, 0
 		}
 	}
-	return d, out, nil
 }
 
 // parallelEntries runs body over the solver's flows [0, n), split into at
@@ -528,14 +572,41 @@ func (d *lsDecoder) nonzeroCells(fc FlowComposition, buf []flowCell) []flowCell 
 // by equation count (counting sort) and a second pass fills the entry
 // arrays, sized exactly.
 func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
-	R, k := d.rows, d.k
-	nF := len(flows)
-	maxL := R * k
-	// Global cell -> usable cell id; cellUnseen usable but not (yet) in a
-	// candidate's composition, cellUnusable empty or different at the two
-	// ends. The whole sketch is classified first, in memory order, so that
-	// the per-flow passes only read it and can run on every worker.
-	const cellUnseen, cellUnusable = -1, -2
+	b := &buildPass{cmap: d.classifyCells()}
+	if err := d.countFlows(flows, workers, b); err != nil {
+		return err
+	}
+	d.numberCells(b)
+	d.renumber(b.cnt)
+	eVar := d.fillEntries(workers, b)
+	d.fillCells(eVar)
+	d.cellMisses(workers)
+	d.allocSolve()
+	return nil
+}
+
+// Global cell -> usable cell id in buildPass.cmap: cellUnseen usable but
+// not (yet) in a candidate's composition, cellUnusable empty or different
+// at the two ends.
+const cellUnseen, cellUnusable = -1, -2
+
+// buildPass is what build's first pass finds, for the later stages.
+type buildPass struct {
+	cmap []int32 // global cell -> usable cell id, cellUnseen or cellUnusable
+	// per flow, caller's order: weight, received packets, samples, equations
+	w0, recv0, smp0 []float64
+	cnt             []int32
+	// per worker: the usable cells some of its flows are in, and its flows'
+	// usable non-empty cells in the order pass 2 takes them (pass 2 splits
+	// the flows the same way), so that pass 2 reads them in order instead
+	// of walking the compositions again
+	touched [][]bool
+	kept    [][]keptCell
+}
+
+// classifyCells classifies the whole sketch first, in memory order, so that
+// the per-flow passes only read it and can run on every worker.
+func (d *lsDecoder) classifyCells() []int32 {
 	cmap := make([]int32, d.snd.Len())
 	for gi, ok := range d.usable {
 		cmap[gi] = cellUnusable
@@ -543,110 +614,138 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 			cmap[gi] = cellUnseen
 		}
 	}
+	return cmap
+}
+
+// countFlows is pass 1, in the caller's order: validate, count each flow's
+// equations, and mark the usable cells some candidate is in (a mark array
+// per worker). It returns the first bad flow in the caller's order,
+// whatever the split.
+func (d *lsDecoder) countFlows(flows []FlowComposition, workers int, b *buildPass) error {
+	nF := len(flows)
 	var sumRate float64
 	for _, p := range d.rate {
 		sumRate += p
 	}
-	// Pass 1, caller's order: validate, count each flow's equations, and
-	// mark the usable cells some candidate is in (a mark array per worker).
-	w0 := make([]float64, nF)
-	recv0 := make([]float64, nF)
-	smp0 := make([]float64, nF)
-	cnt := make([]int32, nF)
-	touched := make([][]bool, workers)
+	b.w0 = make([]float64, nF)
+	b.recv0 = make([]float64, nF)
+	b.smp0 = make([]float64, nF)
+	b.cnt = make([]int32, nF)
+	b.touched = make([][]bool, workers)
+	b.kept = make([][]keptCell, workers)
 	errs := make([]error, workers)
-	// Each flow's usable non-empty cells, in the order pass 2 takes them:
-	// one list per worker (pass 2 splits the flows the same way), so that
-	// pass 2 reads them in order instead of walking the compositions again.
-	kept := make([][]keptCell, workers)
 	parallelChunks(workers, nF, d.grain, func(wk, lo, hi int) {
-		mark := make([]bool, len(cmap))
-		touched[wk] = mark
-		mine := make([]keptCell, 0, (hi-lo)*4)
-		rowN := make([]float64, R)
-		cells := make([]flowCell, 0, maxL)
-		for i := lo; i < hi; i++ {
-			fc := flows[i]
-			if len(fc.Cells) != maxL {
-				errs[wk] = fmt.Errorf("decode: flow %d (%x) has %d cell counts; the receiver must keep rows*vlda = %d per flow", i, fc.Flow, len(fc.Cells), maxL)
-				return
-			}
-			w := fc.Weight
-			if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-				errs[wk] = fmt.Errorf("decode: flow %d (%x) has weight %v: must be a finite number >= 0 (0 = 1)", i, fc.Flow, w)
-				return
-			}
-			if w == 0 {
-				w = 1
-			}
-			w0[i] = w
-			// Received packets: exact from a p = 1 row; otherwise the
-			// sampling-weighted estimate Σ_r n_r / Σ_r p_r.
-			var tot float64
-			for r := 0; r < R; r++ {
-				var s float64
-				for o := 0; o < k; o++ {
-					s += float64(fc.Cells[r*k+o])
-				}
-				rowN[r] = s
-				tot += s
-			}
-			if len(d.exact) > 0 {
-				recv0[i] = rowN[d.exact[0]]
-			} else {
-				recv0[i] = tot / sumRate
-			}
-			clear(rowN)
-			var L int32
-			cells = d.nonzeroCells(fc, cells)
-			for _, fcl := range cells {
-				if cmap[fcl.gi] == cellUnusable {
-					continue
-				}
-				mark[fcl.gi] = true
-				L++
-				rowN[fcl.r] += float64(fcl.n)
-				mine = append(mine, keptCell{gi: uint32(fcl.gi), n: fcl.n})
-			}
-			var best float64
-			for _, n := range rowN {
-				best = max(best, n)
-			}
-			smp0[i] = best
-			if len(d.exact) > 0 {
-				smp0[i] = min(best, recv0[i]) // never more than were received
-			}
-			clear(rowN)
-			cnt[i] = L
+		s := countScratch{
+			mark:  make([]bool, len(b.cmap)),
+			kept:  make([]keptCell, 0, (hi-lo)*4),
+			rowN:  make([]float64, d.rows),
+			cells: make([]flowCell, 0, d.rows*d.k),
 		}
-		kept[wk] = mine
+		for i := lo; i < hi; i++ {
+			if errs[wk] = d.countFlow(b, &s, i, flows[i], sumRate); errs[wk] != nil {
+				break
+			}
+		}
+		b.touched[wk], b.kept[wk] = s.mark, s.kept
 	})
-	// The first bad flow in the caller's order, whatever the split.
 	for _, err := range errs {
 		if err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	// Number the usable cells in sketch order (row, column): a flow's cells
-	// in a row are then neighbours, and so are those of flows with nearby
-	// columns, which keeps identify's scans in cache.
+// countScratch is one worker's scratch and output in countFlows.
+type countScratch struct {
+	mark  []bool     // usable cells its flows are in
+	kept  []keptCell // its flows' usable non-empty cells, in order
+	rowN  []float64  // per row
+	cells []flowCell // one flow's nonzero counts
+}
+
+// countFlow validates flow i and counts its equations.
+func (d *lsDecoder) countFlow(b *buildPass, s *countScratch, i int, fc FlowComposition, sumRate float64) error {
+	R, k := d.rows, d.k
+	maxL := R * k
+	if len(fc.Cells) != maxL {
+		return fmt.Errorf("decode: flow %d (%x) has %d cell counts; the receiver must keep rows*vlda = %d per flow", i, fc.Flow, len(fc.Cells), maxL)
+	}
+	w := fc.Weight
+	if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+		return fmt.Errorf("decode: flow %d (%x) has weight %v: must be a finite number >= 0 (0 = 1)", i, fc.Flow, w)
+	}
+	if w == 0 {
+		w = 1
+	}
+	b.w0[i] = w
+	// Received packets: exact from a p = 1 row; otherwise the
+	// sampling-weighted estimate Σ_r n_r / Σ_r p_r.
+	rowN := s.rowN
+	var tot float64
+	for r := 0; r < R; r++ {
+		var sum float64
+		for o := 0; o < k; o++ {
+			sum += float64(fc.Cells[r*k+o])
+		}
+		rowN[r] = sum
+		tot += sum
+	}
+	if len(d.exact) > 0 {
+		b.recv0[i] = rowN[d.exact[0]]
+	} else {
+		b.recv0[i] = tot / sumRate
+	}
+	clear(rowN)
+	var L int32
+	s.cells = d.nonzeroCells(fc, s.cells)
+	for _, fcl := range s.cells {
+		if b.cmap[fcl.gi] == cellUnusable {
+			continue
+		}
+		s.mark[fcl.gi] = true
+		L++
+		rowN[fcl.r] += float64(fcl.n)
+		s.kept = append(s.kept, keptCell{gi: uint32(fcl.gi), n: fcl.n})
+	}
+	var best float64
+	for _, n := range rowN {
+		best = max(best, n)
+	}
+	b.smp0[i] = best
+	if len(d.exact) > 0 {
+		b.smp0[i] = min(best, b.recv0[i]) // never more than were received
+	}
+	clear(rowN)
+	b.cnt[i] = L
+	return nil
+}
+
+// numberCells numbers the usable cells in sketch order (row, column): a
+// flow's cells in a row are then neighbours, and so are those of flows
+// with nearby columns, which keeps identify's scans in cache.
+func (d *lsDecoder) numberCells(b *buildPass) {
 	var nCell int32
-	for gi, id := range cmap {
+	for gi, id := range b.cmap {
 		if id != cellUnseen {
 			continue
 		}
-		for _, mark := range touched {
+		for _, mark := range b.touched {
 			if mark != nil && mark[gi] {
-				cmap[gi] = nCell
+				b.cmap[gi] = nCell
 				d.cGlob = append(d.cGlob, int32(gi))
 				nCell++
 				break
 			}
 		}
 	}
+}
 
-	// Renumber: by equation count 1..maxL, then the flows with none.
+// renumber sets perm and inv: flows by equation count 1..maxL, then the
+// flows with none.
+func (d *lsDecoder) renumber(cnt []int32) {
+	maxL := d.rows * d.k
+	nF := len(cnt)
 	start := make([]int32, maxL+2)
 	for _, L := range cnt {
 		b := L
@@ -671,14 +770,18 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 		d.inv[i] = start[b]
 		start[b]++
 	}
+}
 
-	// Pass 2, internal order: the entries, each flow at its own offset.
+// fillEntries is pass 2, in internal order: the entries, each flow at its
+// own offset. It returns each entry's coefficient of σ_f² in the noise.
+func (d *lsDecoder) fillEntries(workers int, b *buildPass) []float64 {
+	nF := len(b.cnt)
 	d.w = make([]float64, nF)
 	d.recv = make([]float64, nF)
 	d.smp = make([]float64, nF)
 	d.fStart = make([]int32, nF+1)
 	for f, i := range d.perm {
-		d.fStart[f+1] = d.fStart[f] + cnt[i]
+		d.fStart[f+1] = d.fStart[f] + b.cnt[i]
 	}
 	nE := int(d.fStart[nF])
 	d.eCell = make([]int32, nE)
@@ -689,14 +792,14 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	// the writes land at random, which costs less than reading the flows
 	// and their compositions at random.
 	parallelChunks(workers, nF, d.grain, func(wk, lo, hi int) {
-		mine := kept[wk]
+		mine := b.kept[wk]
 		for i := lo; i < hi; i++ {
 			f := d.inv[i]
-			w, pop := w0[i], recv0[i]
-			d.w[f], d.recv[f], d.smp[f] = w, pop, smp0[i]
+			w, pop := b.w0[i], b.recv0[i]
+			d.w[f], d.recv[f], d.smp[f] = w, pop, b.smp0[i]
 			e := d.fStart[f]
-			for _, kc := range mine[:cnt[i]] {
-				id := cmap[kc.gi]
+			for _, kc := range mine[:b.cnt[i]] {
+				id := b.cmap[kc.gi]
 				fn := float64(kc.n)
 				// Finite-population correction: the cell holds n of the
 				// flow's pop received packets; their mean deviates from
@@ -712,11 +815,18 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 				eVar[e] = w * w * fn * fpc
 				e++
 			}
-			mine = mine[cnt[i]:]
+			mine = mine[b.cnt[i]:]
 		}
 	})
+	return eVar
+}
 
-	nC := len(d.cGlob)
+// fillCells sets the per-cell arrays and the cell-major entries: each
+// cell's entries in flow-major order, with copies of what the per-cell
+// loops read (noise, variance equations, identification), so that those
+// loops read memory in order and only the per-flow values at random.
+func (d *lsDecoder) fillCells(eVar []float64) {
+	nC, nF, nE := len(d.cGlob), len(d.w), len(d.eCell)
 	d.cY = make([]float64, nC)
 	d.cN = make([]float64, nC)
 	d.cSPM = make([]float64, nC)
@@ -730,10 +840,6 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 		d.cSN[c] = float64(p.sn)
 		d.cN[c] = float64(p.n)
 	}
-	// Cell-major: each cell's entries in flow-major order, with copies of
-	// what the per-cell loops read (noise, variance equations,
-	// identification), so that those loops read memory in order and only
-	// the per-flow values at random.
 	d.cStart = make([]int32, nC+1)
 	for _, c := range d.eCell {
 		d.cStart[c+1]++
@@ -752,8 +858,11 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 			d.cE[j] = cellEntry{e: e, f: int32(f), a: d.eA[e], b: d.eB[e], v: eVar[e]}
 		}
 	}
-	// The mass the candidates do not explain.
-	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
+}
+
+// cellMisses sets the mass the candidates do not explain, per cell.
+func (d *lsDecoder) cellMisses(workers int) {
+	parallelChunks(workers, len(d.cMiss), d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			var a float64
 			for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
@@ -772,11 +881,15 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 			}
 		}
 	})
+}
+
+// allocSolve allocates the solves' unknowns and scratch.
+func (d *lsDecoder) allocSolve() {
+	nF, nA, nC := len(d.w), d.nA, len(d.cY)
 	d.x = make([]float64, nF)
 	d.varF = make([]float64, nF)
 	d.post = make([]float64, nF)
 	d.lam = make([]float64, nF)
-	nA := d.nA
 	d.r = make([]float64, nA)
 	d.z = make([]float64, nA)
 	d.p = make([]float64, nA)
@@ -787,7 +900,6 @@ func (d *lsDecoder) build(flows []FlowComposition, workers int) error {
 	d.y = make([]float64, nC)
 	d.wgt = make([]float64, nC)
 	d.buf = make([]float64, 0, nF)
-	return nil
 }
 
 // prior sets μ (the interval's mean delay over the usable cells), a first

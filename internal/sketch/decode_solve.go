@@ -123,44 +123,73 @@ func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
 // precomputed per entry and just added; only flows with several usable
 // cells go through a small hash table (reset by generation, in L1) that
 // finds those sharing more than one of f's cells, whose terms couple them.
+//
+// The stages below each split their loop over the workers; every element
+// is computed by one goroutine with the arithmetic of one loop, so the
+// results do not depend on the split.
 func (d *lsDecoder) identify(workers int) {
-	nA, nE := d.nA, len(d.eCell)
-	lam := d.lam
-	for f := nA; f < len(d.post); f++ {
-		d.post[f] = 1 / lam[f]
+	for f := d.nA; f < len(d.post); f++ {
+		d.post[f] = 1 / d.lam[f]
 	}
-	// Level-1 information each entry brings to its flow: the cell's other
-	// flows at their prior variance. The per-cell sums run cell by cell
-	// over cE, which lists a cell's entries in flow-major order: the
-	// same additions in the same order as a scatter over the entries, and
-	// independent per cell, so they split over the workers.
+	q := d.cellPriorNoise(workers)
+	id := d.settleFlows(workers, q)
+	d.singleCellPosts(workers, id)
+	sc := d.scanCopies(workers, id)
+	d.scanFlows(workers, d.scanOrder(id.scan), sc)
+}
+
+// cellPriorNoise returns, per cell, the level-1 information each entry
+// brings to its flow: the cell's noise plus its flows at their prior
+// variance. The per-cell sums run cell by cell over cE, which lists a
+// cell's entries in flow-major order: the same additions in the same
+// order as a scatter over the entries, and independent per cell. Its own
+// slice: the final solve may run alongside.
+func (d *lsDecoder) cellPriorNoise(workers int) []float64 {
 	nC := len(d.cY)
-	q := make([]float64, nC) // its own: the final solve may run alongside
+	q := make([]float64, nC)
 	parallelChunks(workers, nC, d.grain, func(_, lo, hi int) {
 		for c := lo; c < hi; c++ {
 			v := d.cV[c]
 			for _, ce := range d.cE[d.cStart[c]:d.cStart[c+1]] {
-				v += ce.a * ce.a / lam[ce.f]
+				v += ce.a * ce.a / d.lam[ce.f]
 			}
 			q[c] = v
 		}
 	})
-	// Per flow: P_f and each entry's p_fc, and whether the flow needs its
-	// posterior at all. Most flows need no scan. Without cells: the prior.
-	// Otherwise the cells' other flows only ever add to
-	// M = V + Σ_g s_g·a_g·a_gᵀ (each term is positive semidefinite), so
-	// a_fᵀ M⁻¹ a_f ≤ Σ_c a_fc²/V_c; a flow that this bound leaves short of
-	// identification (identifiedFraction) is not identified whatever its
-	// neighbours, and its exact posterior is never used: it keeps the
-	// bound's 1/(λ + Σ a²/V), a lower bound on its posterior variance. At
-	// the paper's load with k = 5 that is 97 % of the flows with several
-	// cells (94 % of the scan). A flow with one usable cell that the bound
-	// does not settle has a closed form (below); the others are scanned.
-	pe := make([]float64, nE)
-	P := make([]float64, nA)
-	scan := make([]bool, nA)
-	type oneCell struct{ f, e int32 }                             // a flow and the entry of its one usable cell
-	single := make([][]oneCell, max(1, min(workers, nA/d.grain))) // per worker: one usable cell, not settled
+	return q
+}
+
+// oneCell is a flow and the entry of its one usable cell.
+type oneCell struct{ f, e int32 }
+
+// idFlows is what settleFlows finds per flow for the later stages.
+type idFlows struct {
+	pe     []float64   // per entry: p_fc, the information the cell brings its flow
+	P      []float64   // per solver flow: λ + Σ p_fc
+	scan   []bool      // per solver flow: needs the scan
+	single [][]oneCell // per worker: flows with one usable cell the bound did not settle
+}
+
+// settleFlows computes P_f and each entry's p_fc, and settles the flows
+// that need no scan. Without cells: the prior. Otherwise the cells' other
+// flows only ever add to M = V + Σ_g s_g·a_g·a_gᵀ (each term is positive
+// semidefinite), so a_fᵀ M⁻¹ a_f ≤ Σ_c a_fc²/V_c; a flow that this bound
+// leaves short of identification (identifiedFraction) is not identified
+// whatever its neighbours, and its exact posterior is never used: it keeps
+// the bound's 1/(λ + Σ a²/V), a lower bound on its posterior variance. At
+// the paper's load with k = 5 that is 97 % of the flows with several cells
+// (94 % of the scan). A flow with one usable cell that the bound does not
+// settle has a closed form (singleCellPosts); the others are scanned.
+func (d *lsDecoder) settleFlows(workers int, q []float64) idFlows {
+	nA := d.nA
+	lam := d.lam
+	id := idFlows{
+		pe:     make([]float64, len(d.eCell)),
+		P:      make([]float64, nA),
+		scan:   make([]bool, nA),
+		single: make([][]oneCell, max(1, min(workers, nA/d.grain))),
+	}
+	pe, P := id.pe, id.P
 	d.parallelEntries(workers, nA, func(w, lo, hi int) {
 		for f := lo; f < hi; f++ {
 			P[f] = lam[f]
@@ -188,18 +217,25 @@ func (d *lsDecoder) identify(workers int) {
 			case 1/ub > (1+1e-9)*identifiedFraction*d.priorVar(f):
 				d.post[f] = 1 / ub
 			case L == 1:
-				single[w] = append(single[w], oneCell{int32(f), last})
+				id.single[w] = append(id.single[w], oneCell{int32(f), last})
 			default:
-				scan[f] = true
+				id.scan[f] = true
 			}
 		}
 	})
-	// One usable cell c: with T_c = Σ_g a_gc²·s_g over the cell (s_g the
-	// variance g keeps without cell c), the closed form below; no loop can
-	// pass through one cell. T only for the cells such flows are in.
+	return id
+}
+
+// singleCellPosts sets the posterior of the flows with one usable cell c:
+// with T_c = Σ_g a_gc²·s_g over the cell (s_g the variance g keeps without
+// cell c), a closed form; no loop can pass through one cell. T only for
+// the cells such flows are in.
+func (d *lsDecoder) singleCellPosts(workers int, id idFlows) {
+	nC := len(d.cY)
+	lam, P, pe := d.lam, id.P, id.pe
 	T := make([]float64, nC)
 	needT := make([]bool, nC)
-	for _, fl := range single {
+	for _, fl := range id.single {
 		for _, o := range fl {
 			needT[d.eCell[o.e]] = true
 		}
@@ -216,7 +252,7 @@ func (d *lsDecoder) identify(workers int) {
 			T[c] = v
 		}
 	})
-	for _, fl := range single {
+	for _, fl := range id.single {
 		for _, o := range fl {
 			f, e, c := o.f, o.e, d.eCell[o.e]
 			a := d.eA[e]
@@ -224,9 +260,44 @@ func (d *lsDecoder) identify(workers int) {
 			d.post[f] = 1 / (lam[f] + a*a/(d.cV[c]+other))
 		}
 	}
-	// The cells the scanned flows need, in cell-major copies.
+}
+
+// hotEntry is what the scan reads of every entry of a cell it visits: the
+// flow, the single-cell term a²·s_g, and a 32-bit signature of g's other
+// usable cells (bit c mod 32; a flow's cells in a row are consecutive
+// numbers, so they get distinct bits). If the signature misses f's cells,
+// g shares no other cell with f and the single-cell term is exact;
+// otherwise (a real share, common with k > 1 as neighbouring windows
+// overlap, or a false alarm) it goes through the hash table.
+type hotEntry struct {
+	g     int32
+	other uint32
+	s1    float64
+}
+
+// coldEntry is what the scan reads of an entry whose flow really shares
+// several cells with the scanned flow.
+type coldEntry struct {
+	a, pe, pg, lmg float64
+}
+
+// scanCells holds cell-major copies of the entries of the cells the
+// scanned flows are in, packed: cell c's at hStart[c]..hStart[c+1].
+type scanCells struct {
+	hStart []int32
+	hot    []hotEntry
+	cold   []coldEntry
+}
+
+// scanCopies makes the cell-major copies of what the scan needs, so that
+// it reads memory in order (the scan touches Σ_c |c|² entries, mostly out
+// of cache).
+func (d *lsDecoder) scanCopies(workers int, id idFlows) scanCells {
+	nC, nE := len(d.cY), len(d.eCell)
+	lam, P, pe := d.lam, id.P, id.pe
+	// The cells the scanned flows need.
 	need := make([]bool, nC)
-	for f, ok := range scan {
+	for f, ok := range id.scan {
 		if !ok {
 			continue
 		}
@@ -234,23 +305,6 @@ func (d *lsDecoder) identify(workers int) {
 			need[d.eCell[e]] = true
 		}
 	}
-	// Cell-major copies of what the scan needs, so that it reads memory in
-	// order (the scan touches Σ_c |c|² entries, mostly out of cache). Hot:
-	// the flow, the single-cell term a²·s_g, and a 32-bit signature of g's
-	// other usable cells (bit c mod 32; a flow's cells in a row are
-	// consecutive numbers, so they get distinct bits). If it misses f's
-	// cells, g shares no other cell with f and the single-cell term is
-	// exact; otherwise (a real share, common with k > 1 as neighbouring
-	// windows overlap, or a false alarm) it goes through the hash table.
-	type hotEntry struct {
-		g     int32
-		other uint32
-		s1    float64
-	}
-	type coldEntry struct {
-		a, pe, pg, lmg float64
-	}
-	// Only the needed cells' entries, packed: cell c's at hStart[c]...
 	hStart := make([]int32, nC+1)
 	for c := range nC {
 		hStart[c+1] = hStart[c]
@@ -266,9 +320,8 @@ func (d *lsDecoder) identify(workers int) {
 			}
 		}
 	}
-	hot := make([]hotEntry, hStart[nC])
-	cold := make([]coldEntry, hStart[nC])
-	d.parallelEntries(workers, nA, func(_, lo, hi int) {
+	sc := scanCells{hStart: hStart, hot: make([]hotEntry, hStart[nC]), cold: make([]coldEntry, hStart[nC])}
+	d.parallelEntries(workers, d.nA, func(_, lo, hi int) {
 		sigE := make([]uint32, 0, d.rows*d.k) // per entry of a flow: prefix ORs
 		for g := lo; g < hi; g++ {
 			needed := false
@@ -278,48 +331,48 @@ func (d *lsDecoder) identify(workers int) {
 			if !needed {
 				continue
 			}
-			sigE = sigE[:0]
-			var acc uint32
-			for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
-				sigE = append(sigE, acc)
-				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-					acc |= 1 << (uint(c) & 31)
-				}
-			}
-			acc = 0 // suffix ORs
-			for e := d.fStart[g+1] - 1; e >= d.fStart[g]; e-- {
-				i := e - d.fStart[g]
-				sigE[i] |= acc
-				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-					acc |= 1 << (uint(c) & 31)
-				}
-			}
+			sigE = d.otherCellSigs(g, sigE)
 			for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
 				if c := d.eCell[e]; !need[c] || math.IsInf(d.cV[c], 1) {
 					continue
 				}
 				j := pos[e]
 				a := d.eA[e]
-				hot[j] = hotEntry{g: int32(g), s1: a * a * (1 / max(P[g]-pe[e], lam[g])), other: sigE[e-d.fStart[g]]}
-				cold[j] = coldEntry{a: a, pe: pe[e], pg: P[g], lmg: lam[g]}
+				sc.hot[j] = hotEntry{g: int32(g), s1: a * a * (1 / max(P[g]-pe[e], lam[g])), other: sigE[e-d.fStart[g]]}
+				sc.cold[j] = coldEntry{a: a, pe: pe[e], pg: P[g], lmg: lam[g]}
 			}
 		}
 	})
+	return sc
+}
 
-	// A slot per flow g that passed the signature filter; its records
-	// (one per shared cell) are chained from head. Only a g with several
-	// records (really sharing cells) reads the cold entries; a false alarm
-	// adds the hot single-cell term, which is then exact.
-	type slot struct {
-		gen, g, head, n int32
-		s               float64 // 0 until computed
+// otherCellSigs returns, in buf, the signature of flow g's usable cells
+// other than each entry's own (the OR of the prefix and the suffix).
+func (d *lsDecoder) otherCellSigs(g int, buf []uint32) []uint32 {
+	buf = buf[:0]
+	var acc uint32
+	for e := d.fStart[g]; e < d.fStart[g+1]; e++ {
+		buf = append(buf, acc)
+		if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+			acc |= 1 << (uint(c) & 31)
+		}
 	}
-	type rec struct {
-		slot, li, prev, j int32 // the single-cell term is hot[j].s1
+	acc = 0 // suffix ORs
+	for e := d.fStart[g+1] - 1; e >= d.fStart[g]; e-- {
+		i := e - d.fStart[g]
+		buf[i] |= acc
+		if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+			acc |= 1 << (uint(c) & 31)
+		}
 	}
-	// Visit the flows in the order of their last usable cell (cells are
-	// numbered by row and column): consecutive flows then share cells,
-	// which stay in cache. Counting sort of the flows to scan.
+	return buf
+}
+
+// scanOrder returns the flows to scan in the order of their last usable
+// cell (cells are numbered by row and column): consecutive flows then
+// share cells, which stay in cache. A counting sort.
+func (d *lsDecoder) scanOrder(scan []bool) []int32 {
+	nA, nC := d.nA, len(d.cY)
 	nScan := 0
 	for _, ok := range scan {
 		if ok {
@@ -327,134 +380,179 @@ func (d *lsDecoder) identify(workers int) {
 		}
 	}
 	order := make([]int32, nScan)
-	{
-		key := make([]int32, nA)
-		start := make([]int32, nC+2)
-		for f := 0; f < nA; f++ {
-			if !scan[f] {
-				continue
-			}
-			k := int32(0)
-			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
-				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-					k = c + 1
-				}
-			}
-			key[f] = k
-			start[k+1]++
+	key := make([]int32, nA)
+	start := make([]int32, nC+2)
+	for f := 0; f < nA; f++ {
+		if !scan[f] {
+			continue
 		}
-		for i := 1; i < len(start); i++ {
-			start[i] += start[i-1]
-		}
-		for f := 0; f < nA; f++ {
-			if scan[f] {
-				order[start[key[f]]] = int32(f)
-				start[key[f]]++
+		k := int32(0)
+		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+			if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+				k = c + 1
 			}
+		}
+		key[f] = k
+		start[k+1]++
+	}
+	for i := 1; i < len(start); i++ {
+		start[i] += start[i-1]
+	}
+	for f := 0; f < nA; f++ {
+		if scan[f] {
+			order[start[key[f]]] = int32(f)
+			start[key[f]]++
 		}
 	}
-	maxL := d.rows * d.k
-	// Flows are independent here: runs of the cache-friendly order go to
-	// the workers as they free up (the identification shares the cores
-	// with the final solve and the loss EM, so fixed halves left one
-	// goroutine finishing alone), each run with its own scratch.
+	return order
+}
+
+// scanFlows sets the posterior of the flows in order. Flows are
+// independent here: runs of the cache-friendly order go to the workers as
+// they free up (the identification shares the cores with the final solve
+// and the loss EM, so fixed halves left one goroutine finishing alone),
+// each run with its own scratch.
+func (d *lsDecoder) scanFlows(workers int, order []int32, sc scanCells) {
 	parallelDynamic(workers, len(order), max(d.grain/4, len(order)/(8*workers)), func(lo, hi int) {
-		var (
-			recs  []rec
-			table []slot
-			gen   int32
-		)
-		S := make([]float64, maxL*maxL)
-		af := make([]float64, maxL)
-		cells := make([]int32, maxL)
-		for _, f32 := range order[lo:hi] {
-			f := int(f32)
-			L, bound := 0, 0
-			for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
-				if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
-					af[L] = d.eA[e]
-					cells[L] = c
-					L++
-					bound += int(d.cStart[c+1] - d.cStart[c])
-				}
-			}
-			// Open addressing at load <= 1/2, on the smallest power-of-two
-			// prefix of the table that allows it (small stays in L1).
-			size := 1 << bits.Len(uint(2*bound))
-			if size > len(table) {
-				table = make([]slot, size)
-				gen = 0
-			}
-			gen++
-			if bound > len(recs) {
-				recs = make([]rec, 2*bound)
-			}
-			nRec := int32(0)
-			mask := uint32(size - 1)
-			S := S[:L*L]
-			clear(S)
-			self := int32(f)
-			var sigF uint32
-			for _, c := range cells[:L] {
-				sigF |= 1 << (uint(c) & 31)
-			}
-			for li := 0; li < L; li++ {
-				c := cells[li]
-				sum := d.cV[c]
-				for j := hStart[c]; j < hStart[c+1]; j++ {
-					h := &hot[j]
-					g := h.g
-					if g == self {
-						continue
-					}
-					if h.other&sigF == 0 {
-						sum += h.s1
-						continue
-					}
-					k := (uint32(g) * 0x9e3779b1) & mask
-					for table[k].gen == gen && table[k].g != g {
-						k = (k + 1) & mask
-					}
-					t := &table[k]
-					if t.gen != gen {
-						*t = slot{gen: gen, g: g, head: -1}
-					}
-					t.n++
-					recs[nRec] = rec{slot: int32(k), li: int32(li), prev: t.head, j: j}
-					t.head = nRec
-					nRec++
-				}
-				S[li*L+li] = sum
-			}
-			for ri := range nRec {
-				rc := &recs[ri]
-				t := &table[rc.slot]
-				i := int(rc.li)
-				if t.n == 1 {
-					S[i*L+i] += hot[rc.j].s1
-					continue
-				}
-				if t.s == 0 {
-					var excl float64
-					for j := t.head; j >= 0; j = recs[j].prev {
-						excl += cold[recs[j].j].pe
-					}
-					en := &cold[rc.j]
-					t.s = 1 / max(en.pg-excl, en.lmg)
-				}
-				s := t.s
-				a := cold[rc.j].a
-				S[i*L+i] += a * a * s
-				for j := rc.prev; j >= 0; j = recs[j].prev {
-					o := int(recs[j].li)
-					v := a * cold[recs[j].j].a * s
-					S[i*L+o] += v
-					S[o*L+i] += v
-				}
-			}
-			d.post[f] = 1 / (lam[f] + quadInv(S, af[:L], L))
+		s := newFlowScan(d.rows * d.k)
+		for _, f := range order[lo:hi] {
+			d.post[f] = 1 / (d.lam[f] + s.info(d, sc, int(f)))
 		}
 	})
+}
+
+// scanSlot is the hash table's slot of a flow g that passed the signature
+// filter; its records (one per shared cell) are chained from head. Only a
+// g with several records (really sharing cells) reads the cold entries; a
+// false alarm adds the hot single-cell term, which is then exact.
+type scanSlot struct {
+	gen, g, head, n int32
+	s               float64 // 0 until computed
+}
+
+// scanRec is one shared cell of a slot's flow: the single-cell term is
+// hot[j].s1.
+type scanRec struct {
+	slot, li, prev, j int32
+}
+
+// flowScan is the scratch of one run of scanFlows.
+type flowScan struct {
+	recs  []scanRec
+	table []scanSlot
+	gen   int32
+	S     []float64 // L×L
+	af    []float64 // the flow's coefficients in its usable cells
+	cells []int32   // its usable cells
+}
+
+func newFlowScan(maxL int) *flowScan {
+	return &flowScan{S: make([]float64, maxL*maxL), af: make([]float64, maxL), cells: make([]int32, maxL)}
+}
+
+// info returns a_fᵀ M⁻¹ a_f for flow f: the information its usable cells
+// bring with their other flows integrated out.
+func (s *flowScan) info(d *lsDecoder, sc scanCells, f int) float64 {
+	af, cells := s.af, s.cells
+	L, bound := 0, 0
+	for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+		if c := d.eCell[e]; !math.IsInf(d.cV[c], 1) {
+			af[L] = d.eA[e]
+			cells[L] = c
+			L++
+			bound += int(d.cStart[c+1] - d.cStart[c])
+		}
+	}
+	// Open addressing at load <= 1/2, on the smallest power-of-two
+	// prefix of the table that allows it (small stays in L1).
+	size := 1 << bits.Len(uint(2*bound))
+	if size > len(s.table) {
+		s.table = make([]scanSlot, size)
+		s.gen = 0
+	}
+	s.gen++
+	if bound > len(s.recs) {
+		s.recs = make([]scanRec, 2*bound)
+	}
+	S := s.S[:L*L]
+	clear(S)
+	nRec := s.diagonal(d, sc, int32(f), cells[:L], uint32(size-1), S)
+	s.couple(sc, nRec, L, S)
+	return quadInv(S, af[:L], L)
+}
+
+// diagonal sets S's diagonal to each cell's noise plus the single-cell
+// terms of the flows that share no other cell with f, and records the
+// others in the hash table. It returns the number of records.
+func (s *flowScan) diagonal(d *lsDecoder, sc scanCells, self int32, cells []int32, mask uint32, S []float64) int32 {
+	L := len(cells)
+	table, recs, gen := s.table, s.recs, s.gen
+	var sigF uint32
+	for _, c := range cells {
+		sigF |= 1 << (uint(c) & 31)
+	}
+	nRec := int32(0)
+	for li := 0; li < L; li++ {
+		c := cells[li]
+		sum := d.cV[c]
+		for j := sc.hStart[c]; j < sc.hStart[c+1]; j++ {
+			h := &sc.hot[j]
+			g := h.g
+			if g == self {
+				continue
+			}
+			if h.other&sigF == 0 {
+				sum += h.s1
+				continue
+			}
+			k := (uint32(g) * 0x9e3779b1) & mask
+			for table[k].gen == gen && table[k].g != g {
+				k = (k + 1) & mask
+			}
+			t := &table[k]
+			if t.gen != gen {
+				*t = scanSlot{gen: gen, g: g, head: -1}
+			}
+			t.n++
+			recs[nRec] = scanRec{slot: int32(k), li: int32(li), prev: t.head, j: j}
+			t.head = nRec
+			nRec++
+		}
+		S[li*L+li] = sum
+	}
+	return nRec
+}
+
+// couple adds the terms of the flows in the hash table: a flow sharing
+// several of f's cells couples them.
+func (s *flowScan) couple(sc scanCells, nRec int32, L int, S []float64) {
+	recs, table := s.recs, s.table
+	for ri := range nRec {
+		rc := &recs[ri]
+		t := &table[rc.slot]
+		i := int(rc.li)
+		if t.n == 1 {
+			S[i*L+i] += sc.hot[rc.j].s1
+			continue
+		}
+		if t.s == 0 {
+			var excl float64
+			for j := t.head; j >= 0; j = recs[j].prev {
+				excl += sc.cold[recs[j].j].pe
+			}
+			en := &sc.cold[rc.j]
+			t.s = 1 / max(en.pg-excl, en.lmg)
+		}
+		sv := t.s
+		a := sc.cold[rc.j].a
+		S[i*L+i] += a * a * sv
+		for j := rc.prev; j >= 0; j = recs[j].prev {
+			o := int(recs[j].li)
+			v := a * sc.cold[recs[j].j].a * sv
+			S[i*L+o] += v
+			S[o*L+i] += v
+		}
+	}
 }
 
 // quadInv returns aᵀ S⁻¹ a for a symmetric positive (semi)definite L×L
@@ -526,41 +624,83 @@ func scaleOdds(seen bool, recv float64) float64 {
 // the unknown. Only flows whose count-min bound is positive take part, and
 // only the rows with p = 1 when there are any.
 func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []float64 {
-	k, C := d.k, d.cols
 	out := make([]float64, len(flows))
-	// A flow's lost packets are a realized count: a p = 1 row holds all of
-	// them, a sampled row only a binomial share. Use the exact rows alone
-	// when there are any.
-	rows := d.exact
-	if len(rows) == 0 {
-		rows = make([]int, d.rows)
-		for r := range rows {
-			rows[r] = r
-		}
-	}
-	nCand := 0
-	for i := range flows {
-		if warm[i].Loss > 0 {
-			nCand++
-		}
-	}
-	if nCand == 0 {
-		return out
-	}
-	cand := make([]int32, 0, nCand)
+	var cand []int32
 	for i := range flows {
 		if warm[i].Loss > 0 {
 			cand = append(cand, int32(i))
 		}
 	}
-	// The interval's loss odds, from the whole first used row.
+	if len(cand) == 0 {
+		return out
+	}
+	rows := d.lossRows()
+	em := d.lossSystem(flows, warm, cand, rows, d.lossOdds(rows[0]))
+	em.compact()
+	em.run(max(1, min(d.opt.MaxIter, lossIter)))
+	for j, i := range cand {
+		if em.seen[j] {
+			out[i] = em.th[j] * d.recv[d.inv[i]]
+		} else {
+			out[i] = em.th[j]
+		}
+	}
+	return out
+}
+
+// lossRows returns the rows the loss EM uses. A flow's lost packets are a
+// realized count: a p = 1 row holds all of them, a sampled row only a
+// binomial share. Use the exact rows alone when there are any.
+func (d *lsDecoder) lossRows() []int {
+	if len(d.exact) > 0 {
+		return d.exact
+	}
+	rows := make([]int, d.rows)
+	for r := range rows {
+		rows[r] = r
+	}
+	return rows
+}
+
+// lossOdds returns the interval's loss odds, from the whole of row r.
+func (d *lsDecoder) lossOdds(r int) float64 {
+	C := int(d.cols)
 	var sn, rn float64
-	for c := 0; c < int(C); c++ {
-		gi := rows[0]*int(C) + c
+	for c := 0; c < C; c++ {
+		gi := r*C + c
 		sn += float64(d.pairs[gi].n)
 		rn += float64(d.pairs[gi].rn)
 	}
-	rho := max(0, sn-rn) / max(1, rn)
+	return max(0, sn-rn) / max(1, rn)
+}
+
+// lossEM is the loss system of the candidates (flows with a positive
+// count-min bound) and the EM's state.
+type lossEM struct {
+	// per candidate j
+	th        []float64 // the unknown: odds θ (seen) or lost packets ℓ (never seen)
+	ub        []float64 // its bound (the count-min bound, in the unknown's units)
+	seen      []bool    // the receiver saw the flow
+	stepScale []float64 // lost packets per unit of the unknown
+	den       []float64 // Σ of its coefficients: the EM's fixed denominators
+	eStart    []int32   // entries eStart[j]..eStart[j+1]
+	// per entry: cell (deficit index) and coefficient
+	ec   []int32
+	ea   []float64
+	cDef []float64 // per deficit index: the cell's count deficit
+	// the MAP prior: Gamma at the interval's loss odds
+	pa, pb float64
+
+	// compact: only the entries in cells with a deficit (compact numbering)
+	actStart []int32
+	actC     []int32
+	actA     []float64
+	def      []float64 // deficit of each compact cell
+}
+
+// lossSystem sets up the candidates' entries and start values.
+func (d *lsDecoder) lossSystem(flows []FlowComposition, warm []FlowEstimate, cand []int32, rows []int, rho float64) *lossEM {
+	k, C := d.k, d.cols
 	per := len(rows) * k
 	// Global cell -> deficit index (-1: none yet); an array, as a map
 	// costs more than the EM itself.
@@ -568,19 +708,30 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 	for i := range cmap {
 		cmap[i] = -1
 	}
-	cDef := make([]float64, 0, min(len(cmap), len(cand)*per))
-	ec := make([]int32, 0, len(cand)*per)
-	ea := make([]float64, 0, len(cand)*per)
-	eStart := make([]int32, len(cand)+1) // candidate j: entries eStart[j]..eStart[j+1]
-	th := make([]float64, len(cand))
-	ub := make([]float64, len(cand))
-	seen := make([]bool, len(cand))
+	n := len(cand)
+	em := &lossEM{
+		cDef:      make([]float64, 0, min(len(cmap), n*per)),
+		ec:        make([]int32, 0, n*per),
+		ea:        make([]float64, 0, n*per),
+		eStart:    make([]int32, n+1),
+		th:        make([]float64, n),
+		ub:        make([]float64, n),
+		seen:      make([]bool, n),
+		stepScale: make([]float64, n),
+		den:       make([]float64, n),
+		// MAP rather than ML: a Gamma prior on θ_f at the interval's loss
+		// odds, worth lossPriorPackets delivered packets. Without it a
+		// small flow that happens to share a cell with a big flow's lost
+		// packets can claim them (its odds are free to be huge).
+		pa: rho * lossPriorPackets,
+		pb: float64(lossPriorPackets),
+	}
 	for j, i := range cand {
 		f := flows[i].Flow
 		h1, h2 := d.snd.flowCols(f)
 		fi := d.inv[i] // internal index
 		recv, w := d.recv[fi], d.w[fi]
-		seen[j] = recv > 0
+		em.seen[j] = recv > 0
 		for _, r := range rows {
 			col := fastMod(h1+uint64(r)*h2, d.snd.cmod, C)
 			for o := 0; o < k; o++ {
@@ -591,117 +742,116 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 				gi := uint64(r)*C + c
 				id := cmap[gi]
 				if id < 0 {
-					id = int32(len(cDef))
+					id = int32(len(em.cDef))
 					cmap[gi] = id
-					cDef = append(cDef, max(0, float64(d.pairs[gi].n-d.pairs[gi].rn)))
+					em.cDef = append(em.cDef, max(0, float64(d.pairs[gi].n-d.pairs[gi].rn)))
 				}
 				a := w * d.rate[r] / float64(k)
-				if seen[j] {
+				if em.seen[j] {
 					a = w * float64(flows[i].Cells[r*k+o])
 				}
 				if a == 0 {
-					continue // adds nothing to the EM sums below
+					continue // adds nothing to the EM sums
 				}
-				ec = append(ec, id)
-				ea = append(ea, a)
+				em.ec = append(em.ec, id)
+				em.ea = append(em.ea, a)
 			}
 		}
-		eStart[j+1] = int32(len(ec))
+		em.eStart[j+1] = int32(len(em.ec))
 		// Unknown: odds θ (seen) or lost packets ℓ (never seen).
 		scale := 1.0
-		if seen[j] {
+		if em.seen[j] {
 			scale = 1 / recv
 		}
-		ub[j] = math.Inf(1)
+		em.ub[j] = math.Inf(1)
 		if len(d.exact) > 0 {
-			ub[j] = warm[i].Loss * scale
+			em.ub[j] = warm[i].Loss * scale
 		}
-		th[j] = min(ub[j], rho*scale/max(1e-300, scaleOdds(seen[j], recv)))
+		em.th[j] = min(em.ub[j], rho*scale/max(1e-300, scaleOdds(em.seen[j], recv)))
+		// A step is in lost packets: odds times the packets delivered for
+		// a seen flow, packets already for one never seen.
+		em.stepScale[j] = 1
+		if em.seen[j] {
+			em.stepScale[j] = recv
+		}
 	}
-	// MAP rather than ML: a Gamma prior on θ_f at the interval's loss odds,
-	// worth lossPriorPackets delivered packets. Without it a small flow
-	// that happens to share a cell with a big flow's lost packets can
-	// claim them (its odds are free to be huge).
-	pa, pb := rho*lossPriorPackets, float64(lossPriorPackets)
-	// A cell without a deficit adds a·0/m = +0 to a flow's share: only the
-	// entries in cells with a deficit take part in the iterations; the
-	// denominators are fixed.
-	den := make([]float64, len(cand))
+	return em
+}
+
+// compact numbers the cells with a deficit compactly and keeps only the
+// entries in them. A cell without a deficit adds a·0/m = +0 to a flow's
+// share: only the entries in cells with a deficit take part in the
+// iterations; the denominators are fixed. The iterations touch only those
+// cells (at 0.1 % loss ~2 % of the candidates' cells): numbered compactly,
+// their running sums stay in L1 and the per-iteration clear is small.
+func (em *lossEM) compact() {
+	n := len(em.th)
 	nAct := 0
-	for j := range cand {
-		for e := eStart[j]; e < eStart[j+1]; e++ {
-			den[j] += ea[e]
-			if cDef[ec[e]] > 0 {
+	for j := range n {
+		for e := em.eStart[j]; e < em.eStart[j+1]; e++ {
+			em.den[j] += em.ea[e]
+			if em.cDef[em.ec[e]] > 0 {
 				nAct++
 			}
 		}
 	}
-	// The iterations touch only the cells with a deficit (at 0.1 % loss
-	// ~2 % of the candidates' cells): numbered compactly, their running
-	// sums stay in L1 and the per-iteration clear is small.
-	actStart := make([]int32, len(cand)+1)
-	actC := make([]int32, 0, nAct)
-	actA := make([]float64, 0, nAct)
-	defID := make([]int32, len(cDef))
-	var def []float64 // deficit of each compact cell
-	for j := range cand {
-		for e := eStart[j]; e < eStart[j+1]; e++ {
-			if c := ec[e]; cDef[c] > 0 {
+	em.actStart = make([]int32, n+1)
+	em.actC = make([]int32, 0, nAct)
+	em.actA = make([]float64, 0, nAct)
+	defID := make([]int32, len(em.cDef))
+	for j := range n {
+		for e := em.eStart[j]; e < em.eStart[j+1]; e++ {
+			if c := em.ec[e]; em.cDef[c] > 0 {
 				if defID[c] == 0 {
-					def = append(def, cDef[c])
-					defID[c] = int32(len(def)) // id + 1
+					em.def = append(em.def, em.cDef[c])
+					defID[c] = int32(len(em.def)) // id + 1
 				}
-				actC = append(actC, defID[c]-1)
-				actA = append(actA, ea[e])
+				em.actC = append(em.actC, defID[c]-1)
+				em.actA = append(em.actA, em.ea[e])
 			}
 		}
-		actStart[j+1] = int32(len(actC))
+		em.actStart[j+1] = int32(len(em.actC))
 	}
-	// A step is in lost packets: odds times the packets delivered for a
-	// seen flow, packets already for one never seen.
-	stepScale := make([]float64, len(cand))
-	for j, i := range cand {
-		stepScale[j] = 1
-		if seen[j] {
-			stepScale[j] = d.recv[d.inv[i]]
-		}
+}
+
+// update returns candidate j's new value given its share num.
+func (em *lossEM) update(j int, num float64) float64 {
+	var nt float64
+	if em.seen[j] {
+		nt = (em.th[j]*num + em.pa) / (em.den[j] + em.pb)
+	} else if em.den[j] > 0 {
+		nt = em.th[j] * num / em.den[j]
 	}
-	// A candidate with no entry in a cell with a deficit gets num = 0 in
-	// every iteration: it takes its final value, the prior's share (seen)
-	// or 0 (never seen), in the first and keeps it. Only the others iterate
-	// (about half of the candidates with a positive bound in the
-	// benchmark's 150k flows at 0.1 % loss); their first iteration's
-	// largest step includes the fixed ones', so the stopping rule sees
-	// what it saw over every candidate and the result is bit for bit that
-	// of iterating them all.
-	update := func(j int, num float64) float64 { // candidate j's new value
-		var nt float64
-		if seen[j] {
-			nt = (th[j]*num + pa) / (den[j] + pb)
-		} else if den[j] > 0 {
-			nt = th[j] * num / den[j]
-		}
-		nt = min(ub[j], nt)
-		return nt
-	}
+	return min(em.ub[j], nt)
+}
+
+// run iterates the EM at most iters times. A candidate with no entry in a
+// cell with a deficit gets num = 0 in every iteration: it takes its final
+// value, the prior's share (seen) or 0 (never seen), in the first and
+// keeps it. Only the others iterate (about half of the candidates with a
+// positive bound in the benchmark's 150k flows at 0.1 % loss); their first
+// iteration's largest step includes the fixed ones', so the stopping rule
+// sees what it saw over every candidate and the result is bit for bit that
+// of iterating them all.
+func (em *lossEM) run(iters int) {
+	th := em.th
 	var movedFixed float64
-	act := make([]int32, 0, len(cand))
-	for j := range cand {
-		if actStart[j+1] > actStart[j] {
+	act := make([]int32, 0, len(th))
+	for j := range th {
+		if em.actStart[j+1] > em.actStart[j] {
 			act = append(act, int32(j))
 			continue
 		}
-		nt := update(j, 0)
-		movedFixed = max(movedFixed, math.Abs(nt-th[j])*stepScale[j])
+		nt := em.update(j, 0)
+		movedFixed = max(movedFixed, math.Abs(nt-th[j])*em.stepScale[j])
 		th[j] = nt
 	}
-	mean := make([]float64, len(def))
-	iters := max(1, min(d.opt.MaxIter, lossIter))
+	mean := make([]float64, len(em.def))
 	for it := 0; it < iters; it++ {
 		clear(mean)
 		for _, j := range act {
-			for e := actStart[j]; e < actStart[j+1]; e++ {
-				mean[actC[e]] += actA[e] * th[j]
+			for e := em.actStart[j]; e < em.actStart[j+1]; e++ {
+				mean[em.actC[e]] += em.actA[e] * th[j]
 			}
 		}
 		var moved float64
@@ -710,14 +860,14 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 		}
 		for _, j := range act {
 			var num float64
-			for e := actStart[j]; e < actStart[j+1]; e++ {
-				c := actC[e]
+			for e := em.actStart[j]; e < em.actStart[j+1]; e++ {
+				c := em.actC[e]
 				if m := mean[c]; m > 0 {
-					num += actA[e] * def[c] / m
+					num += em.actA[e] * em.def[c] / m
 				}
 			}
-			nt := update(int(j), num)
-			if step := math.Abs(nt-th[j]) * stepScale[j]; step > moved {
+			nt := em.update(int(j), num)
+			if step := math.Abs(nt-th[j]) * em.stepScale[j]; step > moved {
 				moved = step
 			}
 			th[j] = nt
@@ -728,12 +878,4 @@ func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []fl
 			break
 		}
 	}
-	for j, i := range cand {
-		if seen[j] {
-			out[i] = th[j] * d.recv[d.inv[i]]
-		} else {
-			out[i] = th[j]
-		}
-	}
-	return out
 }

@@ -165,9 +165,9 @@ func (b *pairBarrier) wait() {
 	return
 park:
 	s.sleep[me].Store(ph)
-	if (s.n[other].Load() >= ph || s.dead.Load()) && s.sleep[me].CompareAndSwap(ph, 0) {
-		// Arrived or died meanwhile; nobody will send.
-	} else {
+	// Unless the partner arrived or died meanwhile (then nobody will send),
+	// wait for its wake-up.
+	if arrived := (s.n[other].Load() >= ph || s.dead.Load()) && s.sleep[me].CompareAndSwap(ph, 0); !arrived {
 		<-s.wake[me]
 	}
 	if s.n[other].Load() < ph {
@@ -210,7 +210,7 @@ func pairRun(two bool, body func(halves []int, b *pairBarrier)) {
 	}()
 	<-done
 	switch {
-	case helper != nil && helper != errPartnerDied:
+	case helper != nil && helper != errPartnerDied: //nolint:errorlint // a recovered panic value, not a returned error: the barrier panics with the sentinel itself
 		panic(helper)
 	case mine != nil:
 		panic(mine)

@@ -76,22 +76,32 @@ type bin struct {
 	maxMedian float64 // asserted bound on the median relative error
 }
 
+// simCase is one sketch configuration of TestSimulatedTraffic and what
+// EstimatePaper must achieve on it.
+type simCase struct {
+	name    string
+	p       Params
+	loss    float64
+	slack   float64
+	bins    []bin
+	sdTol   float64 // bound on the median relative stddev error, flows >= 1000 packets
+	minEst  float64 // fraction of >= 100-packet flows that must get a delay
+	needIso bool    // the case must contain isolated flows with loss
+}
+
 func TestSimulatedTraffic(t *testing.T) {
 	nFlows := 4000
 	if testing.Short() {
 		nFlows = 2000
 	}
+	for ci, c := range simCases(nFlows) {
+		t.Run(c.name, func(t *testing.T) { checkSimulatedTraffic(t, uint64(100+ci), nFlows, c) })
+	}
+}
+
+func simCases(nFlows int) []simCase {
 	mb := []float64{0.01, 0.1, 0.5, 1} // the paper's section 5.2 banks
-	cases := []struct {
-		name    string
-		p       Params
-		loss    float64
-		slack   float64
-		bins    []bin
-		sdTol   float64 // bound on the median relative stddev error, flows >= 1000 packets
-		minEst  float64 // fraction of >= 100-packet flows that must get a delay
-		needIso bool    // the case must contain isolated flows with loss
-	}{
+	return []simCase{
 		{
 			// The paper's reference regime: half as many cells as flows.
 			name:  "k=1 p=1 n/C=2, no loss",
@@ -144,87 +154,88 @@ func TestSimulatedTraffic(t *testing.T) {
 			sdTol: 0.45, minEst: 0.8,
 		},
 	}
-	for ci, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			sndP, rcvP, flows := simulate(uint64(100+ci), nFlows, c.loss)
-			snd, rcv := build(t, c.p, sndP, rcvP)
-			keys := make([]uint64, len(flows))
-			for i, f := range flows {
-				keys[i] = f.hash
+}
+
+// checkSimulatedTraffic simulates nFlows flows with the seed, sketches them
+// as c says and holds EstimatePaper's results to c's bounds.
+func checkSimulatedTraffic(t *testing.T, seed uint64, nFlows int, c simCase) {
+	sndP, rcvP, flows := simulate(seed, nFlows, c.loss)
+	snd, rcv := build(t, c.p, sndP, rcvP)
+	keys := make([]uint64, len(flows))
+	for i, f := range flows {
+		keys[i] = f.hash
+	}
+	est, err := EstimatePaper(snd, rcv, keys, EstimateOptions{SamplingSlack: c.slack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	isolated := isolatedFlows(snd, sndP)
+	relErr := make([][]float64, len(c.bins))
+	var sdErr []float64
+	var big, bigEst, nIso, lossyIso int
+	for i, e := range est {
+		f := flows[i]
+		// Counts: with a p = 1 row, packets and loss are upper bounds,
+		// exact when the flow is alone in its cells of such a row.
+		if e.Packets < float64(f.sent) || e.Loss < float64(f.sent-f.recv) {
+			t.Fatalf("flow %x: packets %v loss %v below truth %d %d", f.hash, e.Packets, e.Loss, f.sent, f.sent-f.recv)
+		}
+		if c.p.Bytes && e.Bytes < float64(f.bytes) {
+			t.Fatalf("flow %x: bytes %v below truth %d", f.hash, e.Bytes, f.bytes)
+		}
+		if isolated[f.hash] {
+			nIso++
+			if f.sent != f.recv {
+				lossyIso++
 			}
-			est, err := EstimatePaper(snd, rcv, keys, EstimateOptions{SamplingSlack: c.slack})
-			if err != nil {
-				t.Fatal(err)
+			if e.Packets != float64(f.sent) || e.Loss != float64(f.sent-f.recv) {
+				t.Fatalf("isolated flow %x: packets %v loss %v, exact %d %d", f.hash, e.Packets, e.Loss, f.sent, f.sent-f.recv)
 			}
-			isolated := isolatedFlows(snd, sndP)
-			relErr := make([][]float64, len(c.bins))
-			var sdErr []float64
-			var big, bigEst, nIso, lossyIso int
-			for i, e := range est {
-				f := flows[i]
-				// Counts: with a p = 1 row, packets and loss are upper bounds,
-				// exact when the flow is alone in its cells of such a row.
-				if e.Packets < float64(f.sent) || e.Loss < float64(f.sent-f.recv) {
-					t.Fatalf("flow %x: packets %v loss %v below truth %d %d", f.hash, e.Packets, e.Loss, f.sent, f.sent-f.recv)
-				}
-				if c.p.Bytes && e.Bytes < float64(f.bytes) {
-					t.Fatalf("flow %x: bytes %v below truth %d", f.hash, e.Bytes, f.bytes)
-				}
-				if isolated[f.hash] {
-					nIso++
-					if f.sent != f.recv {
-						lossyIso++
-					}
-					if e.Packets != float64(f.sent) || e.Loss != float64(f.sent-f.recv) {
-						t.Fatalf("isolated flow %x: packets %v loss %v, exact %d %d", f.hash, e.Packets, e.Loss, f.sent, f.sent-f.recv)
-					}
-				}
-				if f.recv >= 100 {
-					big++
-					if !math.IsNaN(e.Delay) {
-						bigEst++
-					}
-				}
-				if math.IsNaN(e.Delay) || f.recv == 0 {
-					continue
-				}
-				re := math.Abs(e.Delay-f.mean) / f.mean
-				for b, bn := range c.bins {
-					if f.recv >= bn.lo && f.recv <= bn.hi {
-						relErr[b] = append(relErr[b], re)
-					}
-				}
-				if f.recv >= 1000 && !math.IsNaN(e.Stddev) {
-					sdErr = append(sdErr, math.Abs(e.Stddev-f.stddev)/f.stddev)
-				}
+		}
+		if f.recv >= 100 {
+			big++
+			if !math.IsNaN(e.Delay) {
+				bigEst++
 			}
-			t.Logf("%d flows, %d sent, %d received; usable cell ratio %.3f; isolated flows %d (%d with loss); flows >=100 pkts with a delay: %d/%d",
-				len(flows), len(sndP), len(rcvP), UsableCellRatio(snd, rcv), nIso, lossyIso, bigEst, big)
-			for b, bn := range c.bins {
-				m := median(relErr[b])
-				t.Logf("  bin %-8s %5d flows: median relative error %.5f (bound %.3f)", bn.name, len(relErr[b]), m, bn.maxMedian)
-				if len(relErr[b]) < 5 {
-					t.Fatalf("bin %s has only %d flows; the simulation is too small", bn.name, len(relErr[b]))
-				}
-				if !(m <= bn.maxMedian) {
-					t.Errorf("bin %s: median relative error %.5f exceeds %.3f", bn.name, m, bn.maxMedian)
-				}
+		}
+		if math.IsNaN(e.Delay) || f.recv == 0 {
+			continue
+		}
+		re := math.Abs(e.Delay-f.mean) / f.mean
+		for b, bn := range c.bins {
+			if f.recv >= bn.lo && f.recv <= bn.hi {
+				relErr[b] = append(relErr[b], re)
 			}
-			if math.IsNaN(c.sdTol) {
-				return
-			}
-			msd := median(sdErr)
-			t.Logf("  stddev, flows >=1000 pkts: median relative error %.4f over %d flows (bound %.2f)", msd, len(sdErr), c.sdTol)
-			if !(msd <= c.sdTol) {
-				t.Errorf("stddev median relative error %.4f exceeds %.2f", msd, c.sdTol)
-			}
-			if float64(bigEst) < c.minEst*float64(big) {
-				t.Errorf("only %d of %d flows with >= 100 packets got a delay", bigEst, big)
-			}
-			if c.needIso && lossyIso == 0 {
-				t.Error("no isolated flow with loss: the exact-loss check did not run")
-			}
-		})
+		}
+		if f.recv >= 1000 && !math.IsNaN(e.Stddev) {
+			sdErr = append(sdErr, math.Abs(e.Stddev-f.stddev)/f.stddev)
+		}
+	}
+	t.Logf("%d flows, %d sent, %d received; usable cell ratio %.3f; isolated flows %d (%d with loss); flows >=100 pkts with a delay: %d/%d",
+		len(flows), len(sndP), len(rcvP), UsableCellRatio(snd, rcv), nIso, lossyIso, bigEst, big)
+	for b, bn := range c.bins {
+		m := median(relErr[b])
+		t.Logf("  bin %-8s %5d flows: median relative error %.5f (bound %.3f)", bn.name, len(relErr[b]), m, bn.maxMedian)
+		if len(relErr[b]) < 5 {
+			t.Fatalf("bin %s has only %d flows; the simulation is too small", bn.name, len(relErr[b]))
+		}
+		if !(m <= bn.maxMedian) {
+			t.Errorf("bin %s: median relative error %.5f exceeds %.3f", bn.name, m, bn.maxMedian)
+		}
+	}
+	if math.IsNaN(c.sdTol) {
+		return
+	}
+	msd := median(sdErr)
+	t.Logf("  stddev, flows >=1000 pkts: median relative error %.4f over %d flows (bound %.2f)", msd, len(sdErr), c.sdTol)
+	if !(msd <= c.sdTol) {
+		t.Errorf("stddev median relative error %.4f exceeds %.2f", msd, c.sdTol)
+	}
+	if float64(bigEst) < c.minEst*float64(big) {
+		t.Errorf("only %d of %d flows with >= 100 packets got a delay", bigEst, big)
+	}
+	if c.needIso && lossyIso == 0 {
+		t.Error("no isolated flow with loss: the exact-loss check did not run")
 	}
 }
 

@@ -32,20 +32,20 @@ type event struct {
 }
 
 func (s *script) ReadPacket([]byte) ([]byte, int64, int, error) {
-	for len(s.events) > 0 {
-		e := &s.events[0]
-		if e.frames > 0 {
-			e.frames--
-			if e.frames == 0 {
-				s.events = s.events[1:]
-			}
-			s.ts += 1000
-			return s.frame, s.ts, len(s.frame), nil
-		}
-		s.events = s.events[1:]
-		return nil, 0, 0, e.err
+	if len(s.events) == 0 {
+		return nil, 0, 0, io.EOF
 	}
-	return nil, 0, 0, io.EOF
+	e := &s.events[0]
+	if e.frames > 0 {
+		e.frames--
+		if e.frames == 0 {
+			s.events = s.events[1:]
+		}
+		s.ts += 1000
+		return s.frame, s.ts, len(s.frame), nil
+	}
+	s.events = s.events[1:]
+	return nil, 0, 0, e.err
 }
 func (s *script) LinkType() layers.LinkType         { return layers.LinkTypeEthernet }
 func (s *script) Stats() (capture.DropStats, error) { return capture.DropStats{}, nil }

@@ -148,7 +148,7 @@ func (c *Client) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sender.receiver %q: %w", c.cfg.Addr, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := ldsv1.NewSketchExchangeClient(conn)
 	backoff := c.cfg.BackoffMin
 	for {
@@ -348,7 +348,7 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 			// stream instead of a finished one (and a replay waits for
 			// the sender's end forever).
 			select {
-			case <-recvErr:
+			case <-recvErr: //nolint:errcheck // the stream's end is what is waited for; its status changes nothing here
 			case <-time.After(c.cfg.RPCTimeout):
 			}
 			return true, nil

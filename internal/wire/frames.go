@@ -155,25 +155,49 @@ var ErrTooLarge = errors.New("over the receiver's limit")
 // answers FailedPrecondition, which a sender treats as a refusal).
 var ErrIncompatible = errors.New("incompatible lds versions: run the same lds version at both ends")
 
-// Result of one frame.
+// Kind says what a Result reports.
+type Kind uint8
+
+const (
+	// Complete means Interval holds a complete interval, decoded (on its End).
+	Complete Kind = iota + 1
+	// Voided means a seq gap voided the intervals in Voided; the sender
+	// resends them after a reconnect, so they are not acknowledged.
+	Voided
+	// OutOfWindow means interval ID was outside Limits.InWindow and was
+	// dropped unread (on its End).
+	OutOfWindow
+)
+
+// Result is what one frame completed.
 type Result struct {
-	Interval *interval.SenderInterval // a complete interval (on End)
-	Meta     interval.SenderMeta
-	Voided   int64 // interval id voided by a seq gap (on its End), else 0
-	VoidedOK bool
-	// VoidedIDs lists every interval this frame showed to be voided,
-	// Voided first. A gap that ate the End of one interval and the Start of
-	// the next voids both: count len(VoidedIDs), not one per Result.
-	VoidedIDs []int64
-	// OutOfWindow: interval SkippedID was outside Limits.InWindow and
-	// was dropped unread (on its End).
-	OutOfWindow bool
-	SkippedID   int64
+	Kind Kind
+	// ID is the interval a Complete or OutOfWindow result concerns.
+	ID int64
+	// Voided lists every interval a gap voided, in stream order. A gap
+	// that ate the End of one interval and the Start of the next voids
+	// both.
+	Voided   []int64
+	Interval *Interval // Complete only
 }
 
-func voided(ids ...int64) *Result {
-	return &Result{Voided: ids[0], VoidedOK: true, VoidedIDs: ids}
+// Interval is one interval's frames decoded: the Start's flags, the blobs
+// decoded with the agreed dimensions, the heavy keys, and the End as sent
+// (totals, clock, drops). The receiver turns it into its own interval.
+type Interval struct {
+	ID       int64
+	Flags    uint32 // FlagPartial, FlagFirst, FlagTrailer
+	LDS      *sketch.LDS
+	LDA      []*sketch.LDA     // one per class
+	Boundary *retrieval.Func   // the boundary function, End.boundary_count keys
+	Samples  *sample.Set       // nil: the sender sent none
+	Heavy    []capture.FlowKey // the sender's heaviest flows, heaviest first
+	End      *ldsv1.End
+	// SketchBytes is what the interval's chunks carried, all together.
+	SketchBytes int
 }
+
+func voided(ids ...int64) *Result { return &Result{Kind: Voided, Voided: ids} }
 
 // Frame takes the next frame; it returns a non-nil Result on End (or when a
 // gap is found to have voided an interval).
@@ -262,7 +286,7 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 		a.cur = nil
 		if a.skip {
 			a.skip = false
-			return &Result{OutOfWindow: true, SkippedID: start.Interval}, nil
+			return &Result{Kind: OutOfWindow, ID: start.Interval}, nil
 		}
 		return a.build(start, e)
 	case *ldsv1.SenderFrame_Hello:
@@ -285,27 +309,28 @@ func (a *Assembler) blobLimit(kind ldsv1.ChunkKind) int {
 	}
 }
 
+// build decodes the blobs of a complete interval. The decoders get the
+// agreed dimensions and refuse any other header before allocating: a few
+// header bytes cannot make the receiver allocate more than one sketch of
+// the agreed size.
 func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 	id := st.Interval
 	ldsB, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_LDS, 0}]
 	if !ok {
 		return nil, fmt.Errorf("interval %d: no LDS chunk", id)
 	}
-	// The decoders get the agreed dimensions and refuse any other header
-	// before allocating: a few header bytes cannot make the receiver
-	// allocate more than one sketch of the agreed size.
-	l, err := sketch.UnmarshalLDS(ldsB, a.p.Sketch)
-	if err != nil {
+	iv := &Interval{ID: id, Flags: st.Flags, End: e, SketchBytes: a.total, LDA: make([]*sketch.LDA, a.p.Classes)}
+	var err error
+	if iv.LDS, err = sketch.UnmarshalLDS(ldsB, a.p.Sketch); err != nil {
 		return nil, fmt.Errorf("interval %d: LDS: %w", id, err)
 	}
-	sk := &interval.Sketches{LDS: l, LDA: make([]*sketch.LDA, a.p.Classes), ClassPackets: make([]uint64, a.p.Classes)}
-	for c := range sk.LDA {
+	for c := range iv.LDA {
 		b, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_LDA, uint32(c)}]
 		if !ok {
 			return nil, fmt.Errorf("interval %d: no LDA chunk for class %d", id, c)
 		}
 		// The estimator pairs the two ends' aggregators cell by cell.
-		if sk.LDA[c], err = sketch.UnmarshalLDA(b, a.p.LDA); err != nil {
+		if iv.LDA[c], err = sketch.UnmarshalLDA(b, a.p.LDA); err != nil {
 			return nil, fmt.Errorf("interval %d: LDA class %d: %w", id, c, err)
 		}
 	}
@@ -315,42 +340,23 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 	if e.BoundaryCount > uint64(a.lim.MaxCells) {
 		return nil, fmt.Errorf("interval %d: End announces %d boundary keys, more than the limit of %d", id, e.BoundaryCount, a.lim.MaxCells)
 	}
-	bnd, err := retrieval.Unmarshal(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0}], int(e.BoundaryCount))
-	if err != nil {
+	if iv.Boundary, err = retrieval.Unmarshal(a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY_FUNC, 0}], int(e.BoundaryCount)); err != nil {
 		return nil, fmt.Errorf("interval %d: boundary function: %w", id, err)
 	}
-	if uint64(bnd.Len()) != e.BoundaryCount {
-		return nil, fmt.Errorf("interval %d: boundary function of %d keys, End says %d", id, bnd.Len(), e.BoundaryCount)
+	if uint64(iv.Boundary.Len()) != e.BoundaryCount {
+		return nil, fmt.Errorf("interval %d: boundary function of %d keys, End says %d", id, iv.Boundary.Len(), e.BoundaryCount)
 	}
-	var smp *sample.Set
 	if b, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_SAMPLES, 0}]; ok {
-		if smp, err = sample.Unmarshal(b, a.p.T); err != nil {
+		if iv.Samples, err = sample.Unmarshal(b, a.p.T); err != nil {
 			return nil, fmt.Errorf("interval %d: samples: %w", id, err)
 		}
 	}
-	if t := e.GetTotals(); t != nil {
-		sk.Packets, sk.Bytes = t.Packets, t.Bytes
-		if len(t.ClassPackets) == len(sk.ClassPackets) {
-			copy(sk.ClassPackets, t.ClassPackets)
-		}
-	}
-	si := &interval.SenderInterval{ID: id, Partial: st.Flags&FlagPartial != 0, First: st.Flags&FlagFirst != 0,
-		Trailer: st.Flags&FlagTrailer != 0, Sk: sk, Split: bnd, Samples: smp}
 	for i, hk := range e.Heavy {
 		k, err := capture.FlowKeyFromBinary(hk.GetKey())
 		if err != nil {
 			return nil, fmt.Errorf("interval %d: heavy key %d: %w", id, i, err)
 		}
-		si.Heavy = append(si.Heavy, k)
+		iv.Heavy = append(iv.Heavy, k)
 	}
-	meta := interval.SenderMeta{SketchBytes: uint64(a.total)}
-	if c := e.GetClock(); c != nil {
-		meta.Clock = interval.ClockStatus{State: c.State, OffsetNS: c.OffsetNs, GrandmasterPresent: c.GrandmasterPresent,
-			GrandmasterID: c.GrandmasterId, PortState: c.PortState, Err: c.Error}
-	}
-	if d := e.GetDrops(); d != nil {
-		meta.KernelDrops, meta.IfDrops, meta.ParseDrops = d.Kernel, d.Interface, d.Parse
-		si.Late = d.Parse["late"]
-	}
-	return &Result{Interval: si, Meta: meta}, nil
+	return &Result{Kind: Complete, ID: id, Interval: iv}, nil
 }

@@ -56,58 +56,64 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 				got = res
 			}
 		}
-		if got == nil || got.Interval == nil || got.VoidedOK {
+		if got == nil || got.Kind != Complete || got.Interval == nil || got.ID != si.ID {
 			t.Fatalf("chunk %d: no complete interval: %+v", chunk, got)
 		}
 		g := got.Interval
-		if g.Trailer != si.Trailer {
-			t.Errorf("chunk %d: trailer %v, want %v", chunk, g.Trailer, si.Trailer)
+		wantFlags := uint32(0)
+		if si.Partial {
+			wantFlags |= FlagPartial
 		}
-		if g.ID != si.ID || g.Partial != si.Partial || g.First != si.First {
-			t.Errorf("chunk %d: id/partial/first = %d/%v/%v, want %d/%v/%v", chunk, g.ID, g.Partial, g.First, si.ID, si.Partial, si.First)
+		if si.First {
+			wantFlags |= FlagFirst
 		}
-		if !g.Sk.LDS.Equal(si.Sk.LDS) {
+		if si.Trailer {
+			wantFlags |= FlagTrailer
+		}
+		if g.ID != si.ID || g.Flags != wantFlags {
+			t.Errorf("chunk %d: id/flags = %d/%b, want %d/%b", chunk, g.ID, g.Flags, si.ID, wantFlags)
+		}
+		if !g.LDS.Equal(si.Sk.LDS) {
 			t.Errorf("chunk %d: LDS differs after the round trip", chunk)
 		}
 		for c := range si.Sk.LDA {
-			if !g.Sk.LDA[c].Equal(si.Sk.LDA[c]) {
+			if !g.LDA[c].Equal(si.Sk.LDA[c]) {
 				t.Errorf("chunk %d: LDA class %d differs", chunk, c)
 			}
 		}
-		if g.Sk.Packets != si.Sk.Packets || g.Sk.Bytes != si.Sk.Bytes || !slices.Equal(g.Sk.ClassPackets, si.Sk.ClassPackets) {
-			t.Errorf("chunk %d: totals %d/%d/%v, want %d/%d/%v", chunk, g.Sk.Packets, g.Sk.Bytes, g.Sk.ClassPackets, si.Sk.Packets, si.Sk.Bytes, si.Sk.ClassPackets)
+		if tot := g.End.GetTotals(); tot.GetPackets() != si.Sk.Packets || tot.GetBytes() != si.Sk.Bytes || !slices.Equal(tot.GetClassPackets(), si.Sk.ClassPackets) {
+			t.Errorf("chunk %d: totals %v, want %d/%d/%v", chunk, tot, si.Sk.Packets, si.Sk.Bytes, si.Sk.ClassPackets)
 		}
 		// The decoded boundary function answers every key with the
 		// offset of its send interval (0, 1 and 2 here: two bits).
-		if len(keysB) == 0 || g.Split == nil || g.Split.Width() != 2 {
-			t.Fatalf("chunk %d: %d boundary keys, decoded function %v", chunk, len(keysB), g.Split)
+		if len(keysB) == 0 || g.Boundary == nil || g.Boundary.Width() != 2 {
+			t.Fatalf("chunk %d: %d boundary keys, decoded function %v", chunk, len(keysB), g.Boundary)
 		}
 		wrong := 0
 		for _, k := range keysB {
-			if g.SentOffset(k.Hash) != uint64(k.Off) {
+			if g.Boundary.Value(k.Hash) != uint64(k.Off) {
 				wrong++
 			}
 		}
-		if wrong > 0 || g.Split.Len() != len(keysB) {
-			t.Errorf("chunk %d: %d boundary keys answered wrongly; %d keys, want %d", chunk, wrong, g.Split.Len(), len(keysB))
+		if wrong > 0 || g.Boundary.Len() != len(keysB) {
+			t.Errorf("chunk %d: %d boundary keys answered wrongly; %d keys, want %d", chunk, wrong, g.Boundary.Len(), len(keysB))
 		}
 		if len(si.Heavy) == 0 || !slices.Equal(g.Heavy, si.Heavy) {
 			t.Errorf("chunk %d: heavy keys %v, want %v", chunk, g.Heavy, si.Heavy)
 		}
-		if g.Late != si.Late {
-			t.Errorf("chunk %d: late %d, want %d", chunk, g.Late, si.Late)
-		}
-		m, wm := got.Meta, testMeta()
-		if m.Clock != wm.Clock || m.KernelDrops != wm.KernelDrops || m.IfDrops != wm.IfDrops {
-			t.Errorf("chunk %d: meta %+v, want %+v", chunk, m, wm)
+		c, d, wm := g.End.GetClock(), g.End.GetDrops(), testMeta()
+		gotClock := interval.ClockStatus{State: c.GetState(), OffsetNS: c.GetOffsetNs(), GrandmasterPresent: c.GetGrandmasterPresent(),
+			GrandmasterID: c.GetGrandmasterId(), PortState: c.GetPortState(), Err: c.GetError()}
+		if gotClock != wm.Clock || d.GetKernel() != wm.KernelDrops || d.GetInterface() != wm.IfDrops {
+			t.Errorf("chunk %d: clock %+v drops %v, want %+v", chunk, gotClock, d, wm)
 		}
 		wantParse := maps.Clone(wm.ParseDrops)
 		wantParse["late"] = si.Late
-		if !maps.Equal(m.ParseDrops, wantParse) {
-			t.Errorf("chunk %d: parse drops %v, want %v", chunk, m.ParseDrops, wantParse)
+		if !maps.Equal(d.GetParse(), wantParse) {
+			t.Errorf("chunk %d: parse drops %v, want %v (the late count among them)", chunk, d.GetParse(), wantParse)
 		}
-		if m.SketchBytes != uint64(want) {
-			t.Errorf("chunk %d: SketchBytes %d, want %d", chunk, m.SketchBytes, want)
+		if g.SketchBytes != want {
+			t.Errorf("chunk %d: SketchBytes %d, want %d", chunk, g.SketchBytes, want)
 		}
 	}
 }
@@ -128,11 +134,11 @@ func run(t *testing.T, a *Assembler, frames []*ldsv1.SenderFrame) outcome {
 		if res == nil {
 			continue
 		}
-		if res.VoidedOK {
-			if len(res.VoidedIDs) == 0 || res.VoidedIDs[0] != res.Voided {
-				t.Fatalf("Voided %d but VoidedIDs %v", res.Voided, res.VoidedIDs)
+		if res.Kind == Voided {
+			if len(res.Voided) == 0 || res.Interval != nil {
+				t.Fatalf("inconsistent voided result %+v", res)
 			}
-			o.voided = append(o.voided, res.VoidedIDs...)
+			o.voided = append(o.voided, res.Voided...)
 		} else {
 			o.built = append(o.built, res.Interval.ID)
 		}
@@ -211,32 +217,81 @@ func TestAssemblerSeqGaps(t *testing.T) {
 	}
 }
 
-// TestAssemblerRefuses: every malformed or oversize stream is an error that
-// names the problem; size problems are ErrTooLarge.
-func TestAssemblerRefuses(t *testing.T) {
+// refuseCase is a stream the Assembler must refuse with an error naming want.
+type refuseCase struct {
+	name    string
+	frames  func() []*ldsv1.SenderFrame
+	want    string
+	tooBig  bool // the error is ErrTooLarge
+	limitFn func(*Limits)
+}
+
+// refuseFixture is one valid interval's frames, and accessors to mangle them.
+type refuseFixture struct {
+	p  interval.Params
+	si *interval.SenderInterval
+	t  *testing.T
+}
+
+func newRefuseFixture(t *testing.T) refuseFixture {
 	p := testParams()
-	si := makeInterval(t, p, 7, 500, 9)
-	good := func() []*ldsv1.SenderFrame { return encodeAll(t, 256, si) }
-	start := func(fr []*ldsv1.SenderFrame) *ldsv1.Start { return fr[0].GetStart() }
-	end := func(fr []*ldsv1.SenderFrame) *ldsv1.End { return fr[len(fr)-1].GetEnd() }
-	chunk := func(fr []*ldsv1.SenderFrame, i int) *ldsv1.Chunk { return fr[i].GetChunk() }
-	renumber := func(fr []*ldsv1.SenderFrame) []*ldsv1.SenderFrame {
-		for i, f := range fr {
-			f.Seq = uint64(i + 1)
-		}
-		return fr
+	return refuseFixture{p: p, si: makeInterval(t, p, 7, 500, 9), t: t}
+}
+
+func (x refuseFixture) good() []*ldsv1.SenderFrame      { return encodeAll(x.t, 256, x.si) }
+func start(fr []*ldsv1.SenderFrame) *ldsv1.Start        { return fr[0].GetStart() }
+func end(fr []*ldsv1.SenderFrame) *ldsv1.End            { return fr[len(fr)-1].GetEnd() }
+func chunk(fr []*ldsv1.SenderFrame, i int) *ldsv1.Chunk { return fr[i].GetChunk() }
+func (x refuseFixture) otherDims(lp interval.Params) []*ldsv1.SenderFrame {
+	return encodeAll(x.t, 1<<20, makeInterval(x.t, lp, 7, 50, 9))
+}
+
+func renumber(fr []*ldsv1.SenderFrame) []*ldsv1.SenderFrame {
+	for i, f := range fr {
+		f.Seq = uint64(i + 1)
 	}
-	otherDims := func(lp interval.Params) []*ldsv1.SenderFrame {
-		o := makeInterval(t, lp, 7, 50, 9)
-		return encodeAll(t, 1<<20, o)
+	return fr
+}
+
+// checkRefusals feeds each case's frames to a fresh Assembler and checks
+// the error it ends with.
+func checkRefusals(t *testing.T, p interval.Params, tests []refuseCase) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := testLimits(p)
+			if tc.limitFn != nil {
+				tc.limitFn(&lim)
+			}
+			a := NewAssembler(p, lim)
+			var err error
+			for _, f := range tc.frames() {
+				if _, err = a.Frame(f); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				t.Fatalf("accepted; want an error naming %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name %q", err, tc.want)
+			}
+			if errors.Is(err, ErrIncompatible) != strings.Contains(tc.name, "older sender") {
+				t.Errorf("errors.Is(ErrIncompatible) = %v for %q (%v)", errors.Is(err, ErrIncompatible), tc.name, err)
+			}
+			if errors.Is(err, ErrTooLarge) != tc.tooBig {
+				t.Errorf("errors.Is(ErrTooLarge) = %v, want %v (%v)", !tc.tooBig, tc.tooBig, err)
+			}
+		})
 	}
-	tests := []struct {
-		name    string
-		frames  func() []*ldsv1.SenderFrame
-		want    string
-		tooBig  bool
-		limitFn func(*Limits)
-	}{
+}
+
+// TestAssemblerRefusesFraming: every stream whose frames are out of order,
+// of unknown kinds or oversize is an error that names the problem; size
+// problems are ErrTooLarge.
+func TestAssemblerRefusesFraming(t *testing.T) {
+	x := newRefuseFixture(t)
+	p, good := x.p, x.good
+	checkRefusals(t, p, []refuseCase{
 		{"chunk without Start", func() []*ldsv1.SenderFrame { return renumber(good()[1:]) }, "no Start", false, nil},
 		{"LDS blob larger than the agreed dimensions encode to", func() []*ldsv1.SenderFrame {
 			fr := good()
@@ -271,6 +326,15 @@ func TestAssemblerRefuses(t *testing.T) {
 		{"Start announces more than max_sketch_bytes", func() []*ldsv1.SenderFrame { return good() }, "max_sketch_bytes", true,
 			func(l *Limits) { l.MaxSketchBytes = 1000 }},
 		{"more bytes than announced", func() []*ldsv1.SenderFrame { fr := good(); start(fr).TotalBytes -= 10; return fr }, "more than its Start announced", false, nil},
+	})
+}
+
+// TestAssemblerRefusesPayload: every blob that does not decode to what the
+// agreed dimensions and limits allow is an error that names the problem.
+func TestAssemblerRefusesPayload(t *testing.T) {
+	x := newRefuseFixture(t)
+	p, good, otherDims := x.p, x.good, x.otherDims
+	checkRefusals(t, p, []refuseCase{
 		{"garbage LDS", func() []*ldsv1.SenderFrame {
 			fr := good()
 			for i := range chunk(fr, 1).Data {
@@ -341,34 +405,7 @@ func TestAssemblerRefuses(t *testing.T) {
 			end(fr).Heavy[0].Key = []byte{1, 2}
 			return fr
 		}, "heavy key 0", false, nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			lim := testLimits(p)
-			if tc.limitFn != nil {
-				tc.limitFn(&lim)
-			}
-			a := NewAssembler(p, lim)
-			var err error
-			for _, f := range tc.frames() {
-				if _, err = a.Frame(f); err != nil {
-					break
-				}
-			}
-			if err == nil {
-				t.Fatalf("accepted; want an error naming %q", tc.want)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not name %q", err, tc.want)
-			}
-			if errors.Is(err, ErrIncompatible) != strings.Contains(tc.name, "older sender") {
-				t.Errorf("errors.Is(ErrIncompatible) = %v for %q (%v)", errors.Is(err, ErrIncompatible), tc.name, err)
-			}
-			if errors.Is(err, ErrTooLarge) != tc.tooBig {
-				t.Errorf("errors.Is(ErrTooLarge) = %v, want %v (%v)", !tc.tooBig, tc.tooBig, err)
-			}
-		})
-	}
+	})
 }
 
 // boundaryChunk is the (single, with 256-byte chunks and a small interval)

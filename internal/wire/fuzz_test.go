@@ -96,26 +96,26 @@ func FuzzAssembler(f *testing.F) {
 			if res == nil {
 				continue
 			}
-			if res.OutOfWindow {
+			switch res.Kind {
+			case OutOfWindow:
 				t.Fatalf("out of window without a window: %+v", res)
-			}
-			if res.VoidedOK {
-				if len(res.VoidedIDs) == 0 || res.VoidedIDs[0] != res.Voided || res.Interval != nil {
+			case Voided:
+				if len(res.Voided) == 0 || res.Interval != nil {
 					t.Fatalf("inconsistent voided result %+v", res)
 				}
 				continue
 			}
 			si := res.Interval
-			if si == nil || si.Sk == nil || !si.Sk.LDS.Params().Equal(p.Sketch) || len(si.Sk.LDA) != p.Classes {
+			if res.Kind != Complete || si == nil || si.ID != res.ID || si.LDS == nil || !si.LDS.Params().Equal(p.Sketch) || len(si.LDA) != p.Classes {
 				t.Fatalf("built an interval that does not fit the agreed parameters: %+v", res)
 			}
-			for _, l := range si.Sk.LDA {
+			for _, l := range si.LDA {
 				if l.Params() != p.LDA {
 					t.Fatalf("LDA of %+v, agreed %+v", l.Params(), p.LDA)
 				}
 			}
-			if si.Split == nil || si.Split.Len() > lim.MaxCells || si.Split.SizeBits() > 8*lim.MaxSketchBytes {
-				t.Fatalf("boundary function beyond the limits: %+v", si.Split)
+			if si.Boundary == nil || si.Boundary.Len() > lim.MaxCells || si.Boundary.SizeBits() > 8*lim.MaxSketchBytes {
+				t.Fatalf("boundary function beyond the limits: %+v", si.Boundary)
 			}
 		}
 	})

@@ -95,13 +95,13 @@ func encodeAll(t testing.TB, chunk int, ivs ...*interval.SenderInterval) []*ldsv
 	return out
 }
 
-// sameSplit: both intervals carry the same boundary function (the same
+// sameSplit: the decoded interval and the sent one carry the same boundary function (the same
 // encoding: same keys count, seed and table).
-func sameSplit(a, b *interval.SenderInterval) bool {
-	if a.Split == nil || b.Split == nil {
+func sameSplit(a *Interval, b *interval.SenderInterval) bool {
+	if a.Boundary == nil || b.Split == nil {
 		return false
 	}
-	x, _ := a.Split.MarshalBinary()
+	x, _ := a.Boundary.MarshalBinary()
 	y, _ := b.Split.MarshalBinary()
 	return bytes.Equal(x, y)
 }

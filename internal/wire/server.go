@@ -33,8 +33,9 @@ type Handler interface {
 	// Connected is called after a valid Hello; it returns the intervals
 	// the receiver already has final for this sender (not to be resent).
 	Connected(sender string, instance uint64) (have []int64, err error)
-	// Interval delivers a complete interval; it returns once the interval
-	// is queued (then it is acknowledged) or with an error that ends the stream.
+	// Interval delivers a Complete or Voided result; it returns once the
+	// result is queued (then a Complete one is acknowledged) or with an
+	// error that ends the stream.
 	Interval(sender string, r *Result) error
 	// Disconnected is called when the stream ends, with why.
 	Disconnected(sender string, err error)
@@ -328,25 +329,22 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 		if res == nil {
 			continue
 		}
-		if res.OutOfWindow {
+		if res.Kind == OutOfWindow {
 			// Refused without being buffered or matched; acknowledged so
 			// that the sender does not resend it forever.
 			s.h.FrameError(id, "interval_out_of_window")
 			s.log.Warn("refused an interval outside receiver.max_interval_skew of this receiver's clock (is either clock stepped?)",
-				"sender", id, "interval", res.SkippedID, "interval_start", time.Unix(0, res.SkippedID*s.cfg.Params.T).UTC(),
+				"sender", id, "interval", res.ID, "interval_start", time.Unix(0, res.ID*s.cfg.Params.T).UTC(),
 				"receiver_clock", s.cfg.Now().UTC(), "max_interval_skew", s.cfg.MaxSkew)
 		} else {
 			if err := s.h.Interval(id, res); err != nil {
 				return status.Errorf(codes.Unavailable, "sender %q: %v", id, err)
 			}
-			if res.VoidedOK {
+			if res.Kind == Voided {
 				continue // not acknowledged: the sender resends it after a reconnect
 			}
 		}
-		ackID := res.SkippedID
-		if res.Interval != nil {
-			ackID = res.Interval.ID
-		}
+		ackID := res.ID
 		if err := send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_Ack{Ack: &ldsv1.Ack{Interval: ackID}}}); err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ import (
 type recHandler struct {
 	mu         sync.Mutex
 	connected  []string
-	got        map[string][]*interval.SenderInterval
+	got        map[string][]*Interval
 	voided     []int64
 	frameErrs  []string
 	disconnect []error
@@ -41,7 +41,7 @@ type recHandler struct {
 	onInterval func(sender string, id int64) error
 }
 
-func newRecHandler() *recHandler { return &recHandler{got: map[string][]*interval.SenderInterval{}} }
+func newRecHandler() *recHandler { return &recHandler{got: map[string][]*Interval{}} }
 
 func (h *recHandler) Connected(sender string, _ uint64) ([]int64, error) {
 	h.mu.Lock()
@@ -60,9 +60,9 @@ func (h *recHandler) Connected(sender string, _ uint64) ([]int64, error) {
 }
 
 func (h *recHandler) Interval(sender string, r *Result) error {
-	if r.VoidedOK {
+	if r.Kind == Voided {
 		h.mu.Lock()
-		h.voided = append(h.voided, r.VoidedIDs...)
+		h.voided = append(h.voided, r.Voided...)
 		h.mu.Unlock()
 		return nil
 	}
@@ -271,7 +271,7 @@ func TestStreamDeliversEveryInterval(t *testing.T) {
 		t.Fatalf("receiver got %d intervals, sent %d", len(got), len(sent))
 	}
 	for i := range sent {
-		if got[i].ID != sent[i].ID || !got[i].Sk.LDS.Equal(sent[i].Sk.LDS) || !sameSplit(got[i], sent[i]) {
+		if got[i].ID != sent[i].ID || !got[i].LDS.Equal(sent[i].Sk.LDS) || !sameSplit(got[i], sent[i]) {
 			t.Errorf("interval %d arrived different from what was sent", sent[i].ID)
 		}
 	}

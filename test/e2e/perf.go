@@ -75,7 +75,7 @@ func (t *PerfTopology) Close() error {
 	var errs []error
 	for _, ns := range []string{t.Src, t.Sink} {
 		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-			errs = append(errs, fmt.Errorf("testbed: ip netns del %s: %v: %s", ns, err, strings.TrimSpace(string(out))))
+			errs = append(errs, fmt.Errorf("testbed: ip netns del %s: %w: %s", ns, err, strings.TrimSpace(string(out))))
 		}
 	}
 	return errors.Join(errs...)
@@ -103,7 +103,7 @@ type PerfOptions struct {
 	Log      *slog.Logger
 }
 
-// DefaultPerfOptions: 5 s blasts at full speed, lds-sender's default ring
+// DefaultPerfOptions returns 5 s blasts at full speed, lds-sender's default ring
 // (1 MiB × 64), 3 repetitions of tcpdump, lds w=1, lds w=2, both at once.
 func DefaultPerfOptions() PerfOptions {
 	return PerfOptions{Blast: DefaultBlast(), BlockSize: 1 << 20, NumBlocks: 64, Reps: 3, TcpdumpAlone: true, Workers: []int{1, 2}, Concurrent: true}
@@ -596,8 +596,11 @@ func vethCounters(t *PerfTopology) (vethStats, error) {
 		var v []struct {
 			Stats64 map[string]map[string]uint64 `json:"stats64"`
 		}
-		if err := json.Unmarshal(out, &v); err != nil || len(v) != 1 || v[0].Stats64 == nil {
-			return nil, fmt.Errorf("testbed: no stats64 for %s in %s: %v: %s", dev, ns, err, out)
+		if err := json.Unmarshal(out, &v); err != nil {
+			return nil, fmt.Errorf("testbed: no stats64 for %s in %s: %w: %s", dev, ns, err, out)
+		}
+		if len(v) != 1 || v[0].Stats64 == nil {
+			return nil, fmt.Errorf("testbed: no stats64 for %s in %s: %s", dev, ns, out)
 		}
 		return v[0].Stats64, nil
 	}

@@ -30,7 +30,7 @@ type BlastConfig struct {
 	DstMAC   string        // a MAC no interface owns: the sink's kernel drops the frames right after the taps
 }
 
-// DefaultBlast: 1024 flows of 74-byte frames, as fast as possible, 5 s.
+// DefaultBlast returns 1024 flows of 74-byte frames, as fast as possible, 5 s.
 func DefaultBlast() BlastConfig {
 	return BlastConfig{Flows: 1024, Payload: 32, Duration: 5 * time.Second, Batch: 64, Threads: 1, DstMAC: "02:00:00:00:00:02"}
 }

@@ -49,7 +49,7 @@ func (p *proc) exited() error {
 	select {
 	case err := <-p.done:
 		p.done <- err
-		return fmt.Errorf("testbed: %s exited early (%v); log %s:\n%s", p.name, err, p.log, tail(p.log, 2000))
+		return fmt.Errorf("testbed: %s exited early (%w); log %s:\n%s", p.name, err, p.log, tail(p.log, 2000))
 	default:
 		return nil
 	}
@@ -62,14 +62,21 @@ func (p *proc) stop(grace time.Duration) error {
 	select {
 	case err := <-p.done:
 		p.done <- err
+		if err == nil {
+			return nil
+		}
+		// An exit status of 0, or death by our SIGTERM, is a clean stop; a
+		// failure to wait (no *exec.ExitError) is not.
 		var ee *exec.ExitError
-		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 0) {
+		if errors.As(err, &ee) {
+			if ee.ExitCode() == 0 {
+				return nil
+			}
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
 				return nil
 			}
-			return fmt.Errorf("testbed: %s: %v; log %s:\n%s", p.name, err, p.log, tail(p.log, 2000))
 		}
-		return nil
+		return fmt.Errorf("testbed: %s: %w; log %s:\n%s", p.name, err, p.log, tail(p.log, 2000))
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
 		<-p.done

@@ -158,7 +158,7 @@ func (t *RealTopology) Close() error {
 	var errs []error
 	for _, ns := range []string{t.Snd, t.Rtr, t.Rcv} {
 		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-			errs = append(errs, fmt.Errorf("testbed: ip netns del %s: %v: %s", ns, err, strings.TrimSpace(string(out))))
+			errs = append(errs, fmt.Errorf("testbed: ip netns del %s: %w: %s", ns, err, strings.TrimSpace(string(out))))
 		}
 	}
 	return errors.Join(errs...)

@@ -59,7 +59,7 @@ type RealOptions struct {
 	Log                     *slog.Logger
 }
 
-// DefaultRealOptions: 30 s of traffic through 20 Mbit/s with a 400-packet
+// DefaultRealOptions returns 30 s of traffic through 20 Mbit/s with a 400-packet
 // FIFO (~240 ms of queue), 4 TCP streams, UDP at 2 Mbit/s.
 func DefaultRealOptions() RealOptions {
 	return RealOptions{Duration: 30 * time.Second, Bottleneck: Bottleneck{RateMbit: 20, Limit: 400},
@@ -432,7 +432,7 @@ func runRealTraffic(ctx context.Context, ps *procSet, topo *RealTopology, opt Re
 		case err := <-p.done:
 			p.done <- err
 			if err != nil {
-				return fmt.Errorf("testbed: %s: %v; log %s:\n%s", p.name, err, p.log, tail(p.log, 1500))
+				return fmt.Errorf("testbed: %s: %w; log %s:\n%s", p.name, err, p.log, tail(p.log, 1500))
 			}
 		case <-time.After(opt.Duration + 30*time.Second):
 			return fmt.Errorf("testbed: %s still running %v after its end", p.name, 30*time.Second)

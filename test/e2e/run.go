@@ -57,7 +57,7 @@ func DefaultLink() linkem.Profile {
 	}}
 }
 
-// DefaultOptions: 4 intervals of 1 s at 3000 packets/s over DefaultLink.
+// DefaultOptions returns 4 intervals of 1 s at 3000 packets/s over DefaultLink.
 func DefaultOptions() Options {
 	return Options{Interval: time.Second, Intervals: 4, Traffic: DefaultTraffic(), Forward: DefaultLink(),
 		Seed: "testbed-seed"}

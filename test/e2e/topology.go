@@ -98,7 +98,7 @@ func (t *Topology) Close() error {
 	var errs []error
 	for _, ns := range []string{t.Src, t.Mid, t.Dst} {
 		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-			errs = append(errs, fmt.Errorf("testbed: ip netns del %s: %v: %s", ns, err, strings.TrimSpace(string(out))))
+			errs = append(errs, fmt.Errorf("testbed: ip netns del %s: %w: %s", ns, err, strings.TrimSpace(string(out))))
 		}
 	}
 	return errors.Join(errs...)

@@ -67,7 +67,7 @@ type Options struct {
 	Classes *WeightClasses
 }
 
-// DefaultOptions: paper bins, baseline on, threshold 0.5.
+// DefaultOptions returns paper bins, baseline on, threshold 0.5.
 func DefaultOptions() Options {
 	return Options{Bins: DefaultBins(), Baseline: true, LossThreshold: 0.5}
 }

@@ -95,11 +95,11 @@ func (r Report) writeDistribution(b *strings.Builder) {
 				pct(s.MedianRelStdSamples), s.StdSamplesFlows, pct(s.MedianRelStdSketch), s.StdSketchFlows)
 		}
 	}
-	var any bool
+	var anyClasses bool
 	for _, run := range r.Runs {
-		any = any || len(run.ScenarioClasses) > 0
+		anyClasses = anyClasses || len(run.ScenarioClasses) > 0
 	}
-	if !any {
+	if !anyClasses {
 		return
 	}
 	fmt.Fprintf(b, "\nBy the truth's scenario class (the `class` of each truth record):\n\n")
@@ -301,13 +301,13 @@ func cdfPlot(f, title string, runs []RunReport, errs func(*RunReport) []float64)
 	p.Legend.Top = false
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
-	any := false
+	anyRun := false
 	for ri := range runs {
 		e := errs(&runs[ri])
 		if len(e) == 0 {
 			continue
 		}
-		any = true
+		anyRun = true
 		l, err := plotter.NewLine(cdfPoints(e, 1000))
 		if err != nil {
 			return false, fmt.Errorf("plot %s: %s: %w", f, runs[ri].Label, err)
@@ -318,7 +318,7 @@ func cdfPlot(f, title string, runs []RunReport, errs func(*RunReport) []float64)
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("%s (n=%d)", runs[ri].Label, len(e)), l)
 	}
-	if !any {
+	if !anyRun {
 		return false, nil
 	}
 	if err := p.Save(16*vg.Centimeter, 11*vg.Centimeter, f); err != nil {

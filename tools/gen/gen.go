@@ -133,7 +133,7 @@ func createCap(path, format string, snap int) (*capFile, error) {
 		intf.Name = "lds-gen"
 		ng, err := pcapgo.NewNgWriterInterface(c.bw, intf, pcapgo.DefaultNgWriterOptions)
 		if err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("write pcapng header to %s: %w", path, err)
 		}
 		c.w, c.ng = ng, ng
@@ -145,7 +145,7 @@ func createCap(path, format string, snap int) (*capFile, error) {
 		s = 65535
 	}
 	if err := w.WriteFileHeader(s, layers.LinkTypeEthernet); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("write pcap header to %s: %w", path, err)
 	}
 	c.w = w
@@ -505,229 +505,68 @@ func pendPush(h []pending, p pending) []pending { return heapq.Push(h, p, pendLe
 
 func pendPop(h []pending) ([]pending, pending) { return heapq.Pop(h, pendLess) }
 
+// runState is one run's outputs and the state of its event loop.
+type runState struct {
+	g      *generator
+	out    Outputs
+	sum    Summary
+	capA   *capFile
+	capB   *capFile
+	truthF *os.File
+	truthW *bufio.Writer
+
+	bufA        []byte       // the sender frame being built
+	snapB       int          // receiver-tap snap length (maxFrame for none)
+	free        [][]byte     // receiver frame buffers to reuse
+	pend        []pending    // receiver frames not yet written, by receive time
+	maxSentSeen int64        // latest send time of a receiver frame written
+	curIv       int64        // the interval whose truth is being accumulated
+	rec         truth.Record // scratch of flushTruth
+	line        []byte       // scratch of flushTruth
+	pt          PacketTruth  // scratch of OnPacket
+	sp          pktSpec      // the packet being built
+	counter     uint64       // packets sent so far
+}
+
 func (g *generator) run(ctx context.Context, out Outputs) (sum Summary, err error) {
-	sc := g.sc
-	sum.Flows = len(g.flows)
-	sum.Headers = g.hdr
-	capA, err := createCap(out.SenderPcap, sc.Format, g.snapA)
+	s, err := g.openRun(out)
 	if err != nil {
-		return sum, err
-	}
-	capB, err := createCap(out.ReceiverPcap, sc.Format, g.snapB)
-	if err != nil {
-		capA.close()
-		return sum, err
-	}
-	var truthF *os.File
-	var truthW *bufio.Writer
-	if out.Truth != "" {
-		truthF, err = os.Create(out.Truth)
-		if err != nil {
-			capA.close()
-			capB.close()
-			return sum, fmt.Errorf("create truth file: %w", err)
-		}
-		truthW = bufio.NewWriterSize(truthF, 1<<20)
+		return Summary{Flows: len(g.flows), Headers: g.hdr}, err
 	}
 	defer func() {
-		for _, c := range []*capFile{capA, capB} {
-			if e := c.close(); e != nil && err == nil {
-				err = fmt.Errorf("close capture: %w", e)
-			}
+		if e := s.close(); e != nil && err == nil {
+			err = e
 		}
-		if truthF != nil {
-			if e := truthW.Flush(); e != nil && err == nil {
-				err = fmt.Errorf("write truth: %w", e)
-			}
-			if e := truthF.Close(); e != nil && err == nil {
-				err = fmt.Errorf("close truth: %w", e)
-			}
-		}
+		sum = s.sum
 	}()
-
-	h := make([]int32, 0, len(g.flows))
-	for i := range g.flows {
-		g.flows[i].advance(g.rng)
-		h = append(h, int32(i))
-	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		g.siftDown(h, i)
-	}
-
-	bufA := make([]byte, maxFrame)
-	snapB := g.snapB
-	if snapB == 0 {
-		snapB = maxFrame
-	}
-	var free [][]byte
-	var pend []pending
-	var maxSentSeen int64 = math.MinInt64
-	writeB := func(p pending) error {
-		ci := gopacket.CaptureInfo{Timestamp: time.Unix(0, p.recvNS), CaptureLength: p.n, Length: p.wire}
-		if err := capB.w.WritePacket(ci, p.buf[:p.n]); err != nil {
-			return fmt.Errorf("write receiver capture: %w", err)
-		}
-		if p.sendNS < maxSentSeen {
-			sum.Reordered++
-		}
-		maxSentSeen = max(maxSentSeen, p.sendNS)
-		sum.LastRecvNS = p.recvNS
-		free = append(free, p.buf)
-		return nil
-	}
-	curIv := int64(math.MinInt64)
-	var rec truth.Record
-	var line []byte
-	flushTruth := func() error {
-		if curIv == math.MinInt64 {
-			return nil
-		}
-		sum.Intervals++
-		slices.Sort(g.touched)
-		for _, fi := range g.touched {
-			f := &g.flows[fi]
-			if truthW != nil {
-				rec = truth.Record{Interval: curIv, StartNS: curIv * g.ivNS,
-					Src: f.srcS, Dst: f.dstS, SPort: f.sport, DPort: f.dport, Proto: f.proto,
-					Class: sc.Classes[f.class].Name, FlowPkts: f.n}
-				f.acc.record(&rec)
-				b, err := json.Marshal(&rec)
-				if err != nil {
-					return fmt.Errorf("encode truth: %w", err)
-				}
-				line = append(line[:0], b...)
-				line = append(line, '\n')
-				if _, err := truthW.Write(line); err != nil {
-					return fmt.Errorf("write truth: %w", err)
-				}
-				sum.TruthRecords++
-			}
-			f.acc.reset()
-			f.accTouch = false
-		}
-		g.touched = g.touched[:0]
-		return nil
-	}
-
-	var pt PacketTruth
-	var sp pktSpec
-	var counter uint64
-	hdr := g.hdr
-	t := sc.Traffic
-	sum.FirstSendNS = -1
+	h := g.flowHeap()
+	sc := g.sc
+	s.sum.FirstSendNS = -1
 	for len(h) > 0 {
-		if counter&0xffff == 0 {
+		if s.counter&0xffff == 0 {
 			if err := ctx.Err(); err != nil {
-				return sum, fmt.Errorf("generation stopped after %d packets: %w", counter, err)
+				return sum, fmt.Errorf("generation stopped after %d packets: %w", s.counter, err)
 			}
 		}
 		fi := h[0]
 		f := &g.flows[fi]
 		sendNS := sc.StartNS + f.nextNS
 		iv := sendNS / g.ivNS
-		if iv != curIv {
-			if err := flushTruth(); err != nil {
+		if iv != s.curIv {
+			if err := s.flushTruth(); err != nil {
 				return sum, err
 			}
-			curIv = iv
+			s.curIv = iv
 		}
-		for len(pend) > 0 && pend[0].recvNS <= sendNS {
-			var p pending
-			pend, p = pendPop(pend)
-			if err := writeB(p); err != nil {
-				return sum, err
-			}
+		if err := s.deliverUntil(sendNS); err != nil {
+			return sum, err
 		}
-
-		// The packet.
-		rng := g.rng
-		pl := t.MaxPayload
-		if rng.Float64() >= t.Full {
-			pl = t.MinPayload + rng.IntN(t.MaxPayload-t.MinPayload+1)
+		if err := s.packet(fi, sendNS, iv); err != nil {
+			return sum, err
 		}
-		if f.proto != protoTCP {
-			pl = max(pl, 8)
-		}
-		sp = pktSpec{payloadLen: pl, counter: counter, ipid: f.ipid, seq: f.seq, ack: f.ack,
-			icmpSeq: f.icmpSeq, tos: f.tos,
-			offload: (f.proto == protoTCP || f.proto == protoUDP) && hdr.L4ChecksumOffload > 0 && rng.Float64() < hdr.L4ChecksumOffload}
-		ipLen, l4ck := buildIP(bufA, f, &sp)
-		f.ipid++
-		f.seq += uint32(pl)
-		f.ack += 1 + uint32(rng.IntN(3000))
-		f.icmpSeq++
-		etherType := uint16(0x0800)
-		if f.v6 {
-			etherType = 0x86dd
-		}
-		offA := writeL2(bufA, f.macA[0], f.macA[1], g.vlanA, etherType)
-		wireA := l2Room - offA + ipLen
-		capLenA := wireA
-		if g.snapA > 0 {
-			capLenA = min(wireA, g.snapA)
-		}
-		ci := gopacket.CaptureInfo{Timestamp: time.Unix(0, sendNS), CaptureLength: capLenA, Length: wireA}
-		if err := capA.w.WritePacket(ci, bufA[offA:offA+capLenA]); err != nil {
-			return sum, fmt.Errorf("write sender capture: %w", err)
-		}
-
-		lost := g.losses[f.class].lost(rng)
-		if f.heavy && rng.Float64() < sc.HeavyLoss.P {
-			lost = true
-		}
-		if !f.accTouch {
-			f.accTouch = true
-			g.touched = append(g.touched, fi)
-		}
-		f.acc.sent++
-		sum.Packets++
-		if sum.FirstSendNS < 0 {
-			sum.FirstSendNS = sendNS
-		}
-		sum.LastSendNS = sendNS
-		var recvNS int64
-		if lost {
-			sum.Lost++
-		} else {
-			d := g.delays[f.class].boundedDelay(rng, f.word, f.nextNS, g.maxDNS)
-			sum.MaxDelayNS = max(sum.MaxDelayNS, d)
-			recvNS = sendNS + d
-			f.acc.add(float64(d))
-			sum.Received++
-			rxTOS := f.rxTOS
-			if f.ect && hdr.ECNCE > 0 && rng.Float64() < hdr.ECNCE {
-				rxTOS |= 0b11
-			}
-			var buf []byte
-			if n := len(free); n > 0 {
-				buf, free = free[n-1], free[:n-1]
-			} else {
-				buf = make([]byte, maxFrame)
-			}
-			l2B := l2Room
-			if g.vlanB < 0 {
-				l2B = ethHdrLen
-			}
-			wireB := l2B + ipLen
-			capB := min(wireB, snapB)
-			offB := writeL2(buf, f.macB[0], f.macB[1], g.vlanB, etherType)
-			rewriteForReceiver(buf[l2Room:], bufA[l2Room:], capB-l2B, f, hdr.TTLDecrement, rxTOS, l4ck, sp.offload)
-			if offB > 0 {
-				// Untagged: shift the frame to the buffer's start so buf[:n] is it.
-				copy(buf, buf[offB:offB+capB])
-			}
-			pend = pendPush(pend, pending{recvNS: recvNS, sendNS: sendNS, seq: counter, wire: wireB, n: capB, buf: buf})
-		}
-		if out.OnPacket != nil {
-			pt = PacketTruth{Flow: int(fi), Key: &f.key, Interval: iv, SendNS: sendNS, RecvNS: recvNS,
-				Lost: lost, WireLen: wireA, Counter: counter}
-			out.OnPacket(&pt)
-		}
-		counter++
-
 		f.emitted++
 		if f.emitted < f.n {
-			f.advance(rng)
+			f.advance(g.rng)
 			g.siftDown(h, 0)
 		} else {
 			last := len(h) - 1
@@ -736,15 +575,240 @@ func (g *generator) run(ctx context.Context, out Outputs) (sum Summary, err erro
 			g.siftDown(h, 0)
 		}
 	}
-	if err := flushTruth(); err != nil {
+	if err := s.flushTruth(); err != nil {
 		return sum, err
 	}
-	for len(pend) > 0 {
-		var p pending
-		pend, p = pendPop(pend)
-		if err := writeB(p); err != nil {
-			return sum, err
+	return sum, s.deliverUntil(math.MaxInt64)
+}
+
+// openRun creates the run's output files.
+func (g *generator) openRun(out Outputs) (*runState, error) {
+	s := &runState{g: g, out: out, bufA: make([]byte, maxFrame), snapB: g.snapB, maxSentSeen: math.MinInt64, curIv: math.MinInt64}
+	s.sum.Flows = len(g.flows)
+	s.sum.Headers = g.hdr
+	if s.snapB == 0 {
+		s.snapB = maxFrame
+	}
+	var err error
+	if s.capA, err = createCap(out.SenderPcap, g.sc.Format, g.snapA); err != nil {
+		return nil, err
+	}
+	if s.capB, err = createCap(out.ReceiverPcap, g.sc.Format, g.snapB); err != nil {
+		_ = s.capA.close()
+		return nil, err
+	}
+	if out.Truth != "" {
+		if s.truthF, err = os.Create(out.Truth); err != nil {
+			_ = s.capA.close()
+			_ = s.capB.close()
+			return nil, fmt.Errorf("create truth file: %w", err)
+		}
+		s.truthW = bufio.NewWriterSize(s.truthF, 1<<20)
+	}
+	return s, nil
+}
+
+// close flushes and closes the output files and returns the first error.
+func (s *runState) close() error {
+	var err error
+	for _, c := range []*capFile{s.capA, s.capB} {
+		if e := c.close(); e != nil && err == nil {
+			err = fmt.Errorf("close capture: %w", e)
 		}
 	}
-	return sum, nil
+	if s.truthF != nil {
+		if e := s.truthW.Flush(); e != nil && err == nil {
+			err = fmt.Errorf("write truth: %w", e)
+		}
+		if e := s.truthF.Close(); e != nil && err == nil {
+			err = fmt.Errorf("close truth: %w", e)
+		}
+	}
+	return err
+}
+
+// flowHeap returns the flows in a heap by their first send time.
+func (g *generator) flowHeap() []int32 {
+	h := make([]int32, 0, len(g.flows))
+	for i := range g.flows {
+		g.flows[i].advance(g.rng)
+		h = append(h, int32(i))
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		g.siftDown(h, i)
+	}
+	return h
+}
+
+// deliverUntil writes the receiver frames received at or before ns.
+func (s *runState) deliverUntil(ns int64) error {
+	for len(s.pend) > 0 && s.pend[0].recvNS <= ns {
+		var p pending
+		s.pend, p = pendPop(s.pend)
+		if err := s.writeB(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeB writes one receiver frame.
+func (s *runState) writeB(p pending) error {
+	ci := gopacket.CaptureInfo{Timestamp: time.Unix(0, p.recvNS), CaptureLength: p.n, Length: p.wire}
+	if err := s.capB.w.WritePacket(ci, p.buf[:p.n]); err != nil {
+		return fmt.Errorf("write receiver capture: %w", err)
+	}
+	if p.sendNS < s.maxSentSeen {
+		s.sum.Reordered++
+	}
+	s.maxSentSeen = max(s.maxSentSeen, p.sendNS)
+	s.sum.LastRecvNS = p.recvNS
+	s.free = append(s.free, p.buf)
+	return nil
+}
+
+// flushTruth writes the truth records of the current interval's flows.
+func (s *runState) flushTruth() error {
+	if s.curIv == math.MinInt64 {
+		return nil
+	}
+	g := s.g
+	s.sum.Intervals++
+	slices.Sort(g.touched)
+	for _, fi := range g.touched {
+		f := &g.flows[fi]
+		if s.truthW != nil {
+			s.rec = truth.Record{Interval: s.curIv, StartNS: s.curIv * g.ivNS,
+				Src: f.srcS, Dst: f.dstS, SPort: f.sport, DPort: f.dport, Proto: f.proto,
+				Class: g.sc.Classes[f.class].Name, FlowPkts: f.n}
+			f.acc.record(&s.rec)
+			b, err := json.Marshal(&s.rec)
+			if err != nil {
+				return fmt.Errorf("encode truth: %w", err)
+			}
+			s.line = append(s.line[:0], b...)
+			s.line = append(s.line, '\n')
+			if _, err := s.truthW.Write(s.line); err != nil {
+				return fmt.Errorf("write truth: %w", err)
+			}
+			s.sum.TruthRecords++
+		}
+		f.acc.reset()
+		f.accTouch = false
+	}
+	g.touched = g.touched[:0]
+	return nil
+}
+
+// packet emits flow fi's next packet at sendNS: the sender frame, its fate,
+// the receiver frame (queued until its receive time) and OnPacket.
+func (s *runState) packet(fi int32, sendNS, iv int64) error {
+	g := s.g
+	f := &g.flows[fi]
+	rng := g.rng
+	ipLen, l4ck, etherType, wireA, err := s.writeSender(f, sendNS)
+	if err != nil {
+		return err
+	}
+	lost := g.losses[f.class].lost(rng)
+	if f.heavy && rng.Float64() < g.sc.HeavyLoss.P {
+		lost = true
+	}
+	if !f.accTouch {
+		f.accTouch = true
+		g.touched = append(g.touched, fi)
+	}
+	f.acc.sent++
+	s.sum.Packets++
+	if s.sum.FirstSendNS < 0 {
+		s.sum.FirstSendNS = sendNS
+	}
+	s.sum.LastSendNS = sendNS
+	var recvNS int64
+	if lost {
+		s.sum.Lost++
+	} else {
+		recvNS = s.receive(f, sendNS, ipLen, l4ck, etherType)
+	}
+	if s.out.OnPacket != nil {
+		s.pt = PacketTruth{Flow: int(fi), Key: &f.key, Interval: iv, SendNS: sendNS, RecvNS: recvNS,
+			Lost: lost, WireLen: wireA, Counter: s.counter}
+		s.out.OnPacket(&s.pt)
+	}
+	s.counter++
+	return nil
+}
+
+// writeSender builds flow f's next packet in bufA and writes it to the
+// sender capture. It returns the IP length, the L4 checksum, the
+// EtherType and the frame's wire length.
+func (s *runState) writeSender(f *flow, sendNS int64) (ipLen int, l4ck uint16, etherType uint16, wireA int, err error) {
+	g := s.g
+	rng, t, hdr := g.rng, g.sc.Traffic, g.hdr
+	pl := t.MaxPayload
+	if rng.Float64() >= t.Full {
+		pl = t.MinPayload + rng.IntN(t.MaxPayload-t.MinPayload+1)
+	}
+	if f.proto != protoTCP {
+		pl = max(pl, 8)
+	}
+	s.sp = pktSpec{payloadLen: pl, counter: s.counter, ipid: f.ipid, seq: f.seq, ack: f.ack,
+		icmpSeq: f.icmpSeq, tos: f.tos,
+		offload: (f.proto == protoTCP || f.proto == protoUDP) && hdr.L4ChecksumOffload > 0 && rng.Float64() < hdr.L4ChecksumOffload}
+	ipLen, l4ck = buildIP(s.bufA, f, &s.sp)
+	f.ipid++
+	f.seq += uint32(pl)
+	f.ack += 1 + uint32(rng.IntN(3000))
+	f.icmpSeq++
+	etherType = 0x0800
+	if f.v6 {
+		etherType = 0x86dd
+	}
+	offA := writeL2(s.bufA, f.macA[0], f.macA[1], g.vlanA, etherType)
+	wireA = l2Room - offA + ipLen
+	capLenA := wireA
+	if g.snapA > 0 {
+		capLenA = min(wireA, g.snapA)
+	}
+	ci := gopacket.CaptureInfo{Timestamp: time.Unix(0, sendNS), CaptureLength: capLenA, Length: wireA}
+	if err := s.capA.w.WritePacket(ci, s.bufA[offA:offA+capLenA]); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("write sender capture: %w", err)
+	}
+	return ipLen, l4ck, etherType, wireA, nil
+}
+
+// receive draws the delivered packet's delay, builds its receiver frame
+// from the sender's and queues it. It returns the receive time.
+func (s *runState) receive(f *flow, sendNS int64, ipLen int, l4ck, etherType uint16) int64 {
+	g := s.g
+	rng, hdr := g.rng, g.hdr
+	d := g.delays[f.class].boundedDelay(rng, f.word, f.nextNS, g.maxDNS)
+	s.sum.MaxDelayNS = max(s.sum.MaxDelayNS, d)
+	recvNS := sendNS + d
+	f.acc.add(float64(d))
+	s.sum.Received++
+	rxTOS := f.rxTOS
+	if f.ect && hdr.ECNCE > 0 && rng.Float64() < hdr.ECNCE {
+		rxTOS |= 0b11
+	}
+	var buf []byte
+	if n := len(s.free); n > 0 {
+		buf, s.free = s.free[n-1], s.free[:n-1]
+	} else {
+		buf = make([]byte, maxFrame)
+	}
+	l2B := l2Room
+	if g.vlanB < 0 {
+		l2B = ethHdrLen
+	}
+	wireB := l2B + ipLen
+	capB := min(wireB, s.snapB)
+	offB := writeL2(buf, f.macB[0], f.macB[1], g.vlanB, etherType)
+	rewriteForReceiver(buf[l2Room:], s.bufA[l2Room:], capB-l2B, f, hdr.TTLDecrement, rxTOS, l4ck, s.sp.offload)
+	if offB > 0 {
+		// Untagged: shift the frame to the buffer's start so buf[:n] is it.
+		copy(buf, buf[offB:offB+capB])
+	}
+	s.pend = pendPush(s.pend, pending{recvNS: recvNS, sendNS: sendNS, seq: s.counter, wire: wireB, n: capB, buf: buf})
+	return recvNS
 }

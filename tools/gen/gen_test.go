@@ -289,92 +289,8 @@ func TestTruthMatchesCaptures(t *testing.T) {
 			if sum.Lost == 0 || sum.Reordered == 0 {
 				t.Errorf("scenario should lose (%d) and reorder (%d) packets", sum.Lost, sum.Reordered)
 			}
-			sent := make(map[string]int, len(A))
-			truthCalc := map[ivKey]*acc{}
-			ivNS := int64(sc.Interval)
-			for i, p := range A {
-				if i > 0 && p.ts < A[i-1].ts {
-					t.Fatalf("sender capture not sorted by time at %d", i)
-				}
-				if _, dup := sent[p.id]; dup {
-					t.Fatalf("two sender packets share the invariant identity %s", p.id)
-				}
-				if !p.v4ckOK {
-					t.Fatalf("sender IPv4 header checksum wrong")
-				}
-				if p.ts < sc.StartNS || p.ts >= sc.StartNS+int64(sc.Duration) {
-					t.Fatalf("send time %d outside the trace", p.ts)
-				}
-				sent[p.id] = i
-				k := ivKey{p.ts / ivNS, p.key}
-				a := truthCalc[k]
-				if a == nil {
-					a = &acc{}
-					truthCalc[k] = a
-				}
-				a.sent++
-			}
-			delays := map[ivKey][]float64{}
-			seen := map[string]bool{}
-			var ttlDec, macDiff, vlanDiff, ce, dscp, l4diff, v6 int
-			for i, p := range B {
-				if i > 0 && p.ts < B[i-1].ts {
-					t.Fatalf("receiver capture not sorted by time at %d", i)
-				}
-				j, ok := sent[p.id]
-				if !ok {
-					t.Fatalf("receiver packet %s never sent", p.id)
-				}
-				if seen[p.id] {
-					t.Fatalf("receiver packet %s twice", p.id)
-				}
-				seen[p.id] = true
-				s := A[j]
-				d := p.ts - s.ts
-				if d <= 0 || d >= int64(sc.MaxDelay) {
-					t.Fatalf("delay %d ns outside (0, %v)", d, sc.MaxDelay)
-				}
-				if s.hasCtr {
-					f, ok := fate[s.counter]
-					if !ok || f.Lost || f.RecvNS != p.ts || f.SendNS != s.ts {
-						t.Fatalf("packet %d: callback says %+v, captures say send %d recv %d", s.counter, f, s.ts, p.ts)
-					}
-				}
-				if !p.v4ckOK {
-					t.Fatalf("receiver IPv4 header checksum wrong (not recomputed)")
-				}
-				if p.full && !p.l4ckOK {
-					t.Fatalf("receiver L4 checksum wrong: %s", p.id)
-				}
-				if p.wire-s.wire != vlanLen(p.vlan)-vlanLen(s.vlan) {
-					t.Fatalf("wire length %d vs %d does not match the VLAN change", p.wire, s.wire)
-				}
-				if p.ttl == s.ttl-1 {
-					ttlDec++
-				} else if p.ttl != s.ttl {
-					t.Fatalf("TTL %d -> %d", s.ttl, p.ttl)
-				}
-				if p.macs != s.macs {
-					macDiff++
-				}
-				if p.vlan != s.vlan {
-					vlanDiff++
-				}
-				if p.tos&3 == 3 && s.tos&3 == 2 {
-					ce++
-				}
-				if p.tos>>2 != s.tos>>2 {
-					dscp++
-				}
-				if p.l4ck != s.l4ck {
-					l4diff++
-				}
-				if p.key.V6 {
-					v6++
-				}
-				k := ivKey{s.ts / ivNS, s.key}
-				delays[k] = append(delays[k], float64(d))
-			}
+			sent, truthCalc := checkSenderCapture(t, sc, A)
+			delays, hc := checkReceiverCapture(t, sc, A, B, sent, fate)
 			// Exactly the non-lost packets arrived.
 			var lostByFate int
 			for _, f := range fate {
@@ -385,77 +301,196 @@ func TestTruthMatchesCaptures(t *testing.T) {
 			if int64(lostByFate) != sum.Lost || len(fate) != len(A) {
 				t.Fatalf("callback: %d packets, %d lost; summary %d lost", len(fate), lostByFate, sum.Lost)
 			}
-			n := len(B)
-			h := sum.Headers
-			check := func(name string, got int, on bool) {
-				if on && got == 0 {
-					t.Errorf("%s enabled but never happened", name)
-				}
-				if !on && got != 0 {
-					t.Errorf("%s disabled but happened %d times", name, got)
-				}
-			}
-			check("ttl_decrement", ttlDec, h.TTLDecrement)
-			if h.TTLDecrement && ttlDec != n {
-				t.Errorf("TTL decremented on %d of %d packets", ttlDec, n)
-			}
-			check("mac_rewrite", macDiff, h.MACRewrite)
-			check("vlan", vlanDiff, h.VLAN != VLANNone)
-			check("ecn_ce", ce, h.ECNCE > 0)
-			check("dscp_remark", dscp, h.DSCPRemark > 0)
-			check("l4_checksum_offload", l4diff, h.L4ChecksumOffload > 0)
-			if v6 == 0 || v6 == n {
-				t.Errorf("IPv4/IPv6 mix missing: %d of %d IPv6", v6, n)
-			}
-
-			recs, err := truth.ReadFile(out.Truth)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(recs) != len(truthCalc) || len(recs) != sum.TruthRecords {
-				t.Fatalf("truth has %d records, captures give %d (summary %d)", len(recs), len(truthCalc), sum.TruthRecords)
-			}
-			for _, r := range recs {
-				key, err := r.Key()
-				if err != nil {
-					t.Fatal(err)
-				}
-				k := ivKey{r.Interval, key}
-				a := truthCalc[k]
-				if a == nil {
-					t.Fatalf("truth record %+v not in the captures", k)
-				}
-				ds := delays[k]
-				if r.Sent != a.sent || r.Received != int64(len(ds)) || r.Lost != a.sent-int64(len(ds)) {
-					t.Fatalf("%+v: truth sent/recv/lost %d/%d/%d, captures %d/%d", k, r.Sent, r.Received, r.Lost, a.sent, len(ds))
-				}
-				if r.StartNS != r.Interval*ivNS {
-					t.Fatalf("start_ns %d for interval %d", r.StartNS, r.Interval)
-				}
-				if len(ds) == 0 {
-					if r.DelayNS != nil || r.StddevNS != nil {
-						t.Fatalf("%+v: delay given with nothing received", k)
-					}
-					continue
-				}
-				var s float64
-				for _, d := range ds {
-					s += d
-				}
-				mean := s / float64(len(ds))
-				var v float64
-				for _, d := range ds {
-					v += (d - mean) * (d - mean)
-				}
-				std := math.Sqrt(v / float64(len(ds)))
-				if r.DelayNS == nil || math.Abs(*r.DelayNS-mean) > 1e-9*mean+1e-6 {
-					t.Fatalf("%v: truth mean %s, captures %v", k, fp(r.DelayNS), mean)
-				}
-				if r.StddevNS == nil || math.Abs(*r.StddevNS-std) > 1e-6*std+1e-3 {
-					t.Fatalf("%v: truth stddev %s, captures %v", k, fp(r.StddevNS), std)
-				}
-			}
+			checkHeaderChanges(t, sum.Headers, hc, len(B))
+			checkTruthFile(t, out.Truth, sum, int64(sc.Interval), truthCalc, delays)
 		})
+	}
+}
+
+// checkSenderCapture checks the sender capture's order, identities,
+// checksums and times, and returns each packet's index by identity and the
+// packets sent per interval and flow.
+func checkSenderCapture(t *testing.T, sc Scenario, A []capPkt) (map[string]int, map[ivKey]*acc) {
+	t.Helper()
+	sent := make(map[string]int, len(A))
+	truthCalc := map[ivKey]*acc{}
+	ivNS := int64(sc.Interval)
+	for i, p := range A {
+		if i > 0 && p.ts < A[i-1].ts {
+			t.Fatalf("sender capture not sorted by time at %d", i)
+		}
+		if _, dup := sent[p.id]; dup {
+			t.Fatalf("two sender packets share the invariant identity %s", p.id)
+		}
+		if !p.v4ckOK {
+			t.Fatalf("sender IPv4 header checksum wrong")
+		}
+		if p.ts < sc.StartNS || p.ts >= sc.StartNS+int64(sc.Duration) {
+			t.Fatalf("send time %d outside the trace", p.ts)
+		}
+		sent[p.id] = i
+		k := ivKey{p.ts / ivNS, p.key}
+		a := truthCalc[k]
+		if a == nil {
+			a = &acc{}
+			truthCalc[k] = a
+		}
+		a.sent++
+	}
+	return sent, truthCalc
+}
+
+// headerCounts counts the receiver packets whose headers changed, by change.
+type headerCounts struct {
+	ttlDec, macDiff, vlanDiff, ce, dscp, l4diff, v6 int
+}
+
+// checkReceiverCapture checks every receiver packet against its sender
+// packet and the callback's fate, and returns the delays per interval and
+// flow and the header changes seen.
+func checkReceiverCapture(t *testing.T, sc Scenario, A, B []capPkt, sent map[string]int, fate map[uint64]PacketTruth) (map[ivKey][]float64, headerCounts) {
+	t.Helper()
+	ivNS := int64(sc.Interval)
+	delays := map[ivKey][]float64{}
+	seen := map[string]bool{}
+	var hc headerCounts
+	for i, p := range B {
+		if i > 0 && p.ts < B[i-1].ts {
+			t.Fatalf("receiver capture not sorted by time at %d", i)
+		}
+		j, ok := sent[p.id]
+		if !ok {
+			t.Fatalf("receiver packet %s never sent", p.id)
+		}
+		if seen[p.id] {
+			t.Fatalf("receiver packet %s twice", p.id)
+		}
+		seen[p.id] = true
+		s := A[j]
+		d := p.ts - s.ts
+		if d <= 0 || d >= int64(sc.MaxDelay) {
+			t.Fatalf("delay %d ns outside (0, %v)", d, sc.MaxDelay)
+		}
+		if s.hasCtr {
+			f, ok := fate[s.counter]
+			if !ok || f.Lost || f.RecvNS != p.ts || f.SendNS != s.ts {
+				t.Fatalf("packet %d: callback says %+v, captures say send %d recv %d", s.counter, f, s.ts, p.ts)
+			}
+		}
+		if !p.v4ckOK {
+			t.Fatalf("receiver IPv4 header checksum wrong (not recomputed)")
+		}
+		if p.full && !p.l4ckOK {
+			t.Fatalf("receiver L4 checksum wrong: %s", p.id)
+		}
+		if p.wire-s.wire != vlanLen(p.vlan)-vlanLen(s.vlan) {
+			t.Fatalf("wire length %d vs %d does not match the VLAN change", p.wire, s.wire)
+		}
+		if p.ttl == s.ttl-1 {
+			hc.ttlDec++
+		} else if p.ttl != s.ttl {
+			t.Fatalf("TTL %d -> %d", s.ttl, p.ttl)
+		}
+		if p.macs != s.macs {
+			hc.macDiff++
+		}
+		if p.vlan != s.vlan {
+			hc.vlanDiff++
+		}
+		if p.tos&3 == 3 && s.tos&3 == 2 {
+			hc.ce++
+		}
+		if p.tos>>2 != s.tos>>2 {
+			hc.dscp++
+		}
+		if p.l4ck != s.l4ck {
+			hc.l4diff++
+		}
+		if p.key.V6 {
+			hc.v6++
+		}
+		k := ivKey{s.ts / ivNS, s.key}
+		delays[k] = append(delays[k], float64(d))
+	}
+	return delays, hc
+}
+
+// checkHeaderChanges: each header change happened if and only if the
+// scenario enabled it; n receiver packets.
+func checkHeaderChanges(t *testing.T, h HeaderChanges, hc headerCounts, n int) {
+	t.Helper()
+	check := func(name string, got int, on bool) {
+		if on && got == 0 {
+			t.Errorf("%s enabled but never happened", name)
+		}
+		if !on && got != 0 {
+			t.Errorf("%s disabled but happened %d times", name, got)
+		}
+	}
+	check("ttl_decrement", hc.ttlDec, h.TTLDecrement)
+	if h.TTLDecrement && hc.ttlDec != n {
+		t.Errorf("TTL decremented on %d of %d packets", hc.ttlDec, n)
+	}
+	check("mac_rewrite", hc.macDiff, h.MACRewrite)
+	check("vlan", hc.vlanDiff, h.VLAN != VLANNone)
+	check("ecn_ce", hc.ce, h.ECNCE > 0)
+	check("dscp_remark", hc.dscp, h.DSCPRemark > 0)
+	check("l4_checksum_offload", hc.l4diff, h.L4ChecksumOffload > 0)
+	if hc.v6 == 0 || hc.v6 == n {
+		t.Errorf("IPv4/IPv6 mix missing: %d of %d IPv6", hc.v6, n)
+	}
+}
+
+// checkTruthFile checks every truth record against what the captures give:
+// the packets sent per interval and flow and the delays of those received.
+func checkTruthFile(t *testing.T, path string, sum Summary, ivNS int64, truthCalc map[ivKey]*acc, delays map[ivKey][]float64) {
+	t.Helper()
+	recs, err := truth.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != len(truthCalc) || len(recs) != sum.TruthRecords {
+		t.Fatalf("truth has %d records, captures give %d (summary %d)", len(recs), len(truthCalc), sum.TruthRecords)
+	}
+	for _, r := range recs {
+		key, err := r.Key()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := ivKey{r.Interval, key}
+		a := truthCalc[k]
+		if a == nil {
+			t.Fatalf("truth record %+v not in the captures", k)
+		}
+		ds := delays[k]
+		if r.Sent != a.sent || r.Received != int64(len(ds)) || r.Lost != a.sent-int64(len(ds)) {
+			t.Fatalf("%+v: truth sent/recv/lost %d/%d/%d, captures %d/%d", k, r.Sent, r.Received, r.Lost, a.sent, len(ds))
+		}
+		if r.StartNS != r.Interval*ivNS {
+			t.Fatalf("start_ns %d for interval %d", r.StartNS, r.Interval)
+		}
+		if len(ds) == 0 {
+			if r.DelayNS != nil || r.StddevNS != nil {
+				t.Fatalf("%+v: delay given with nothing received", k)
+			}
+			continue
+		}
+		var s float64
+		for _, d := range ds {
+			s += d
+		}
+		mean := s / float64(len(ds))
+		var v float64
+		for _, d := range ds {
+			v += (d - mean) * (d - mean)
+		}
+		std := math.Sqrt(v / float64(len(ds)))
+		if r.DelayNS == nil || math.Abs(*r.DelayNS-mean) > 1e-9*mean+1e-6 {
+			t.Fatalf("%v: truth mean %s, captures %v", k, fp(r.DelayNS), mean)
+		}
+		if r.StddevNS == nil || math.Abs(*r.StddevNS-std) > 1e-6*std+1e-3 {
+			t.Fatalf("%v: truth stddev %s, captures %v", k, fp(r.StddevNS), std)
+		}
 	}
 }
 

@@ -144,7 +144,7 @@ func New(cfg Config, log *slog.Logger) (*Emulator, error) {
 			return err
 		}
 		if b, err = openRaw(cfg.B, cfg.SocketBuffer, 100*time.Millisecond); err != nil {
-			a.close()
+			_ = a.close()
 			return err
 		}
 		return nil
@@ -194,7 +194,7 @@ func (e *Emulator) Close() error {
 
 // Run relays until ctx is done; frames still held then are dropped.
 func (e *Emulator) Run(ctx context.Context) error {
-	defer e.Close()
+	defer func() { _ = e.Close() }()
 	g, ctx := errgroup.WithContext(ctx)
 	for _, d := range e.dirs {
 		g.Go(func() error { return e.read(ctx, d) })

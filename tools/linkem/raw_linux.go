@@ -39,7 +39,7 @@ func openRaw(ifname string, bufBytes int, recvTimeout time.Duration) (*rawSock, 
 	}
 	s := &rawSock{fd: fd, ifname: ifname, ifindex: ifc.Index, mtu: ifc.MTU}
 	fail := func(what string, err error) (*rawSock, error) {
-		unix.Close(fd)
+		_ = unix.Close(fd)
 		return nil, fmt.Errorf("linkem: %s on %q: %w", what, ifname, err)
 	}
 	if bufBytes > 0 {
@@ -171,14 +171,14 @@ func InNetns(path string, fn func() error) error {
 			errc <- fmt.Errorf("linkem: open own network namespace: %w", err)
 			return
 		}
-		defer back.Close()
+		defer func() { _ = back.Close() }()
 		f, err := os.Open(path)
 		if err != nil {
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("linkem: open network namespace: %w", err)
 			return
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("linkem: setns %s (needs CAP_SYS_ADMIN): %w", path, err)
@@ -206,6 +206,10 @@ func preciseThread() error {
 // sleepUntil sleeps until CLOCK_MONOTONIC reads tNS (absolute).
 func sleepUntil(tNS int64) {
 	ts := unix.NsecToTimespec(tNS)
-	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+	for {
+		// A signal interrupts the sleep: sleep again towards the same deadline.
+		if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil); !errors.Is(err, unix.EINTR) {
+			return
+		}
 	}
 }

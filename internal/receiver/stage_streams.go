@@ -1,0 +1,141 @@
+package receiver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/wire"
+)
+
+// The stream stage is the gRPC server's: one goroutine per connected
+// sender runs wire.Server.Stream, decodes frames (wire.Assembler) and calls
+// the wire.Handler methods below, which hand the sender entry's match
+// stage what the stream said on s.fromStream. A call returns once its
+// message is queued (then the interval is acknowledged) or the receiver
+// is shutting down (r.done).
+
+// senderMsg is what a sender's stream hands its match stage: an interval,
+// the intervals a seq gap voided, or the end of the stream.
+type senderMsg struct {
+	si     *interval.SenderInterval
+	meta   interval.SenderMeta
+	voided []int64
+	gone   bool
+}
+
+// entryFor is the receiver.senders entry that serves sender (a wildcard
+// entry is bound to the first sender id that asks).
+func (r *Receiver) entryFor(sender string) (*senderState, error) {
+	for _, s := range r.senders {
+		s.mu.Lock()
+		ok := s.entry.ID == sender || (s.entry.ID == "" && (s.bound == "" || s.bound == sender))
+		if ok && s.entry.ID == "" {
+			s.bound = sender
+		}
+		s.mu.Unlock()
+		if ok {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("no receiver.senders entry for sender %q (the wildcard entry is bound to another sender: list every sender in receiver.senders)", sender)
+}
+
+// Connected implements wire.Handler.
+func (r *Receiver) Connected(sender string, _ uint64) ([]int64, error) {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connected {
+		return nil, fmt.Errorf("sender %q is already connected", sender)
+	}
+	s.connected = true
+	r.metrics.SenderConnected(sender, true)
+	return append([]int64(nil), s.final...), nil
+}
+
+// Interval implements wire.Handler: it turns a decoded interval into the
+// matcher's and queues it (or the ids a gap voided) for the match stage.
+func (r *Receiver) Interval(sender string, res *wire.Result) error {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return err
+	}
+	msg := senderMsg{voided: res.Voided}
+	if res.Kind == wire.Complete {
+		msg.si, msg.meta = senderInterval(res.Interval)
+	}
+	select {
+	case s.fromStream <- msg:
+		return nil
+	case <-r.done:
+		return errors.New("receiver shutting down")
+	}
+}
+
+// Disconnected implements wire.Handler.
+func (r *Receiver) Disconnected(sender string, err error) {
+	s, e := r.entryFor(sender)
+	if e != nil {
+		return
+	}
+	s.mu.Lock()
+	s.connected = false
+	s.mu.Unlock()
+	r.metrics.SenderConnected(sender, false)
+	if err == nil || errors.Is(err, io.EOF) {
+		select {
+		case s.fromStream <- senderMsg{gone: true}:
+		case <-r.done:
+		}
+	} else {
+		r.log.Warn("sender disconnected", "sender", sender, "err", err)
+	}
+}
+
+// Windows gives the server the hold windows to tell sender (wire.windowed).
+func (r *Receiver) Windows(sender string) wire.WindowSource {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	plan := s.plan
+	s.mu.Unlock()
+	if plan == nil {
+		return nil
+	}
+	return plan
+}
+
+// FrameError implements wire.Handler.
+func (r *Receiver) FrameError(sender, reason string) { r.metrics.FrameError(sender, reason) }
+
+// senderInterval turns an interval decoded from a sender's stream into the
+// matcher's sender side and what the sender reported with it.
+func senderInterval(w *wire.Interval) (*interval.SenderInterval, interval.SenderMeta) {
+	sk := &interval.Sketches{LDS: w.LDS, LDA: w.LDA, ClassPackets: make([]uint64, len(w.LDA))}
+	e := w.End
+	if t := e.GetTotals(); t != nil {
+		sk.Packets, sk.Bytes = t.Packets, t.Bytes
+		if len(t.ClassPackets) == len(sk.ClassPackets) {
+			copy(sk.ClassPackets, t.ClassPackets)
+		}
+	}
+	si := &interval.SenderInterval{ID: w.ID, Partial: w.Flags&wire.FlagPartial != 0, First: w.Flags&wire.FlagFirst != 0,
+		Trailer: w.Flags&wire.FlagTrailer != 0, Sk: sk, Split: w.Boundary, Samples: w.Samples, Heavy: w.Heavy}
+	meta := interval.SenderMeta{SketchBytes: uint64(w.SketchBytes)}
+	if c := e.GetClock(); c != nil {
+		meta.Clock = interval.ClockStatus{State: c.State, OffsetNS: c.OffsetNs, GrandmasterPresent: c.GrandmasterPresent,
+			GrandmasterID: c.GrandmasterId, PortState: c.PortState, Err: c.Error}
+	}
+	if d := e.GetDrops(); d != nil {
+		meta.KernelDrops, meta.IfDrops, meta.ParseDrops = d.Kernel, d.Interface, d.Parse
+		si.Late = d.Parse["late"]
+	}
+	return si, meta
+}
