@@ -144,11 +144,11 @@ func MustParseFlowKey(src, dst string, proto uint8, sport, dport uint16) FlowKey
 	return k
 }
 
-// AppendSrc and AppendDst append the text form of the address (as
+// AppendSrc appends the text form of the source address (as
 // netip.Addr.String, without allocating).
 func (k FlowKey) AppendSrc(b []byte) []byte { return k.SrcAddr().AppendTo(b) }
 
-// AppendDst: see AppendSrc.
+// AppendDst appends the text form of the destination address.
 func (k FlowKey) AppendDst(b []byte) []byte { return k.DstAddr().AppendTo(b) }
 
 // CompareText orders keys as their text forms do: source address text,
