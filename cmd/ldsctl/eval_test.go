@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // TestEvalPerClass runs `ldsctl eval --config` on three hand-made flows:
@@ -24,7 +24,7 @@ func TestEvalPerClass(t *testing.T) {
 		return p
 	}
 	d := func(v float64) *float64 { return &v }
-	truth := []gen.TruthRecord{
+	truth := []truth.Record{
 		{Interval: 1, StartNS: 300e9, Src: "10.1.0.1", Dst: "192.0.2.1", SPort: 1, DPort: 80, Proto: 6, Sent: 200, Received: 200, DelayNS: d(1000), StddevNS: d(0)},
 		{Interval: 1, StartNS: 300e9, Src: "10.2.0.1", Dst: "192.0.2.1", SPort: 2, DPort: 80, Proto: 6, Sent: 20, Received: 20, DelayNS: d(500), StddevNS: d(0)},
 		{Interval: 1, StartNS: 300e9, Src: "10.200.0.1", Dst: "192.0.2.1", SPort: 3, DPort: 80, Proto: 17, Sent: 3, Received: 3, DelayNS: d(400), StddevNS: d(0)},
@@ -37,8 +37,11 @@ func TestEvalPerClass(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb.Write(append(b, '\n'))
-		r := results.FlowRecord{Interval: tr.Interval, StartNS: tr.StartNS, Src: tr.Src, Dst: tr.Dst, SPort: tr.SPort, DPort: tr.DPort,
-			Proto: tr.Proto, DelayNS: d(estimates[i]), Packets: float64(tr.Sent)}
+		k, err := tr.Key()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := results.FlowRecord{Interval: tr.Interval, StartNS: tr.StartNS, Key: k, DelayNS: d(estimates[i]), Packets: float64(tr.Sent)}
 		line, err := results.MarshalLine(nil, &r)
 		if err != nil {
 			t.Fatal(err)

@@ -509,15 +509,9 @@ func checkAgainstTruth(t *testing.T, pcapA, pcapB, resultsPath string, rcfg conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	type key struct {
-		iv       int64
-		src, dst string
-		sp, dp   uint16
-		proto    uint8
-	}
-	got := map[key]results.FlowRecord{}
+	got := map[join.FlowID]results.FlowRecord{}
 	for _, r := range recs {
-		got[key{r.Interval, r.Src, r.Dst, r.SPort, r.DPort, r.Proto}] = r
+		got[join.FlowID{Interval: r.Interval, Key: r.Key}] = r
 	}
 	var flows, withDelay, missing int
 	var relErrs []float64
@@ -529,7 +523,7 @@ func checkAgainstTruth(t *testing.T, pcapA, pcapB, resultsPath string, rcfg conf
 		if f.Lost() != 0 {
 			t.Errorf("truth: flow %s in %d lost %d packets on a veth", f.Key, f.Interval, f.Lost())
 		}
-		r, ok := got[key{f.Interval, f.Key.SrcAddr().String(), f.Key.DstAddr().String(), f.Key.SPort, f.Key.DPort, f.Key.Proto}]
+		r, ok := got[join.FlowID{Interval: f.Interval, Key: f.Key}]
 		if !ok {
 			missing++
 			continue
@@ -582,7 +576,7 @@ func checkUnsynced(t *testing.T, resultsPath string, first, last int64) {
 		}
 		n++
 		if !r.Unsynced || r.DelayNS != nil {
-			t.Errorf("interval %d flow %s>%s: clock_unsynced %v, delay %v after the grandmaster stopped", r.Interval, r.Src, r.Dst, r.Unsynced, r.DelayNS)
+			t.Errorf("interval %d flow %s: clock_unsynced %v, delay %v after the grandmaster stopped", r.Interval, r.Key, r.Unsynced, r.DelayNS)
 		}
 	}
 	if n == 0 {

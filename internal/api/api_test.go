@@ -13,14 +13,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 )
 
 func f(v float64) *float64 { return &v }
 
 func rec(sender string, id int64, src, dst string, proto uint8, packets, loss float64, delay *float64) results.FlowRecord {
-	return results.FlowRecord{Interval: id, StartNS: id * 1e9, Sender: sender, Src: src, Dst: dst, Proto: proto,
-		SPort: 1000, DPort: 443, Packets: packets, Loss: loss, DelayNS: delay}
+	return results.FlowRecord{Interval: id, StartNS: id * 1e9, Sender: sender, Key: capture.MustParseFlowKey(src, dst, proto, 1000, 443),
+		Packets: packets, Loss: loss, DelayNS: delay}
 }
 
 // testStore: a/100 has F1 (1500 pkts, 400 µs, loss 2), F2 (10, no delay),
@@ -85,7 +86,7 @@ func TestFlows(t *testing.T) {
 			}
 			var got []string
 			for _, fl := range ans.Flows {
-				got = append(got, fl.Src)
+				got = append(got, fl.Key.SrcAddr().String())
 			}
 			if !slices.Equal(got, tc.wantSrc) || ans.Total != tc.wantTotal {
 				t.Fatalf("flows %v total %d, want %v total %d", got, ans.Total, tc.wantSrc, tc.wantTotal)
@@ -243,12 +244,12 @@ func TestJSONLWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	iv1 := &results.Interval{Sender: "a", Interval: 1763000000, Flows: []results.FlowRecord{
-		{Interval: 1763000000, StartNS: 1763000000_000000000, Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6,
+		{Interval: 1763000000, StartNS: 1763000000_000000000, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
 			DelayNS: f(412345.5), StddevNS: f(80211), Packets: 1520, Samples: 1498, CI95NS: f(4020.1)},
-		{Interval: 1763000000, Src: "2001:db8::1", Dst: "2001:db8::2", Proto: 17, Packets: 3, Loss: 1},
+		{Interval: 1763000000, Key: capture.MustParseFlowKey("2001:db8::1", "2001:db8::2", 17, 0, 0), Packets: 3, Loss: 1},
 	}}
 	iv2 := &results.Interval{Sender: "a", Interval: 1763000001, Outcome: results.OutcomeVoidedGap} // no flows, no lines
-	iv3 := &results.Interval{Sender: "b", Interval: 1763000001, Flows: []results.FlowRecord{{Interval: 1763000001, Sender: "b", Src: "10.0.0.2", Dst: "10.0.0.3", Proto: 1}}}
+	iv3 := &results.Interval{Sender: "b", Interval: 1763000001, Flows: []results.FlowRecord{{Interval: 1763000001, Sender: "b", Key: capture.MustParseFlowKey("10.0.0.2", "10.0.0.3", 1, 0, 0)}}}
 	for _, iv := range []*results.Interval{iv1, iv2, iv3} {
 		if err := w.Write(iv); err != nil {
 			t.Fatal(err)
@@ -338,7 +339,7 @@ func BenchmarkFlows100k(b *testing.B) {
 	iv := &results.Interval{Sender: "a", Interval: 1, Outcome: results.OutcomeMatched, Flows: make([]results.FlowRecord, 100_000)}
 	for i := range iv.Flows {
 		iv.Flows[i] = rec("a", 1, "10.0."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255), "192.0.2.1", 6, float64(i%977), 0, f(float64(i)))
-		iv.Flows[i].SPort = uint16(i)
+		iv.Flows[i].Key.SPort = uint16(i)
 	}
 	s.Add(iv)
 	h := s.Handler()

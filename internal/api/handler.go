@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/heapq"
 	"github.com/lds-net/lds/internal/results"
 )
@@ -232,7 +233,7 @@ func (s *Store) flows(w http.ResponseWriter, r *http.Request) {
 			if f.Packets < minPackets {
 				continue
 			}
-			if prefix.IsValid() && !inPrefix(prefix, f.Src) && !inPrefix(prefix, f.Dst) {
+			if prefix.IsValid() && !prefix.Contains(f.Key.SrcAddr()) && !prefix.Contains(f.Key.DstAddr()) {
 				continue
 			}
 			total++
@@ -266,37 +267,44 @@ func streamFlows(w http.ResponseWriter, refs []IntervalRef, total int, flows []*
 	bw := bufio.NewWriterSize(w, 32<<10)
 	bw.Write(head[:len(head)-1]) // without the closing brace
 	bw.WriteString(`,"flows":[`)
-	var rec bytes.Buffer
-	enc := json.NewEncoder(&rec)
+	var rec []byte
 	for i, f := range flows {
-		rec.Reset()
-		if err := enc.Encode(f); err != nil {
+		var err error
+		if rec, err = results.MarshalLine(rec[:0], f); err != nil {
 			panic(http.ErrAbortHandler)
 		}
 		if i > 0 {
 			bw.WriteByte(',')
 		}
-		bw.Write(bytes.TrimSuffix(rec.Bytes(), []byte("\n")))
+		bw.Write(rec[:len(rec)-1]) // without the newline
 	}
 	bw.WriteString("]}\n")
 	_ = bw.Flush()
-}
-
-func inPrefix(p netip.Prefix, addr string) bool {
-	a, err := netip.ParseAddr(addr)
-	return err == nil && p.Contains(a.Unmap())
 }
 
 // flowOrders: all descending (the worst or heaviest first); flows without a
 // delay estimate sort last by delay; ties by flow key for a stable answer.
 func flowOrders() map[string]func(a, b *results.FlowRecord) int {
 	byKey := func(a, b *results.FlowRecord) int {
-		return cmp.Or(cmp.Compare(a.Sender, b.Sender), cmp.Compare(a.Src, b.Src), cmp.Compare(a.Dst, b.Dst),
-			cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.SPort, b.SPort), cmp.Compare(a.DPort, b.DPort))
+		if c := cmp.Compare(a.Sender, b.Sender); c != 0 {
+			return c
+		}
+		return capture.CompareText(a.Key, b.Key)
 	}
+	desc := func(a, b float64) int { return cmp.Compare(b, a) }
 	return map[string]func(a, b *results.FlowRecord) int{
-		"packets": func(a, b *results.FlowRecord) int { return cmp.Or(cmp.Compare(b.Packets, a.Packets), byKey(a, b)) },
-		"loss":    func(a, b *results.FlowRecord) int { return cmp.Or(cmp.Compare(b.Loss, a.Loss), byKey(a, b)) },
+		"packets": func(a, b *results.FlowRecord) int {
+			if c := desc(a.Packets, b.Packets); c != 0 {
+				return c
+			}
+			return byKey(a, b)
+		},
+		"loss": func(a, b *results.FlowRecord) int {
+			if c := desc(a.Loss, b.Loss); c != 0 {
+				return c
+			}
+			return byKey(a, b)
+		},
 		"delay": func(a, b *results.FlowRecord) int {
 			switch {
 			case a.DelayNS == nil && b.DelayNS == nil:
@@ -306,7 +314,10 @@ func flowOrders() map[string]func(a, b *results.FlowRecord) int {
 			case b.DelayNS == nil:
 				return -1
 			}
-			return cmp.Or(cmp.Compare(*b.DelayNS, *a.DelayNS), byKey(a, b))
+			if c := desc(*a.DelayNS, *b.DelayNS); c != 0 {
+				return c
+			}
+			return byKey(a, b)
 		},
 	}
 }

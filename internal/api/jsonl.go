@@ -211,7 +211,7 @@ func (j *JSONLWriter) Write(iv *results.Interval) error {
 		}
 		var err error
 		if buf, err = results.MarshalLine(buf, rec); err != nil {
-			return w.fail(ReasonOther, fmt.Errorf("encoding flow %s->%s: %w", rec.Src, rec.Dst, err))
+			return w.fail(ReasonOther, fmt.Errorf("encoding flow %s: %w", rec.Key, err))
 		}
 		if len(buf) >= j.chunk {
 			if err := w.write(buf); err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/testutil"
 )
@@ -23,8 +24,8 @@ import (
 func flowInterval(id int64, n int) *results.Interval {
 	iv := &results.Interval{Sender: "a", Interval: id, StartNS: id * 1e9, Outcome: results.OutcomeMatched}
 	for i := range n {
-		iv.Flows = append(iv.Flows, results.FlowRecord{Interval: id, StartNS: id * 1e9, Src: "10.0.0." + strconv.Itoa(i%250+1),
-			Dst: "192.0.2.1", SPort: uint16(1000 + i), DPort: 443, Proto: 6, DelayNS: f(123456.5 + float64(i)), Packets: 10, Samples: 9})
+		iv.Flows = append(iv.Flows, results.FlowRecord{Interval: id, StartNS: id * 1e9,
+			Key: capture.MustParseFlowKey("10.0.0."+strconv.Itoa(i%250+1), "192.0.2.1", 6, uint16(1000+i), 443), DelayNS: f(123456.5 + float64(i)), Packets: 10, Samples: 9})
 	}
 	return iv
 }

@@ -1,6 +1,8 @@
 package capture
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -115,4 +117,58 @@ func FlowKeyFromAddrs(src, dst netip.Addr, proto uint8, sport, dport uint16) (Fl
 		copy(k.Dst[:], d[:])
 	}
 	return k, nil
+}
+
+// ParseFlowKey builds a key from the text forms of the addresses (as
+// FlowKeyFromAddrs: IPv4-mapped addresses are unmapped, both must be of
+// one family).
+func ParseFlowKey(src, dst string, proto uint8, sport, dport uint16) (FlowKey, error) {
+	s, err := netip.ParseAddr(src)
+	if err != nil {
+		return FlowKey{}, fmt.Errorf("flow key: src: %w", err)
+	}
+	d, err := netip.ParseAddr(dst)
+	if err != nil {
+		return FlowKey{}, fmt.Errorf("flow key: dst: %w", err)
+	}
+	return FlowKeyFromAddrs(s, d, proto, sport, dport)
+}
+
+// MustParseFlowKey is ParseFlowKey for keys known to be valid (tests,
+// constants); it panics on an error.
+func MustParseFlowKey(src, dst string, proto uint8, sport, dport uint16) FlowKey {
+	k, err := ParseFlowKey(src, dst, proto, sport, dport)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// AppendSrc appends the text form of the source address (as
+// netip.Addr.String, without allocating).
+func (k FlowKey) AppendSrc(b []byte) []byte { return k.SrcAddr().AppendTo(b) }
+
+// AppendDst appends the text form of the destination address.
+func (k FlowKey) AppendDst(b []byte) []byte { return k.DstAddr().AppendTo(b) }
+
+// CompareText orders keys as their text forms do: source address text,
+// then destination address text, then protocol, source and destination
+// port. It is the order of the records in the results API and of ties
+// among tracked flows, where the addresses used to be strings.
+func CompareText(a, b FlowKey) int {
+	if c := compareAddrText(a, b, &a.Src, &b.Src); c != 0 {
+		return c
+	}
+	if c := compareAddrText(a, b, &a.Dst, &b.Dst); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.SPort, b.SPort), cmp.Compare(a.DPort, b.DPort))
+}
+
+func compareAddrText(a, b FlowKey, x, y *[16]byte) int {
+	if a.V6 == b.V6 && *x == *y {
+		return 0
+	}
+	var bx, by [48]byte
+	return bytes.Compare(a.addr(x).AppendTo(bx[:0]), b.addr(y).AppendTo(by[:0]))
 }

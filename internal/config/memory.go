@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 )
@@ -23,12 +24,11 @@ const (
 	// composition counters (4·R·k B) come on top.
 	flowTableBytes = 2*88 + 4*16
 	// recordBytes is one published flow record: results.FlowRecord
-	// (248 B), its two address strings (at most 48 B each for IPv6) and up
-	// to six float pointers (8 B each from the runtime's tiny allocator).
-	// The three quantile pointers exist only for flows with packet
-	// samples, at most sample.max_per_interval / 10 an interval: not
-	// counted.
-	recordBytes = 248 + 2*48 + 6*8
+	// (248 B, its flow key inline) and up to six float pointers (8 B each
+	// from the runtime's tiny allocator). The three quantile pointers
+	// exist only for flows with packet samples, at most
+	// sample.max_per_interval / 10 an interval: not counted.
+	recordBytes = int64(unsafe.Sizeof(results.FlowRecord{})) + 6*8
 	// candBytes is one packet-sample candidate at the receiver
 	// (sample.Cand), txCandBytes one at the sender (sample.TxCand), and
 	// sampleBytes one shipped sample held decoded (sample.Sample).

@@ -418,8 +418,8 @@ func checkNfdump(t *testing.T, recs []results.FlowRecord, got []nfdumpRecord) {
 	}
 	for i := range recs {
 		r := &recs[i]
-		k := key{r.StartNS / 1e9, r.Src, r.Dst, r.SPort, r.DPort, r.Proto}
-		if r.Proto == 1 || r.Proto == 58 {
+		k := key{r.StartNS / 1e9, r.Key.SrcAddr().String(), r.Key.DstAddr().String(), r.Key.SPort, r.Key.DPort, r.Key.Proto}
+		if r.Key.Proto == 1 || r.Key.Proto == 58 {
 			k.sport, k.dport = 0, 0 // ICMP: matched by addresses and packets
 		}
 		gs := byKey[k]

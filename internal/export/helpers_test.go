@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/replay"
 	"github.com/lds-net/lds/internal/results"
@@ -84,8 +85,13 @@ type recKey struct {
 	proto        uint8
 }
 
+// setAddrs gives r's flow the addresses src and dst, keeping its ports and protocol.
+func setAddrs(r *results.FlowRecord, src, dst string) {
+	r.Key = capture.MustParseFlowKey(src, dst, r.Key.Proto, r.Key.SPort, r.Key.DPort)
+}
+
 func keyOf(r *results.FlowRecord) recKey {
-	return recKey{r.Interval, r.Src, r.Dst, r.SPort, r.DPort, r.Proto}
+	return recKey{r.Interval, r.Key.SrcAddr().String(), r.Key.DstAddr().String(), r.Key.SPort, r.Key.DPort, r.Key.Proto}
 }
 
 // lookBin finds a Debian binary or skips loudly (fails under LDS_E2E_REQUIRED=1).
@@ -183,7 +189,7 @@ func sumUS(r *results.FlowRecord) uint64 {
 }
 
 func describe(r *results.FlowRecord) string {
-	return fmt.Sprintf("interval %d %s:%d -> %s:%d proto %d", r.Interval, r.Src, r.SPort, r.Dst, r.DPort, r.Proto)
+	return fmt.Sprintf("interval %d %s:%d -> %s:%d proto %d", r.Interval, r.Key.SrcAddr(), r.Key.SPort, r.Key.DstAddr(), r.Key.DPort, r.Key.Proto)
 }
 
 // lockedBuf is a goroutine-safe output buffer.

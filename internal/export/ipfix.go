@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"math"
-	"net/netip"
 
 	"github.com/lds-net/lds/internal/results"
 )
@@ -136,14 +135,9 @@ func quantiles(r *results.FlowRecord) (p50, p90, p99 float64, n uint32) {
 
 // appendRecord appends r's data record and returns its template id. t is
 // the interval length in ns (flowEndMilliseconds = start + t).
-func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16, bool) {
-	src, err1 := netip.ParseAddr(r.Src)
-	dst, err2 := netip.ParseAddr(r.Dst)
-	if err1 != nil || err2 != nil {
-		return b, 0, false
-	}
-	src, dst = src.Unmap(), dst.Unmap()
-	v6 := !src.Is4() || !dst.Is4()
+func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16) {
+	k := &r.Key
+	v6 := k.V6
 	packets := uint64(0)
 	if r.Packets > 0 {
 		packets = uint64(math.Round(r.Packets))
@@ -166,18 +160,15 @@ func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16, boo
 	case delay:
 		tpl = tplV4Delay
 	}
+	n := 4
 	if v6 {
-		s, d := src.As16(), dst.As16()
-		b = append(b, s[:]...)
-		b = append(b, d[:]...)
-	} else {
-		s, d := src.As4(), dst.As4()
-		b = append(b, s[:]...)
-		b = append(b, d[:]...)
+		n = 16
 	}
-	b = append(b, r.Proto)
-	b = binary.BigEndian.AppendUint16(b, r.SPort)
-	b = binary.BigEndian.AppendUint16(b, r.DPort)
+	b = append(b, k.Src[:n]...)
+	b = append(b, k.Dst[:n]...)
+	b = append(b, k.Proto)
+	b = binary.BigEndian.AppendUint16(b, k.SPort)
+	b = binary.BigEndian.AppendUint16(b, k.DPort)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.StartNS/1e6))
 	b = binary.BigEndian.AppendUint64(b, uint64((r.StartNS+t)/1e6))
 	b = binary.BigEndian.AppendUint64(b, packets)
@@ -208,7 +199,7 @@ func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16, boo
 	for _, s := range [...]string{r.Status, r.Estimator, r.Sender} {
 		b = appendVarString(b, s)
 	}
-	return b, tpl, true
+	return b, tpl
 }
 
 func ptr(v *float64) float64 {
@@ -322,10 +313,7 @@ func EncodeMessages(recs []results.FlowRecord, domain, pen uint32, maxLen int, i
 	var rec []byte
 	for i := range recs {
 		var tpl uint16
-		var ok bool
-		if rec, tpl, ok = appendRecord(rec[:0], &recs[i], intervalNS); !ok {
-			continue
-		}
+		rec, tpl = appendRecord(rec[:0], &recs[i], intervalNS)
 		if !m.add(tpl, rec) {
 			n := m.records
 			out = append(out, append([]byte(nil), m.finish(seq)...))

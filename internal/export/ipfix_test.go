@@ -56,7 +56,7 @@ func TestIPFIXOverUDP(t *testing.T) {
 	b.Sender = "edge-b"
 	for i := range b.Flows {
 		b.Flows[i].Sender = "edge-b"
-		b.Flows[i].Src, b.Flows[i].Dst = "2001:db8::1", "2001:db8::2"
+		setAddrs(&b.Flows[i], "2001:db8::1", "2001:db8::2")
 	}
 	set.Publish(a)
 	set.Publish(b)
@@ -103,7 +103,8 @@ func TestIPFIXOverUDP(t *testing.T) {
 // encoder writes always decodes to its records.
 func FuzzDecode(f *testing.F) {
 	iv := flows(1, 3)
-	iv.Flows[1].Src, iv.Flows[1].Dst, iv.Flows[1].DelayNS = "2001:db8::1", "2001:db8::2", nil
+	setAddrs(&iv.Flows[1], "2001:db8::1", "2001:db8::2")
+	iv.Flows[1].DelayNS = nil
 	iv.Flows[2].Status = strings.Repeat("x", 300) // a long variable-length field
 	msgs := export.EncodeMessages(iv.Flows, 9, export.DefaultEnterpriseNumber, 4000, 1e9)
 	seed := msgs[0]

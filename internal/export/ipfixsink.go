@@ -134,12 +134,8 @@ func (s *ipfixSink) send(b batch, deadline time.Time) {
 		started = true
 	}
 	for i := range b.flows {
-		rec, tpl, ok := appendRecord(s.rec[:0], &b.flows[i], s.t)
+		rec, tpl := appendRecord(s.rec[:0], &b.flows[i], s.t)
 		s.rec = rec
-		if !ok {
-			s.m.ExportDropped(KindIPFIX, s.addr, DropEncode, 1)
-			continue
-		}
 		if !started {
 			start()
 		}

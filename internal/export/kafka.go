@@ -218,14 +218,13 @@ func (h connHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.C
 // each (IPv4 mapped into IPv6), protocol, source and destination port.
 func FlowKey(r *results.FlowRecord) []byte {
 	k := make([]byte, 0, 37)
-	for _, s := range [...]string{r.Src, r.Dst} {
-		a, _ := netip.ParseAddr(s)
+	for _, a := range [...]netip.Addr{r.Key.SrcAddr(), r.Key.DstAddr()} {
 		b := a.As16() // an IPv4 address in its IPv4-mapped form
 		k = append(k, b[:]...)
 	}
-	k = append(k, r.Proto)
-	k = binary.BigEndian.AppendUint16(k, r.SPort)
-	return binary.BigEndian.AppendUint16(k, r.DPort)
+	k = append(k, r.Key.Proto)
+	k = binary.BigEndian.AppendUint16(k, r.Key.SPort)
+	return binary.BigEndian.AppendUint16(k, r.Key.DPort)
 }
 
 // ToProto converts a record to its Kafka message (t: interval length, ns).
@@ -233,7 +232,7 @@ func ToProto(r *results.FlowRecord, t int64) *exportv1.FlowRecord {
 	p50, p90, p99, n := quantiles(r)
 	return &exportv1.FlowRecord{
 		Interval: r.Interval, StartNs: r.StartNS, EndNs: r.StartNS + t, Sender: r.Sender,
-		Src: r.Src, Dst: r.Dst, Sport: uint32(r.SPort), Dport: uint32(r.DPort), Proto: uint32(r.Proto),
+		Src: r.Key.SrcAddr().String(), Dst: r.Key.DstAddr().String(), Sport: uint32(r.Key.SPort), Dport: uint32(r.Key.DPort), Proto: uint32(r.Key.Proto),
 		Packets: r.Packets, Loss: r.Loss, Samples: r.Samples,
 		DelayNs: r.DelayNS, StddevNs: r.StddevNS, Ci95Ns: r.CI95NS,
 		P50Ns: results.Float(p50), P90Ns: results.Float(p90), P99Ns: results.Float(p99), DelaySamples: n,

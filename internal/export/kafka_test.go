@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/results"
@@ -161,8 +162,8 @@ func flows(interval int64, n int) *results.Interval {
 	iv := &results.Interval{Sender: "edge-a", Interval: interval, StartNS: interval * 1e9, Outcome: results.OutcomeMatched}
 	for i := range n {
 		d := float64(1000 + i)
-		iv.Flows = append(iv.Flows, results.FlowRecord{Interval: interval, StartNS: interval * 1e9, Src: "10.0.0.1", Dst: "192.0.2.7",
-			SPort: uint16(1024 + i), DPort: 443, Proto: 6, DelayNS: &d, Packets: 10, Sender: "edge-a", Estimator: "decode"})
+		iv.Flows = append(iv.Flows, results.FlowRecord{Interval: interval, StartNS: interval * 1e9,
+			Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, uint16(1024+i), 443), DelayNS: &d, Packets: 10, Sender: "edge-a", Estimator: "decode"})
 	}
 	return iv
 }

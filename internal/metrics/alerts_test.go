@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/spike"
 )
@@ -36,7 +37,7 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r := newReceiver(t, goldenConfig)
 	r.SenderConnected("a", true)
 	r.IntervalOutcome("a", results.OutcomeVoidedGap)
-	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
+	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443)}})
 	r.SketchBytes("a", 1)
 	r.EstimationDuration("a", time.Millisecond)
 	r.BoundaryMisassigned("a")

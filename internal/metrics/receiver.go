@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/spike"
@@ -90,7 +91,7 @@ type senderState struct {
 	samplesMedian float64
 	sketchBytes   float64
 	connected     *bool
-	spikes        map[flowKey]*spikeHist // flows that spiked within spike_window; at most top_n
+	spikes        map[capture.FlowKey]*spikeHist // flows that spiked within spike_window; at most top_n
 }
 
 // spikeHist is one flow's spiking intervals within the window.
@@ -316,11 +317,11 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 	}
 	unsynced := iv.Outcome == results.OutcomeUnsynced
 	flows := make([]flowSeries, 0, len(sel.picks))
-	watchOf := make(map[flowKey]string, len(sel.picks))
+	watchOf := make(map[capture.FlowKey]string, len(sel.picks))
 	for _, p := range sel.picks {
 		f := &iv.Flows[p.idx]
-		watchOf[keyOf(f)] = p.watch
-		fs := flowSeries{labels: flowLabelValues(sender, f.Src, f.Dst, f.SPort, f.DPort, f.Proto, p.watch),
+		watchOf[f.Key] = p.watch
+		fs := flowSeries{labels: flowLabelValues(sender, f.Key, p.watch),
 			delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), lossRatio: math.NaN(), packets: f.Packets,
 			p50: math.NaN(), p90: math.NaN(), p99: math.NaN()}
 		if !unsynced && !f.Unsynced {
@@ -367,18 +368,18 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 // recordSpikes adds the spikes of interval id to the sender's window, drops
 // what fell out of the last spike_window intervals, and keeps at most top_n
 // flows (those that spiked last). Call with r.mu held.
-func (r *Receiver) recordSpikes(s *senderState, id int64, sender string, spikes []spike.Event, watchOf map[flowKey]string) {
+func (r *Receiver) recordSpikes(s *senderState, id int64, sender string, spikes []spike.Event, watchOf map[capture.FlowKey]string) {
 	if s.spikes == nil {
-		s.spikes = map[flowKey]*spikeHist{}
+		s.spikes = map[capture.FlowKey]*spikeHist{}
 	}
 	for _, e := range spikes {
-		k := flowKey{e.Src, e.Dst, e.SPort, e.DPort, e.Proto}
+		k := e.Key
 		h := s.spikes[k]
 		if h == nil {
 			h = &spikeHist{}
 			s.spikes[k] = h
 		}
-		h.labels = flowLabelValues(sender, e.Src, e.Dst, e.SPort, e.DPort, e.Proto, watchOf[k])
+		h.labels = flowLabelValues(sender, k, watchOf[k])
 		if i, found := slices.BinarySearch(h.ids, id); !found {
 			h.ids = slices.Insert(h.ids, i, id)
 		}
@@ -398,7 +399,7 @@ func (r *Receiver) recordSpikes(s *senderState, id int64, sender string, spikes 
 	}
 	if over := len(s.spikes) - r.cfg.TopN; over > 0 {
 		type kh struct {
-			k flowKey
+			k capture.FlowKey
 			h *spikeHist
 		}
 		all := make([]kh, 0, len(s.spikes))
@@ -606,8 +607,9 @@ func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ..
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 }
 
-func flowLabelValues(sender, src, dst string, sport, dport uint16, proto uint8, watch string) []string {
-	return []string{sender, src, dst, strconv.Itoa(int(sport)), strconv.Itoa(int(dport)), strconv.Itoa(int(proto)), watch}
+func flowLabelValues(sender string, k capture.FlowKey, watch string) []string {
+	return []string{sender, k.SrcAddr().String(), k.DstAddr().String(), strconv.Itoa(int(k.SPort)), strconv.Itoa(int(k.DPort)),
+		strconv.Itoa(int(k.Proto)), watch}
 }
 
 func seconds(ns *float64) float64 {

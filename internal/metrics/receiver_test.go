@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/spike"
@@ -39,7 +40,7 @@ func newReceiver(t testing.TB, mod func(*Config)) *Receiver {
 
 func flow(src, dst string, proto uint8, sport, dport uint16, packets float64, delayNS *float64) results.FlowRecord {
 	return results.FlowRecord{Interval: 1763000000, StartNS: 1763000000_000000000, Sender: "a",
-		Src: src, Dst: dst, Proto: proto, SPort: sport, DPort: dport, Packets: packets, DelayNS: delayNS}
+		Key: capture.MustParseFlowKey(src, dst, proto, sport, dport), Packets: packets, DelayNS: delayNS}
 }
 
 // goldenInterval: flows by packets are v6-dns (2000), f1 (1500), f2 (1000),
@@ -94,7 +95,7 @@ func ldsNames(t *testing.T, reg prometheus.Gatherer) []string {
 func TestReceiverGolden(t *testing.T) {
 	r := newReceiver(t, goldenConfig)
 	iv := goldenInterval()
-	ev := []spike.Event{{Sender: "a", Interval: iv.Interval, Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6,
+	ev := []spike.Event{{Sender: "a", Interval: iv.Interval, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
 		DelayNS: 412345.5, CI95NS: 4020.1, BaselineNS: 200000, ThresholdNS: 300000}}
 	r.SenderConnected("a", true)
 	r.IntervalOutcome("a", results.OutcomeVoidedGap)
@@ -297,14 +298,14 @@ func TestTrackedMatchesSeries(t *testing.T) {
 	var got []string
 	for i := range iv.Flows {
 		if tr(&iv.Flows[i]) {
-			got = append(got, iv.Flows[i].Src)
+			got = append(got, iv.Flows[i].Key.SrcAddr().String())
 		}
 	}
 	want := []string{"10.0.0.1", "10.0.0.3", "2001:db8::1"} // in Flows order
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("tracked = %v, want %v", got, want)
 	}
-	if tr(&results.FlowRecord{Src: "10.0.0.1"}) {
+	if tr(&results.FlowRecord{Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.1", 6, 0, 0)}) {
 		t.Fatal("a record outside the interval is not tracked")
 	}
 }
@@ -419,7 +420,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	pt := promtool(t)
 	r := newReceiver(t, goldenConfig)
 	r.SenderConnected("a", true)
-	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
+	r.ObserveInterval(goldenInterval(), []spike.Event{{Sender: "a", Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443)}})
 	r.SetClock("sender", "a", "synced", 1, 1)
 	r.CaptureCounters(1, map[string]uint64{"kernel": 1})
 	r.ExportUp("kafka", "k1:9092", true)
@@ -472,7 +473,7 @@ func BenchmarkObserveInterval100k(b *testing.B) {
 func TestSpikeWindow(t *testing.T) {
 	r := newReceiver(t, func(c *Config) { c.TopN = 2; c.SpikeWindow = 3 })
 	ev := func(src string) spike.Event {
-		return spike.Event{Sender: "a", Src: src, Dst: "10.9.9.9", SPort: 1, DPort: 1, Proto: 6}
+		return spike.Event{Sender: "a", Key: capture.MustParseFlowKey(src, "10.9.9.9", 6, 1, 1)}
 	}
 	iv := func(id int64) *results.Interval {
 		return &results.Interval{Sender: "a", Interval: id, Outcome: results.OutcomeMatched,
@@ -523,7 +524,7 @@ func TestConcurrentScrape(t *testing.T) {
 			iv := goldenInterval()
 			iv.Interval += int64(i)
 			r.IntervalOutcome("a", iv.Outcome)
-			r.ObserveInterval(iv, []spike.Event{{Sender: "a", Src: "10.0.0.1", Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6}})
+			r.ObserveInterval(iv, []spike.Event{{Sender: "a", Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443)}})
 			r.SetClock("sender", "a", "synced", int64(i), 1)
 			r.SenderConnected("a", i%2 == 0)
 		}

@@ -1,11 +1,10 @@
 package metrics
 
 import (
-	"cmp"
 	"container/heap"
-	"net/netip"
 	"slices"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
 )
@@ -25,17 +24,6 @@ type selection struct {
 	watchTotal int // flows matched by a watch rule, kept or not
 }
 
-// flowKey identifies a flow within one interval of one sender.
-type flowKey struct {
-	src, dst     string
-	sport, dport uint16
-	proto        uint8
-}
-
-func keyOf(r *results.FlowRecord) flowKey {
-	return flowKey{r.Src, r.Dst, r.SPort, r.DPort, r.Proto}
-}
-
 // heavier orders flows by packets, then by key so that ties pick the same
 // flows every time (no flapping series between scrapes).
 func heavier(a, b *results.FlowRecord) bool {
@@ -45,10 +33,7 @@ func heavier(a, b *results.FlowRecord) bool {
 	return compareKey(a, b) < 0
 }
 
-func compareKey(a, b *results.FlowRecord) int {
-	return cmp.Or(cmp.Compare(a.Src, b.Src), cmp.Compare(a.Dst, b.Dst), cmp.Compare(a.Proto, b.Proto),
-		cmp.Compare(a.SPort, b.SPort), cmp.Compare(a.DPort, b.DPort))
-}
+func compareKey(a, b *results.FlowRecord) int { return capture.CompareText(a.Key, b.Key) }
 
 // lightHeap is a min-heap (lightest on top) of flow indices: it holds the
 // heaviest n seen so far in O(len(flows)·log n).
@@ -83,7 +68,7 @@ func selectFlows(flows []results.FlowRecord, topN int, watch []match.Compiled) s
 		}
 	}
 	inTop := make(map[int]int, h.Len()) // flow index -> position in picks
-	seen := make(map[flowKey]bool, h.Len())
+	seen := make(map[capture.FlowKey]bool, h.Len())
 	slices.SortFunc(h.idx, func(a, b int) int {
 		if heavier(&flows[a], &flows[b]) {
 			return -1
@@ -91,7 +76,7 @@ func selectFlows(flows []results.FlowRecord, topN int, watch []match.Compiled) s
 		return 1
 	})
 	for _, i := range h.idx {
-		k := keyOf(&flows[i])
+		k := flows[i].Key
 		if seen[k] {
 			continue
 		}
@@ -106,12 +91,8 @@ func selectFlows(flows []results.FlowRecord, topN int, watch []match.Compiled) s
 	var extra []pick
 	for i := range flows {
 		r := &flows[i]
-		src, err1 := netip.ParseAddr(r.Src)
-		dst, err2 := netip.ParseAddr(r.Dst)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		w := match.First(watch, src.Unmap(), dst.Unmap(), r.Proto, r.SPort, r.DPort)
+		k := &r.Key
+		w := match.First(watch, k.SrcAddr(), k.DstAddr(), k.Proto, k.SPort, k.DPort)
 		if w < 0 {
 			continue
 		}
@@ -129,7 +110,7 @@ func selectFlows(flows []results.FlowRecord, topN int, watch []match.Compiled) s
 		return 1
 	})
 	for _, p := range extra {
-		k := keyOf(&flows[p.idx])
+		k := flows[p.idx].Key
 		if seen[k] {
 			continue
 		}

@@ -129,8 +129,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
 		r := &iv.Flows[i]
-		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Src: k.SrcAddr().String(), Dst: k.DstAddr().String(),
-			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
+		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
 		// Loss: under decode its point estimate where the cells support
 		// it, within the count-min bound, never below what the flow's own

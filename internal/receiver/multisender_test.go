@@ -118,12 +118,11 @@ func TestTwoSendersWithTheirOwnSelection(t *testing.T) {
 		pfx := netip.MustParsePrefix(shares[i].Src[0])
 		exact := 0
 		for _, r := range got[id] {
-			src := netip.MustParseAddr(r.Src)
-			if !pfx.Contains(src) {
-				t.Errorf("%s published flow %s, outside its share %s", id, r.Src, pfx)
+			k := r.Key
+			if !pfx.Contains(k.SrcAddr()) {
+				t.Errorf("%s published flow %s, outside its share %s", id, k.SrcAddr(), pfx)
 				continue
 			}
-			k, _ := capture.FlowKeyFromAddrs(src, netip.MustParseAddr(r.Dst), r.Proto, r.SPort, r.DPort)
 			f := truth.Flows[join.FlowID{Interval: r.Interval, Key: k}]
 			if f == nil {
 				t.Errorf("%s: flow %v interval %d not in the truth", id, k, r.Interval)

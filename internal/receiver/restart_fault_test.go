@@ -300,7 +300,7 @@ func TestSenderRestartFirstIntervalPartial(t *testing.T) {
 			if iv != nil {
 				for _, r := range iv.Flows {
 					if !r.Partial {
-						t.Errorf("restart interval %d: flow record %s>%s not flagged partial", id, r.Src, r.Dst)
+						t.Errorf("restart interval %d: flow record %s not flagged partial", id, r.Key)
 						break
 					}
 				}

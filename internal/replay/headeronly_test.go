@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
-	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/internal/testutil"
 	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 )
@@ -82,11 +80,7 @@ func replayPair(t *testing.T, a, b string, configure func(*Options)) (map[join.F
 	}
 	recs := map[join.FlowID]results.FlowRecord{}
 	for _, rec := range readJSONL(t, out) {
-		k, err := capture.FlowKeyFromAddrs(testutil.MustAddr(t, rec.Src), testutil.MustAddr(t, rec.Dst), rec.Proto, rec.SPort, rec.DPort)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs[join.FlowID{Interval: rec.Interval, Key: k}] = rec
+		recs[join.FlowID{Interval: rec.Interval, Key: rec.Key}] = rec
 	}
 	return recs, sum.Intervals, nil
 }

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lds-net/lds/internal/testutil"
-
-	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
@@ -87,10 +84,7 @@ func replayScenarioLog(t *testing.T, sc gen.Scenario, configure func(*Options), 
 	recs := readJSONL(t, out)
 	r := run{truth: truth, recs: map[join.FlowID]results.FlowRecord{}, outcome: sum.Intervals}
 	for _, rec := range recs {
-		k, err := capture.FlowKeyFromAddrs(testutil.MustAddr(t, rec.Src), testutil.MustAddr(t, rec.Dst), rec.Proto, rec.SPort, rec.DPort)
-		if err != nil {
-			t.Fatal(err)
-		}
+		k := rec.Key
 		id := join.FlowID{Interval: rec.Interval, Key: k}
 		if _, dup := r.recs[id]; dup {
 			t.Errorf("flow %v published twice in interval %d", k, rec.Interval)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"text/tabwriter"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -22,7 +23,7 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 		loss, samples, ivals float64
 		p50, p99, qpk        float64
 	}
-	flows := map[string]*agg{}
+	flows := map[capture.FlowKey]*agg{}
 	var links []results.LinkRecord
 	outcomes := map[string]int{}
 	for _, iv := range ivs {
@@ -32,7 +33,7 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 		}
 		links = append(links, iv.Links...)
 		for _, f := range iv.Flows {
-			k := fmt.Sprintf("%s %s %d %d %d", f.Src, f.Dst, f.SPort, f.DPort, f.Proto)
+			k := f.Key
 			a := flows[k]
 			if a == nil {
 				a = &agg{r: f}
@@ -77,7 +78,7 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 		if a.qpk > 0 {
 			q50, q99 = fmt.Sprintf("%.3f", a.p50/a.qpk/1e6), fmt.Sprintf("%.3f", a.p99/a.qpk/1e6)
 		}
-		fmt.Fprintf(tw, "%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t\n", a.r.Src, a.r.SPort, a.r.Dst, a.r.DPort, a.r.Proto,
+		fmt.Fprintf(tw, "%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t\n", a.r.Key.SrcAddr(), a.r.Key.SPort, a.r.Key.DstAddr(), a.r.Key.DPort, a.r.Key.Proto,
 			a.pk, a.loss, d, s, q50, q99, a.samples)
 	}
 	tw.Flush()
@@ -101,7 +102,7 @@ func FlowTable(w io.Writer, recs []results.FlowRecord, n int) {
 		if i >= n {
 			break
 		}
-		fmt.Fprintf(tw, "%d\t%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", r.Interval, r.Src, r.SPort, r.Dst, r.DPort, r.Proto,
+		fmt.Fprintf(tw, "%d\t%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", r.Interval, r.Key.SrcAddr(), r.Key.SPort, r.Key.DstAddr(), r.Key.DPort, r.Key.Proto,
 			r.Packets, r.Loss, ms(r.DelayNS), ms(r.StddevNS), ms(r.CI95NS), ms(r.P50NS), ms(r.P99NS))
 	}
 	tw.Flush()

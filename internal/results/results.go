@@ -1,67 +1,140 @@
 // Package results holds the records the receiver publishes: one FlowRecord
 // per (interval, flow) — the JSONL contract of docs/results.md — and one
-// LinkRecord per (interval, traffic class) for the LDA figures. It is a leaf:
-// the receiver produces these, and the metrics, API and eval packages read them.
+// LinkRecord per (interval, traffic class) for the LDA figures. It depends
+// only on capture's flow key: the receiver produces these records, and the
+// metrics, API, export and eval packages read them.
 package results
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/lds-net/lds/internal/capture"
 )
 
-// FlowRecord is one line of the results JSONL. The fields up to CI95NS are
-// the contract (docs/results.md) and never change meaning; fields after it may be
-// added. Pointer fields are null in JSON where no estimate exists.
+// FlowRecord is one flow of one interval: the receiver's estimate, held
+// in memory with a typed flow key and rendered as one line of the results
+// JSONL (MarshalLine, MarshalJSON) where it leaves the process: the results
+// file, the API, the exporters. The JSON fields up to ci95_ns are the
+// contract (docs/results.md) and never change meaning; fields after it may
+// be added. Pointer fields are null in JSON where no estimate exists.
 type FlowRecord struct {
-	Interval int64    `json:"interval"`  // interval id = floor(sender ns / T)
-	StartNS  int64    `json:"start_ns"`  // interval start, Unix ns
-	Src      string   `json:"src"`       // canonical text form
-	Dst      string   `json:"dst"`       //
-	SPort    uint16   `json:"sport"`     // ICMP: type<<8 | code
-	DPort    uint16   `json:"dport"`     // ICMP: identifier
-	Proto    uint8    `json:"proto"`     // IP protocol number
-	DelayNS  *float64 `json:"delay_ns"`  // mean one-way delay
-	StddevNS *float64 `json:"stddev_ns"` // delay standard deviation
-	Loss     float64  `json:"loss"`      // estimated lost packets (decode: see LossPoint; paper: LossBound's value)
-	Packets  float64  `json:"packets"`   // estimated packets sent
-	Samples  float64  `json:"samples"`   // effective sample size of the delay estimate
-	CI95NS   *float64 `json:"ci95_ns"`   // 95 % confidence half-width of DelayNS
+	Interval int64 // interval id = floor(sender ns / T)
+	StartNS  int64 // interval start, Unix ns
+	// Key is the flow: "src" and "dst" in canonical text form, "sport"
+	// (ICMP: type<<8 | code), "dport" (ICMP: identifier), "proto" (IP
+	// protocol number) in the JSON.
+	Key      capture.FlowKey
+	DelayNS  *float64 // mean one-way delay
+	StddevNS *float64 // delay standard deviation
+	Loss     float64  // estimated lost packets (decode: see LossPoint; paper: LossBound's value)
+	Packets  float64  // estimated packets sent
+	Samples  float64  // effective sample size of the delay estimate
+	CI95NS   *float64 // 95 % confidence half-width of DelayNS
 
 	// Additions (allowed by the contract).
-	Sender    string   `json:"sender,omitempty"`    // sender id the interval came from
-	Bytes     *float64 `json:"bytes,omitempty"`     // estimated bytes sent, where the sketch keeps bytes
-	Estimator string   `json:"estimator,omitempty"` // "decode" or "paper"
-	Partial   bool     `json:"partial,omitempty"`   // first interval after a start: not complete
-	Unsynced  bool     `json:"clock_unsynced,omitempty"`
-	ErrorNS   *float64 `json:"clock_error_bound_ns,omitempty"` // |offset_A| + |offset_B|
-	Spike     bool     `json:"spike,omitempty"`                // latency spike against the flow's baseline
-	Status    string   `json:"status,omitempty"`               // "", or why no delay is given
+	Sender    string   // sender id the interval came from
+	Bytes     *float64 // estimated bytes sent, where the sketch keeps bytes
+	Estimator string   // "decode" or "paper"
+	Partial   bool     // first interval after a start: not complete
+	Unsynced  bool     // "clock_unsynced"
+	Spike     bool     // latency spike against the flow's baseline
+	ErrorNS   *float64 // "clock_error_bound_ns": |offset_A| + |offset_B|
+	Status    string   // "", or why no delay is given
 	// LossPoint is the decoding estimator's point estimate of lost packets.
 	// Loss is it where it reaches sketch.LossSupportMin packets (below,
 	// it divided by that, under one packet), never above LossBound nor
 	// below what the flow's own cells or samples prove (docs/decode.md,
 	// "Loss and packets").
-	LossPoint *float64 `json:"loss_point,omitempty"`
+	LossPoint *float64
 
 	// Delay quantiles from exactly joined packet samples (docs/results.md,
 	// docs/sampling.md): null below sample.MinP50/MinP90/MinP99 samples.
-	P50NS        *float64 `json:"p50_ns"`
-	P90NS        *float64 `json:"p90_ns"`
-	P99NS        *float64 `json:"p99_ns"`
-	DelaySamples int      `json:"delay_samples"` // joined samples behind them
+	P50NS        *float64
+	P90NS        *float64
+	P99NS        *float64
+	DelaySamples int // joined samples behind them
 	// StddevFrom says which estimator StddevNS comes from: "samples" (the
 	// joined samples, at least sample.MinStddev of them) or "sketch" (the
 	// sign-hash sums, whose ci95 does not cover the stddev: docs/sketch.md).
-	StddevFrom string `json:"stddev_from,omitempty"`
+	StddevFrom string
 	// SampledLost counts samples the sender shipped and the receiver never
 	// saw: packets certainly lost (Loss, LossPoint and LossBound are never
 	// below it).
-	SampledLost int `json:"sampled_lost,omitempty"`
+	SampledLost int
 	// LossBound is the count-min bound on lost packets (never below the
 	// truth while a sketch row is unsampled; raised to SampledLost).
-	LossBound *float64 `json:"loss_bound,omitempty"`
+	LossBound *float64
+}
+
+// flowJSON is FlowRecord's JSON shape, field for field in the order of the
+// line: what UnmarshalJSON decodes, and what MarshalLine writes by hand
+// (its tests hold the two to the same bytes).
+type flowJSON struct {
+	Interval     int64    `json:"interval"`
+	StartNS      int64    `json:"start_ns"`
+	Src          string   `json:"src"`
+	Dst          string   `json:"dst"`
+	SPort        uint16   `json:"sport"`
+	DPort        uint16   `json:"dport"`
+	Proto        uint8    `json:"proto"`
+	DelayNS      *float64 `json:"delay_ns"`
+	StddevNS     *float64 `json:"stddev_ns"`
+	Loss         float64  `json:"loss"`
+	Packets      float64  `json:"packets"`
+	Samples      float64  `json:"samples"`
+	CI95NS       *float64 `json:"ci95_ns"`
+	Sender       string   `json:"sender,omitempty"`
+	Bytes        *float64 `json:"bytes,omitempty"`
+	Estimator    string   `json:"estimator,omitempty"`
+	Partial      bool     `json:"partial,omitempty"`
+	Unsynced     bool     `json:"clock_unsynced,omitempty"`
+	ErrorNS      *float64 `json:"clock_error_bound_ns,omitempty"`
+	Spike        bool     `json:"spike,omitempty"`
+	Status       string   `json:"status,omitempty"`
+	LossPoint    *float64 `json:"loss_point,omitempty"`
+	P50NS        *float64 `json:"p50_ns"`
+	P90NS        *float64 `json:"p90_ns"`
+	P99NS        *float64 `json:"p99_ns"`
+	DelaySamples int      `json:"delay_samples"`
+	StddevFrom   string   `json:"stddev_from,omitempty"`
+	SampledLost  int      `json:"sampled_lost,omitempty"`
+	LossBound    *float64 `json:"loss_bound,omitempty"`
+}
+
+// MarshalJSON writes the record's results line (without the newline).
+func (r FlowRecord) MarshalJSON() ([]byte, error) {
+	b, err := MarshalLine(make([]byte, 0, 512), &r)
+	if err != nil {
+		return nil, err
+	}
+	return b[:len(b)-1], nil
+}
+
+// UnmarshalJSON reads a results line; addresses that do not parse, or of
+// two families, are an error.
+func (r *FlowRecord) UnmarshalJSON(b []byte) error {
+	var j flowJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	if j.Src == "" || j.Dst == "" {
+		return errors.New("no src/dst: not a flow record")
+	}
+	k, err := capture.ParseFlowKey(j.Src, j.Dst, j.Proto, j.SPort, j.DPort)
+	if err != nil {
+		return err
+	}
+	*r = FlowRecord{Interval: j.Interval, StartNS: j.StartNS, Key: k, DelayNS: j.DelayNS, StddevNS: j.StddevNS,
+		Loss: j.Loss, Packets: j.Packets, Samples: j.Samples, CI95NS: j.CI95NS, Sender: j.Sender, Bytes: j.Bytes,
+		Estimator: j.Estimator, Partial: j.Partial, Unsynced: j.Unsynced, ErrorNS: j.ErrorNS, Spike: j.Spike,
+		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
+		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
+		LossBound: j.LossBound}
+	return nil
 }
 
 // LinkRecord is the link-level (LDA) result of one traffic class in one interval.
@@ -163,9 +236,9 @@ func Float(v float64) *float64 {
 }
 
 // MarshalLine appends the JSON of r and a newline to b: the same bytes as
-// encoding/json's Marshal of r (tested), written by hand because the
-// receiver writes one line per flow and interval and reflection cost
-// several times more than the appends.
+// encoding/json's Marshal of r's flowJSON (tested), written by hand because
+// the receiver writes one line per flow and interval and reflection cost
+// several times more than the appends. Addresses need no escaping.
 func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	for _, v := range [...]float64{r.Loss, r.Packets, r.Samples} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -176,16 +249,16 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	b = strconv.AppendInt(b, r.Interval, 10)
 	b = append(b, `,"start_ns":`...)
 	b = strconv.AppendInt(b, r.StartNS, 10)
-	b = append(b, `,"src":`...)
-	b = appendString(b, r.Src)
-	b = append(b, `,"dst":`...)
-	b = appendString(b, r.Dst)
-	b = append(b, `,"sport":`...)
-	b = strconv.AppendUint(b, uint64(r.SPort), 10)
+	b = append(b, `,"src":"`...)
+	b = r.Key.AppendSrc(b)
+	b = append(b, `","dst":"`...)
+	b = r.Key.AppendDst(b)
+	b = append(b, `","sport":`...)
+	b = strconv.AppendUint(b, uint64(r.Key.SPort), 10)
 	b = append(b, `,"dport":`...)
-	b = strconv.AppendUint(b, uint64(r.DPort), 10)
+	b = strconv.AppendUint(b, uint64(r.Key.DPort), 10)
 	b = append(b, `,"proto":`...)
-	b = strconv.AppendUint(b, uint64(r.Proto), 10)
+	b = strconv.AppendUint(b, uint64(r.Key.Proto), 10)
 	b = append(b, `,"delay_ns":`...)
 	b = appendFloatPtr(b, r.DelayNS)
 	b = append(b, `,"stddev_ns":`...)

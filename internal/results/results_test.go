@@ -1,15 +1,50 @@
 package results
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/lds-net/lds/internal/capture"
 )
 
+// toJSON is r in its JSON shape, for encoding/json.
+func toJSON(r *FlowRecord) flowJSON {
+	return flowJSON{Interval: r.Interval, StartNS: r.StartNS, Src: r.Key.SrcAddr().String(), Dst: r.Key.DstAddr().String(),
+		SPort: r.Key.SPort, DPort: r.Key.DPort, Proto: r.Key.Proto, DelayNS: r.DelayNS, StddevNS: r.StddevNS,
+		Loss: r.Loss, Packets: r.Packets, Samples: r.Samples, CI95NS: r.CI95NS, Sender: r.Sender, Bytes: r.Bytes,
+		Estimator: r.Estimator, Partial: r.Partial, Unsynced: r.Unsynced, ErrorNS: r.ErrorNS, Spike: r.Spike,
+		Status: r.Status, LossPoint: r.LossPoint, P50NS: r.P50NS, P90NS: r.P90NS, P99NS: r.P99NS,
+		DelaySamples: r.DelaySamples, StddevFrom: r.StddevFrom, SampledLost: r.SampledLost, LossBound: r.LossBound}
+}
+
+// TestFlowJSONHasEveryField: every FlowRecord field but the key is in the
+// JSON shape under the same name, so that nothing is lost on the way out
+// or in (the key is src, dst, sport, dport, proto).
+func TestFlowJSONHasEveryField(t *testing.T) {
+	rt, jt := reflect.TypeFor[FlowRecord](), reflect.TypeFor[flowJSON]()
+	if rt.NumField()-1+5 != jt.NumField() {
+		t.Fatalf("FlowRecord has %d fields, its JSON shape %d: keep them in step", rt.NumField(), jt.NumField())
+	}
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if f.Name == "Key" {
+			continue
+		}
+		if g, ok := jt.FieldByName(f.Name); !ok || g.Type != f.Type {
+			t.Errorf("FlowRecord.%s (%s) is not in flowJSON with that type", f.Name, f.Type)
+		}
+	}
+}
+
 // TestMarshalLineMatchesEncodingJSON holds the hand-written encoder to
-// encoding/json's output, byte for byte, over random records and the edge
-// cases of float formatting and string escaping.
+// encoding/json's output of the JSON shape, byte for byte, over random
+// records and the edge cases of float formatting and string escaping; the
+// lines read back as the records they came from.
 func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	floats := []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 1e-6, 9.99e-7, 1e-7, 1.5e-300, 1e20, 1e21, 123456789.123,
@@ -28,13 +63,17 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 	}
 	f := func() float64 { return *or(pf(), 0) }
 	s := func() string { return strs[rng.IntN(len(strs))] }
+	addrs := [][2]string{{"10.0.0.1", "192.0.2.1"}, {"0.0.0.0", "255.255.255.255"}, {"2001:db8::1", "2001:db8::2"},
+		{"::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}, {"fe80::1:2:3:4", "::1"}, {"1.2.3.4", "10.200.30.4"}}
 	for i := 0; i < 20000; i++ {
-		r := FlowRecord{Interval: rng.Int64() >> rng.IntN(63), StartNS: -rng.Int64N(1 << 62), Src: s(), Dst: s(),
-			SPort: uint16(rng.Uint32()), DPort: uint16(rng.Uint32()), Proto: uint8(rng.Uint32()), DelayNS: pf(), StddevNS: pf(),
+		a := addrs[rng.IntN(len(addrs))]
+		r := FlowRecord{Interval: rng.Int64() >> rng.IntN(63), StartNS: -rng.Int64N(1 << 62),
+			Key:     capture.MustParseFlowKey(a[0], a[1], uint8(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())),
+			DelayNS: pf(), StddevNS: pf(),
 			Loss: f(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
 			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf()}
-		want, err := json.Marshal(&r)
+		want, err := json.Marshal(toJSON(&r))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,6 +83,23 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 		}
 		if string(got) != "prefix"+string(want)+"\n" {
 			t.Fatalf("record %+v:\n got %s\nwant %s", r, got[6:], want)
+		}
+		if viaJSON, err := json.Marshal(r); err != nil || !bytes.Equal(viaJSON, want) {
+			t.Fatalf("record %+v: MarshalJSON gives %s, %v; want %s", r, viaJSON, err, want)
+		}
+		var back FlowRecord
+		if err := json.Unmarshal(want, &back); err != nil {
+			t.Fatal(err)
+		}
+		lossless := utf8.ValidString(r.Sender + r.Estimator + r.Status + r.StddevFrom) // JSON replaces bad UTF-8
+		if again, _ := MarshalLine(nil, &back); lossless && !bytes.Equal(again, got[6:]) {
+			t.Fatalf("read back as %s, written as %s", again, got[6:])
+		}
+	}
+	for _, bad := range []string{`{"src":"10.0.0.1"}`, `{"src":"10.0.0.1","dst":"2001:db8::1"}`, `{"src":"10.0.0.1","dst":"x"}`} {
+		var r FlowRecord
+		if err := json.Unmarshal([]byte(bad), &r); err == nil {
+			t.Fatalf("%s read as %+v", bad, r)
 		}
 	}
 	for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
@@ -63,8 +119,8 @@ func or(p *float64, v float64) *float64 {
 
 func BenchmarkMarshalLine(b *testing.B) {
 	d, sd, ci := 123456.789, 2345.6, 99.5
-	r := FlowRecord{Interval: 1763000100, StartNS: 1763000100000000000, Src: "10.1.2.3", Dst: "192.0.2.77", SPort: 443, DPort: 51234,
-		Proto: 6, DelayNS: &d, StddevNS: &sd, Loss: 0, Packets: 1234, Samples: 1200, CI95NS: &ci, Sender: "tap-a", Estimator: "decode"}
+	r := FlowRecord{Interval: 1763000100, StartNS: 1763000100000000000, Key: capture.MustParseFlowKey("10.1.2.3", "192.0.2.77", 6, 443, 51234),
+		DelayNS: &d, StddevNS: &sd, Loss: 0, Packets: 1234, Samples: 1200, CI95NS: &ci, Sender: "tap-a", Estimator: "decode"}
 	b.Run("hand", func(b *testing.B) {
 		var buf []byte
 		for b.Loop() {

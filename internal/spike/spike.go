@@ -19,6 +19,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -79,10 +80,7 @@ type Event struct {
 	Sender      string
 	Interval    int64
 	StartNS     int64
-	Src, Dst    string
-	SPort       uint16
-	DPort       uint16
-	Proto       uint8
+	Key         capture.FlowKey
 	DelayNS     float64 // the interval's mean delay estimate
 	CI95NS      float64 // its 95 % half-width
 	BaselineNS  float64 // the baseline before this interval
@@ -92,9 +90,8 @@ type Event struct {
 
 // key identifies a flow of a sender.
 type key struct {
-	sender, src, dst string
-	sport, dport     uint16
-	proto            uint8
+	sender string
+	flow   capture.FlowKey
 }
 
 // baseline is one flow's history, also a node of the LRU list.
@@ -154,7 +151,7 @@ func (d *Detector) Observe(iv *results.Interval, tracked func(*results.FlowRecor
 		if sender == "" {
 			sender = iv.Sender
 		}
-		k := key{sender: sender, src: r.Src, dst: r.Dst, sport: r.SPort, dport: r.DPort, proto: r.Proto}
+		k := key{sender: sender, flow: r.Key}
 		b := d.touch(k)
 		x := *r.DelayNS
 		sample, over := x, false
@@ -164,7 +161,7 @@ func (d *Detector) Observe(iv *results.Interval, tracked func(*results.FlowRecor
 				r.Spike = true
 				events = append(events, Event{
 					Sender: sender, Interval: r.Interval, StartNS: r.StartNS,
-					Src: r.Src, Dst: r.Dst, SPort: r.SPort, DPort: r.DPort, Proto: r.Proto,
+					Key:     r.Key,
 					DelayNS: x, CI95NS: *r.CI95NS, BaselineNS: b.mean, DevNS: b.dev, ThresholdNS: thr,
 				})
 			}

@@ -3,17 +3,19 @@ package spike
 import (
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 )
 
 const ms = 1e6 // ns
 
 func rec(src string, delayNS, ci95NS float64) results.FlowRecord {
-	r := results.FlowRecord{Src: src, Dst: "192.0.2.7", SPort: 51000, DPort: 443, Proto: 6, Packets: 100}
+	r := results.FlowRecord{Key: capture.MustParseFlowKey(src, "192.0.2.7", 6, 51000, 443), Packets: 100}
 	if !math.IsNaN(delayNS) {
 		r.DelayNS = results.Float(delayNS)
 	}
@@ -82,7 +84,7 @@ func TestSpikeRuleUsesCI(t *testing.T) {
 			if tc.want {
 				e := ev[0]
 				if e.BaselineNS != 1*ms || e.ThresholdNS != 2*ms || e.DelayNS != tc.delay || e.CI95NS != tc.ci95 ||
-					e.Src != "10.0.0.1" || e.Sender != "a" || e.Interval != next || e.DPort != 443 || e.Proto != 6 {
+					e.Key.SrcAddr().String() != "10.0.0.1" || e.Sender != "a" || e.Interval != next || e.Key.DPort != 443 || e.Key.Proto != 6 {
 					t.Fatalf("event = %+v, want baseline 1ms, threshold 2ms, delay %v", e, tc.delay)
 				}
 			}
@@ -128,7 +130,7 @@ func TestUnsyncedNeitherAlarmsNorUpdates(t *testing.T) {
 
 func TestTrackedFilter(t *testing.T) {
 	d := newDetector(t, nil)
-	only := func(r *results.FlowRecord) bool { return r.Src == "10.0.0.1" }
+	only := func(r *results.FlowRecord) bool { return r.Key.SrcAddr().String() == "10.0.0.1" }
 	for i := range 5 {
 		d.Observe(interval(int64(i), rec("10.0.0.1", 1*ms, 0), rec("10.0.0.2", 1*ms, 0)), only)
 	}
@@ -137,7 +139,7 @@ func TestTrackedFilter(t *testing.T) {
 	}
 	iv := interval(5, rec("10.0.0.1", 10*ms, 0), rec("10.0.0.2", 10*ms, 0))
 	ev := d.Observe(iv, only)
-	if len(ev) != 1 || ev[0].Src != "10.0.0.1" || iv.Flows[1].Spike {
+	if len(ev) != 1 || ev[0].Key.SrcAddr().String() != "10.0.0.1" || iv.Flows[1].Spike {
 		t.Fatalf("events = %+v, want only 10.0.0.1", ev)
 	}
 }
@@ -156,7 +158,7 @@ func TestMaxFlowsEvictsLeastRecentlySeen(t *testing.T) {
 	}
 	iv := interval(7, rec("10.0.0.1", 10*ms, 0), rec("10.0.0.2", 10*ms, 0))
 	ev := d.Observe(iv, nil)
-	if len(ev) != 1 || ev[0].Src != "10.0.0.1" {
+	if len(ev) != 1 || ev[0].Key.SrcAddr().String() != "10.0.0.1" {
 		t.Fatalf("events = %+v: want 10.0.0.1 (kept) to spike and 10.0.0.2 (evicted, no history) not", ev)
 	}
 	if d.Len() != 2 {
@@ -242,8 +244,8 @@ func TestObserveSteadyStateAllocatesNothing(t *testing.T) {
 	d := newDetector(t, nil)
 	var recs []results.FlowRecord
 	for i := range 200 {
-		recs = append(recs, rec("10.0.0."+string(rune('0'+i%10))+string(rune('0'+i/10%10)), 1*ms, 0.1*ms))
-		recs[i].SPort = uint16(i)
+		recs = append(recs, rec("10.0.0."+strconv.Itoa(i%100), 1*ms, 0.1*ms))
+		recs[i].Key.SPort = uint16(i)
 	}
 	iv := interval(1, recs...)
 	d.Observe(iv, nil)
@@ -257,7 +259,7 @@ func BenchmarkObserve10kFlows(b *testing.B) {
 	recs := make([]results.FlowRecord, 10000)
 	for i := range recs {
 		recs[i] = rec("10.0.0.1", 1*ms, 0.1*ms)
-		recs[i].SPort, recs[i].DPort = uint16(i), uint16(i>>16)
+		recs[i].Key.SPort, recs[i].Key.DPort = uint16(i), uint16(i>>16)
 	}
 	iv := interval(1, recs...)
 	b.ReportAllocs()

@@ -24,9 +24,9 @@ import (
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/eval"
-	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 	"github.com/lds-net/lds/tools/linkem"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // RealCongestionControl is the iperf3 TCP streams' congestion control:
@@ -87,7 +87,7 @@ type RealResult struct {
 type RealPairResult struct {
 	Pair            RealPair
 	FirstIv, LastIv int64
-	Truth           []gen.TruthRecord
+	Truth           []truth.Record
 	Results         []results.FlowRecord
 	Report          eval.Report
 	Score           RealScore
@@ -583,27 +583,21 @@ func packetDelaysMS(pcapA, pcapB string, c config.Common) (p50, maxMS float64, e
 	return ds[len(ds)/2], ds[len(ds)-1], nil
 }
 
-type flowID struct {
-	iv           int64
-	src, dst     string
-	sport, dport uint16
-	proto        uint8
-}
-
 // scoreReal counts what the acceptance asks about (see RealScore).
 func scoreReal(pr *RealPairResult) RealScore {
 	s := RealScore{Statuses: map[string]int{}}
-	recs := map[flowID]*results.FlowRecord{}
+	recs := map[join.FlowID]*results.FlowRecord{}
 	for i := range pr.Results {
 		r := &pr.Results[i]
-		recs[flowID{r.Interval, r.Src, r.Dst, r.SPort, r.DPort, r.Proto}] = r
+		recs[join.FlowID{Interval: r.Interval, Key: r.Key}] = r
 		if r.Status != "" {
 			s.Statuses[r.Status]++
 		}
 	}
 	s.Records = len(pr.Truth)
 	for _, t := range pr.Truth {
-		r := recs[flowID{t.Interval, t.Src, t.Dst, t.SPort, t.DPort, t.Proto}]
+		k, _ := t.Key() // the truth comes from the join: its keys parse
+		r := recs[join.FlowID{Interval: t.Interval, Key: k}]
 		loss := r != nil && r.Loss >= 0.5
 		delay := r != nil && r.DelayNS != nil && !math.IsNaN(*r.DelayNS)
 		big := t.Sent >= 100

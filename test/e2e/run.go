@@ -21,9 +21,9 @@ import (
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/eval"
-	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 	"github.com/lds-net/lds/tools/linkem"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // Options of one testbed run.
@@ -69,7 +69,7 @@ type Result struct {
 	FirstIv, LastIv        int64 // intervals with traffic
 	Traffic                TrafficStats
 	Linkem                 linkem.Stats
-	Truth                  []gen.TruthRecord
+	Truth                  []truth.Record
 	Results                []results.FlowRecord // records of the traffic's intervals
 	TruthSent, TruthRecvd  uint64               // from the tcpdump join
 	JoinPackets            uint64               // tap A packets of every interval
@@ -381,11 +381,10 @@ func evaluate(opt Options, res *Result, pcapA, pcapB, resultsPath string) error 
 	return err
 }
 
-func truthRecord(f *join.Flow, t int64) gen.TruthRecord {
-	r := gen.TruthRecord{Interval: f.Interval, StartNS: f.Interval * t,
-		Src: f.Key.SrcAddr().String(), Dst: f.Key.DstAddr().String(),
-		SPort: f.Key.SPort, DPort: f.Key.DPort, Proto: f.Key.Proto,
+func truthRecord(f *join.Flow, t int64) truth.Record {
+	r := truth.Record{Interval: f.Interval, StartNS: f.Interval * t,
 		Sent: int64(f.Sent), Received: int64(f.Received), Lost: int64(f.Lost()), Class: "live"}
+	r.SetKey(f.Key)
 	if f.Received > 0 && !math.IsNaN(f.MeanNS) {
 		m, s := f.MeanNS, f.StddevNS
 		r.DelayNS, r.StddevNS = &m, &s
@@ -437,16 +436,10 @@ type CoverageStats struct {
 // Coverage counts truth records with at least minPkts received packets
 // that have a result with a delay.
 func (r *Result) Coverage(minPkts int64) CoverageStats {
-	type key struct {
-		iv           int64
-		src, dst     string
-		sport, dport uint16
-		proto        uint8
-	}
-	has := map[key]bool{}
+	has := map[join.FlowID]bool{}
 	for _, x := range r.Results {
 		if x.DelayNS != nil && !math.IsNaN(*x.DelayNS) {
-			has[key{x.Interval, x.Src, x.Dst, x.SPort, x.DPort, x.Proto}] = true
+			has[join.FlowID{Interval: x.Interval, Key: x.Key}] = true
 		}
 	}
 	var c CoverageStats
@@ -454,7 +447,8 @@ func (r *Result) Coverage(minPkts int64) CoverageStats {
 		if t.Received < minPkts {
 			continue
 		}
-		ok := has[key{t.Interval, t.Src, t.Dst, t.SPort, t.DPort, t.Proto}]
+		k, _ := t.Key() // the truth comes from the join: its keys parse
+		ok := has[join.FlowID{Interval: t.Interval, Key: k}]
 		if t.Lost == 0 {
 			c.Flows++
 			if ok {

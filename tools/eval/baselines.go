@@ -8,9 +8,10 @@ import (
 
 	"github.com/lds-net/lds/internal/heapq"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // ExactLabel names the run built by joining every packet (zero error by
@@ -89,7 +90,7 @@ func (s RLIStats) ShippedBytes(t int64) float64 {
 
 type accKey struct {
 	iv int64
-	k  gen.FlowKey
+	k  capture.FlowKey
 }
 
 // flowAcc is the per-(interval, flow) state: packets sent and lost, and
@@ -114,7 +115,7 @@ type accs struct {
 	a   []flowAcc
 }
 
-func (s *accs) slot(iv int64, k *gen.FlowKey) int32 {
+func (s *accs) slot(iv int64, k *capture.FlowKey) int32 {
 	key := accKey{iv, *k}
 	if i, ok := s.idx[key]; ok {
 		return i
@@ -133,8 +134,7 @@ func (s *accs) records(t int64, label string, withLoss bool) []results.FlowRecor
 	for i := range s.a {
 		a := &s.a[i]
 		k := a.key.k
-		r := results.FlowRecord{Interval: a.key.iv, StartNS: a.key.iv * t, Src: k.Src.String(), Dst: k.Dst.String(),
-			SPort: k.SPort, DPort: k.DPort, Proto: k.Proto, Samples: float64(a.n), Estimator: label}
+		r := results.FlowRecord{Interval: a.key.iv, StartNS: a.key.iv * t, Key: k, Samples: float64(a.n), Estimator: label}
 		if withLoss {
 			r.Packets, r.Loss = float64(a.sent), float64(a.lost)
 		} else {
@@ -486,7 +486,7 @@ func (b Baselines) Apply(runs map[string][]results.FlowRecord, opt *Options) err
 // flow) truth record with intervals of t ns: the flow's key and packet
 // count, and per packet sent its hash and send-time offset (see the
 // Export* constants). It is a floor: no framing, no compression.
-func ExportBytes(r *gen.TruthRecord, v6 bool, t int64) float64 {
+func ExportBytes(r *truth.Record, v6 bool, t int64) float64 {
 	kb := ExportKeyBytesV4
 	if v6 {
 		kb = ExportKeyBytesV6

@@ -5,7 +5,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // slicePackets turns a send-ordered slice into a Packets iterator.
@@ -29,8 +29,8 @@ func slicePackets(ps []PacketDelay) Packets {
 }
 
 var (
-	flowX = gen.FlowKey{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("192.0.2.1"), SPort: 1000, DPort: 443, Proto: 6}
-	flowY = gen.FlowKey{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), SPort: 53, DPort: 5353, Proto: 17}
+	flowX = capture.MustParseFlowKey("10.0.0.1", "192.0.2.1", 6, 1000, 443)
+	flowY = capture.MustParseFlowKey("2001:db8::1", "2001:db8::2", 17, 53, 5353)
 )
 
 func meanStd(v []float64) (float64, float64) {
@@ -46,10 +46,10 @@ func meanStd(v []float64) (float64, float64) {
 	return m, math.Sqrt(s / float64(len(v)))
 }
 
-func recFor(t *testing.T, recs []results.FlowRecord, iv int64, k gen.FlowKey) results.FlowRecord {
+func recFor(t *testing.T, recs []results.FlowRecord, iv int64, k capture.FlowKey) results.FlowRecord {
 	t.Helper()
 	for _, r := range recs {
-		if r.Interval == iv && r.Src == k.Src.String() && r.Dst == k.Dst.String() && r.SPort == k.SPort && r.DPort == k.DPort && r.Proto == k.Proto {
+		if r.Interval == iv && r.Key == k {
 			return r
 		}
 	}
@@ -64,7 +64,7 @@ func approx(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Max(1, ma
 func TestRLIHandWorked(t *testing.T) {
 	const us = int64(time.Microsecond)
 	t0 := int64(1000 * time.Second) // on a tick and an interval boundary
-	p := func(k gen.FlowKey, send, delay int64, lost bool) PacketDelay {
+	p := func(k capture.FlowKey, send, delay int64, lost bool) PacketDelay {
 		return PacketDelay{Key: k, SendNS: t0 + send*us, RecvNS: t0 + (send+delay)*us, Lost: lost}
 	}
 	pkts := []PacketDelay{
@@ -86,7 +86,7 @@ func TestRLIHandWorked(t *testing.T) {
 	p8 := 400 + 200*(2200.0-1400)/(3600-1400)
 	want := []struct {
 		iv  int64
-		k   gen.FlowKey
+		k   capture.FlowKey
 		est []float64 // µs
 	}{
 		{0, flowX, []float64{100, p4, p6}},  // P1, P4, P6
@@ -107,13 +107,13 @@ func TestRLIHandWorked(t *testing.T) {
 		r := recFor(t, recs, base+w.iv, w.k)
 		m, s := meanStd(w.est)
 		if r.DelayNS == nil || !approx(*r.DelayNS, ns(m), 1e-12) {
-			t.Errorf("iv %d %v: delay %v, want %v", w.iv, w.k.Src, r.DelayNS, ns(m))
+			t.Errorf("iv %d %v: delay %v, want %v", w.iv, w.k.SrcAddr(), r.DelayNS, ns(m))
 		}
 		if r.StddevNS == nil || !approx(*r.StddevNS, ns(s), 1e-9) {
-			t.Errorf("iv %d %v: stddev %v, want %v", w.iv, w.k.Src, r.StddevNS, ns(s))
+			t.Errorf("iv %d %v: stddev %v, want %v", w.iv, w.k.SrcAddr(), r.StddevNS, ns(s))
 		}
 		if r.Samples != float64(len(w.est)) || r.Packets != float64(len(w.est)) || r.Loss != 0 {
-			t.Errorf("iv %d %v: samples %v packets %v loss %v, want %d, %d, 0", w.iv, w.k.Src, r.Samples, r.Packets, r.Loss, len(w.est), len(w.est))
+			t.Errorf("iv %d %v: samples %v packets %v loss %v, want %d, %d, 0", w.iv, w.k.SrcAddr(), r.Samples, r.Packets, r.Loss, len(w.est), len(w.est))
 		}
 		if r.StartNS != (base+w.iv)*T || r.Estimator != "rli-1khz" {
 			t.Errorf("start %d estimator %q", r.StartNS, r.Estimator)
@@ -160,8 +160,7 @@ func synth(seed uint64, pps float64, dur time.Duration, nFlows int, loss float64
 	var out []PacketDelay
 	for s := t0; s < t0+int64(dur); s += 1 + int64(rng.ExpFloat64()*1e9/pps) {
 		i := len(out) % nFlows
-		k := gen.FlowKey{Src: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Dst: netip.MustParseAddr("192.0.2.9"),
-			SPort: uint16(2000 + i), DPort: 80, Proto: 6}
+		k := capture.FlowKey{Src: [16]byte{10, 0, byte(i >> 8), byte(i)}, Dst: [16]byte{192, 0, 2, 9}, SPort: uint16(2000 + i), DPort: 80, Proto: 6}
 		lost := rng.Float64() < loss
 		d := delayAt(s)
 		out = append(out, PacketDelay{Key: k, SendNS: s, RecvNS: s + d, Lost: lost})
@@ -253,10 +252,10 @@ func TestRLIExactOnLinearDelay(t *testing.T) {
 		t.Fatalf("%d exact records, %d rli", len(ex), len(rl))
 	}
 	for _, e := range ex {
-		r := recFor(t, rl, e.Interval, gen.FlowKey{Src: netip.MustParseAddr(e.Src), Dst: netip.MustParseAddr(e.Dst), SPort: e.SPort, DPort: e.DPort, Proto: e.Proto})
+		r := recFor(t, rl, e.Interval, e.Key)
 		// Delays are whole ns: interpolation is within 1 ns of the truth.
 		if math.Abs(*r.DelayNS-*e.DelayNS) > 1 {
-			t.Errorf("interval %d %s: rli %v exact %v", e.Interval, e.Src, *r.DelayNS, *e.DelayNS)
+			t.Errorf("interval %d %s: rli %v exact %v", e.Interval, e.Key, *r.DelayNS, *e.DelayNS)
 		}
 	}
 }
@@ -307,14 +306,14 @@ func TestBaselineConfigValidate(t *testing.T) {
 // TestCostTable: the exact join's bytes on a hand-made truth, and the
 // report's cost rows.
 func TestCostTable(t *testing.T) {
-	a := tr(5, 0, 10, 9, 1000, 10)                                                     // IPv4, 10 sent
-	b := gen.TruthRecord{Interval: 6, Src: "2001:db8::1", Dst: "2001:db8::2", Sent: 3} // IPv6, all lost
-	truth := []gen.TruthRecord{a, b}
+	a := tr(5, 0, 10, 9, 1000, 10)                                                  // IPv4, 10 sent
+	b := truth.Record{Interval: 6, Src: "2001:db8::1", Dst: "2001:db8::2", Sent: 3} // IPv6, all lost
+	recs := []truth.Record{a, b}
 	// (13 + 4 + 12*10) + (37 + 4 + 12*3)
 	const exactBytes = 137 + 77
 	opt := DefaultOptions()
 	opt.ShippedBytes = map[string]float64{"lds": 107, "rli-1khz": 24}
-	rep, err := EvaluateWith(truth, map[string][]results.FlowRecord{}, opt)
+	rep, err := EvaluateWith(recs, map[string][]results.FlowRecord{}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +333,7 @@ func TestCostTable(t *testing.T) {
 	}
 }
 
-func runGen(t *testing.T, sc gen.Scenario) (gen.Outputs, []gen.TruthRecord, *Baselines, [2]int64) {
+func runGen(t *testing.T, sc gen.Scenario) (gen.Outputs, []truth.Record, *Baselines, [2]int64) {
 	t.Helper()
 	dir := t.TempDir()
 	out := gen.Outputs{SenderPcap: filepath.Join(dir, "a.pcap"), ReceiverPcap: filepath.Join(dir, "b.pcap"), Truth: filepath.Join(dir, "truth.jsonl")}
@@ -443,7 +442,7 @@ func TestBaselinesOnGeneratedTrace(t *testing.T) {
 			t.Fatalf("%s: %d records from the generator, %d from captures", l, len(g), len(c))
 		}
 		for i := range g {
-			if g[i].Src != c[i].Src || g[i].Interval != c[i].Interval || g[i].SPort != c[i].SPort || *g[i].DelayNS != *c[i].DelayNS {
+			if g[i].Key != c[i].Key || g[i].Interval != c[i].Interval || *g[i].DelayNS != *c[i].DelayNS {
 				t.Fatalf("%s record %d: generator %+v, captures %+v", l, i, g[i], c[i])
 			}
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/match"
-	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // DefaultClassName names the class of flows no weight rule matches (weight 1)
@@ -118,21 +118,10 @@ func (w *WeightClasses) Classes() []ClassInfo { return slices.Clone(w.classes) }
 func (w *WeightClasses) Source() string { return w.source }
 
 // Classify returns the class index (into Classes) of truth flow t.
-func (w *WeightClasses) Classify(t *gen.TruthRecord) (int, error) {
-	k, err := truthKey(t)
+func (w *WeightClasses) Classify(t *truth.Record) (int, error) {
+	fk, err := t.Key()
 	if err != nil {
 		return 0, err
-	}
-	fk := capture.FlowKey{SPort: t.SPort, DPort: t.DPort, Proto: t.Proto, V6: k.src.Is6()}
-	if fk.V6 != k.dst.Is6() {
-		return 0, fmt.Errorf("truth flow %s -> %s mixes IPv4 and IPv6", t.Src, t.Dst)
-	}
-	if fk.V6 {
-		fk.Src, fk.Dst = k.src.As16(), k.dst.As16()
-	} else {
-		s, d := k.src.As4(), k.dst.As4()
-		copy(fk.Src[:], s[:])
-		copy(fk.Dst[:], d[:])
 	}
 	i := match.First(w.rules, fk.SrcAddr(), fk.DstAddr(), fk.Proto, fk.SPort, fk.DPort)
 	want, ci := uint32(1), w.def
@@ -172,7 +161,7 @@ func describeRule(r match.Rule) string {
 }
 
 // classify assigns every truth record a class index.
-func (w *WeightClasses) classify(truth []gen.TruthRecord) ([]int, []ClassInfo, error) {
+func (w *WeightClasses) classify(truth []truth.Record) ([]int, []ClassInfo, error) {
 	cls := make([]int, len(truth))
 	infos := w.Classes()
 	for i := range truth {

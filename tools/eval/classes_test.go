@@ -9,7 +9,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // classCfg: gold = src 10.0.0.0/15 (weight 100); silver = src 10.2.0.0/15
@@ -27,8 +27,8 @@ func classCfg() capture.Config {
 }
 
 // flow makes a truth record of interval 1 (T = 1 s).
-func flow(src, dst string, dport uint16, sent, recv int64, delay float64) gen.TruthRecord {
-	r := gen.TruthRecord{Interval: 1, StartNS: 1e9, Src: src, Dst: dst, SPort: 40000, DPort: dport, Proto: 6,
+func flow(src, dst string, dport uint16, sent, recv int64, delay float64) truth.Record {
+	r := truth.Record{Interval: 1, StartNS: 1e9, Src: src, Dst: dst, SPort: 40000, DPort: dport, Proto: 6,
 		Sent: sent, Received: recv, Lost: sent - recv}
 	if recv > 0 {
 		r.DelayNS, r.StddevNS = f64(delay), f64(0)
@@ -49,7 +49,7 @@ func TestWeightClassBreakdown(t *testing.T) {
 	b1 := flow("10.4.0.1", "192.0.2.1", 80, 120, 120, 1000)  // just outside both prefixes; est 1300: 0.3
 	b2 := flow("2001:db8::1", "2001:db8::2", 80, 2, 2, 100)  // IPv6, no rule; est 150: 0.5
 	b3 := flow("172.16.0.1", "192.0.2.1", 80, 50, 0, 0)      // no rule, every packet lost: no true delay
-	truth := []gen.TruthRecord{g1, g2, g3, g4, s1, s2, b1, b2, b3}
+	truth := []truth.Record{g1, g2, g3, g4, s1, s2, b1, b2, b3}
 	weighted := []results.FlowRecord{
 		est(g1, f64(1010), nil, 0), est(g2, f64(2100), nil, 0), est(g4, f64(800), nil, 0),
 		est(s1, f64(600), nil, 0), est(s2, f64(300), nil, 0),

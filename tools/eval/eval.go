@@ -6,18 +6,17 @@
 package eval
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // BaselineLabel names the run that gives every flow the mean delay of all
@@ -121,7 +120,6 @@ type RunReport struct {
 	Matched    int // joined to a truth record
 	Spurious   int // no truth record for (interval, flow)
 	Duplicates int // a second record for the same (interval, flow); the first is kept
-	Invalid    int // unparsable address
 	NoLoss     bool
 	Bins       []BinStats
 	// Classes[c][b]: the flows of class Report.Classes[c] in bin
@@ -168,22 +166,13 @@ type Report struct {
 	ClassSource string
 }
 
-type joinKey struct {
-	iv  int64
-	src netip.Addr
-	dst netip.Addr
-	sp  uint16
-	dp  uint16
-	pr  uint8
-}
-
 // Evaluate compares every run with the truth using DefaultOptions.
-func Evaluate(truth []gen.TruthRecord, runs map[string][]results.FlowRecord) (Report, error) {
+func Evaluate(truth []truth.Record, runs map[string][]results.FlowRecord) (Report, error) {
 	return EvaluateWith(truth, runs, DefaultOptions())
 }
 
 // EvaluateWith compares every run with the truth.
-func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord, opt Options) (Report, error) {
+func EvaluateWith(truth []truth.Record, runs map[string][]results.FlowRecord, opt Options) (Report, error) {
 	if len(opt.Bins) == 0 {
 		opt.Bins = DefaultBins()
 	}
@@ -193,7 +182,7 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 	rep := Report{Bins: opt.Bins, TruthRecords: len(truth), LossThreshold: opt.LossThreshold, RLI: opt.RLI}
 	var exportBytes float64
 	tNS := truthInterval(truth)
-	idx := make(map[joinKey]int, len(truth))
+	idx := make(map[join.FlowID]int, len(truth))
 	ivs := map[int64]struct{}{}
 	for i := range truth {
 		t := &truth[i]
@@ -206,7 +195,7 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 				t.Interval, t.Src, t.Dst, t.SPort, t.DPort, t.Proto)
 		}
 		idx[k] = i
-		exportBytes += ExportBytes(t, k.src.Is6(), tNS)
+		exportBytes += ExportBytes(t, k.Key.V6, tNS)
 		ivs[t.Interval] = struct{}{}
 		rep.PacketsSent += t.Sent
 		rep.PacketsRecv += t.Received
@@ -241,7 +230,7 @@ func EvaluateWith(truth []gen.TruthRecord, runs map[string][]results.FlowRecord,
 
 // truthInterval recovers T from the truth (start_ns = interval x T); 1 s if
 // it cannot.
-func truthInterval(truth []gen.TruthRecord) int64 {
+func truthInterval(truth []truth.Record) int64 {
 	for i := range truth {
 		if iv := truth[i].Interval; iv != 0 && truth[i].StartNS%iv == 0 && truth[i].StartNS/iv > 0 {
 			return truth[i].StartNS / iv
@@ -277,16 +266,13 @@ func costRows(exportBytes float64, tNS int64, intervals int, sent int64, shipped
 	return rows
 }
 
-func truthKey(t *gen.TruthRecord) (joinKey, error) {
-	s, err := netip.ParseAddr(t.Src)
+// truthKey names a truth record's flow in its interval.
+func truthKey(t *truth.Record) (join.FlowID, error) {
+	k, err := t.Key()
 	if err != nil {
-		return joinKey{}, fmt.Errorf("truth: bad src %q: %w", t.Src, err)
+		return join.FlowID{}, err
 	}
-	d, err := netip.ParseAddr(t.Dst)
-	if err != nil {
-		return joinKey{}, fmt.Errorf("truth: bad dst %q: %w", t.Dst, err)
-	}
-	return joinKey{t.Interval, s.Unmap(), d.Unmap(), t.SPort, t.DPort, t.Proto}, nil
+	return join.FlowID{Interval: t.Interval, Key: k}, nil
 }
 
 // per-flow outcome of one run
@@ -303,18 +289,12 @@ type flowEval struct {
 
 // evalRun joins one run to the truth and aggregates it per bin and, when
 // cls is set (class index per truth record), per class and bin.
-func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []results.FlowRecord, opt Options, cls []int, nClasses int) RunReport {
+func evalRun(label string, truth []truth.Record, idx map[join.FlowID]int, recs []results.FlowRecord, opt Options, cls []int, nClasses int) RunReport {
 	rr := RunReport{Label: label, Records: len(recs)}
 	fe := make([]flowEval, len(truth))
 	for i := range recs {
 		r := &recs[i]
-		s, err1 := netip.ParseAddr(r.Src)
-		d, err2 := netip.ParseAddr(r.Dst)
-		if err1 != nil || err2 != nil {
-			rr.Invalid++
-			continue
-		}
-		ti, ok := idx[joinKey{r.Interval, s.Unmap(), d.Unmap(), r.SPort, r.DPort, r.Proto}]
+		ti, ok := idx[join.FlowID{Interval: r.Interval, Key: r.Key}]
 		if !ok {
 			rr.Spurious++
 			continue
@@ -350,7 +330,7 @@ func evalRun(label string, truth []gen.TruthRecord, idx map[joinKey]int, recs []
 }
 
 // scenarioClasses breaks the large-flow bins down by the truth's class.
-func scenarioClasses(truth []gen.TruthRecord, fe []flowEval, opt Options) []ScenarioClass {
+func scenarioClasses(truth []truth.Record, fe []flowEval, opt Options) []ScenarioClass {
 	idx := map[string]int{}
 	for i := range truth {
 		if _, ok := idx[truth[i].Class]; !ok {
@@ -383,7 +363,7 @@ func scenarioClasses(truth []gen.TruthRecord, fe []flowEval, opt Options) []Scen
 }
 
 // binStats aggregates the flows of bin b (and, with cls, of class c only).
-func binStats(b Bin, truth []gen.TruthRecord, fe []flowEval, opt Options, cls []int, c int) BinStats {
+func binStats(b Bin, truth []truth.Record, fe []flowEval, opt Options, cls []int, c int) BinStats {
 	bs := BinStats{Bin: b.Name}
 	var stdErr, stdSmp, stdSk []float64
 	var qErr [3][]float64
@@ -509,7 +489,7 @@ func Quantile(sorted []float64, p float64) float64 {
 // every flow with a received packet gets the mean delay and the standard
 // deviation of all packets received in that interval, and the interval's
 // loss ratio times its packets as loss.
-func GlobalAverage(truth []gen.TruthRecord) []results.FlowRecord {
+func GlobalAverage(truth []truth.Record) []results.FlowRecord {
 	type agg struct {
 		n, sent, lost int64
 		mean, m2      float64
@@ -545,8 +525,11 @@ func GlobalAverage(truth []gen.TruthRecord) []results.FlowRecord {
 	for i := range truth {
 		t := &truth[i]
 		a := per[t.Interval]
-		r := results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Src: t.Src, Dst: t.Dst,
-			SPort: t.SPort, DPort: t.DPort, Proto: t.Proto, Packets: float64(t.Sent),
+		k, err := t.Key()
+		if err != nil {
+			continue // not a flow (EvaluateWith refuses such a truth)
+		}
+		r := results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Key: k, Packets: float64(t.Sent),
 			Estimator: BaselineLabel}
 		if a.sent > 0 {
 			r.Loss = float64(a.lost) / float64(a.sent) * float64(t.Sent)
@@ -562,14 +545,10 @@ func GlobalAverage(truth []gen.TruthRecord) []results.FlowRecord {
 }
 
 // ReadResults reads a results JSONL stream (docs/results.md). Blank lines are
-// skipped; a line that is not a flow record is an error naming the line.
+// skipped; a line that is not a flow record (no src/dst, or addresses that
+// do not parse as one flow key) is an error naming the line.
 func ReadResults(r io.Reader) ([]results.FlowRecord, error) {
-	return jsonl.Read(r, "results", 4<<20, func(rec *results.FlowRecord) error {
-		if rec.Src == "" || rec.Dst == "" {
-			return errors.New("no src/dst: not a flow record")
-		}
-		return nil
-	})
+	return jsonl.Read[results.FlowRecord](r, "results", 4<<20, nil)
 }
 
 // ReadResultsFile reads a results JSONL file.
@@ -577,8 +556,8 @@ func ReadResultsFile(path string) ([]results.FlowRecord, error) {
 	return jsonl.ReadFile(path, "results", ReadResults)
 }
 
-// ReadTruth reads the generator's ground truth (see gen.TruthRecord).
-func ReadTruth(r io.Reader) ([]gen.TruthRecord, error) { return gen.ReadTruth(r) }
+// ReadTruth reads a ground truth (see truth.Record).
+func ReadTruth(r io.Reader) ([]truth.Record, error) { return truth.Read(r) }
 
 // ReadTruthFile reads a ground-truth JSONL file.
-func ReadTruthFile(path string) ([]gen.TruthRecord, error) { return gen.ReadTruthFile(path) }
+func ReadTruthFile(path string) ([]truth.Record, error) { return truth.ReadFile(path) }

@@ -13,7 +13,7 @@ import (
 // PacketDelay is the fate of one sender-tap packet: the per-packet truth
 // the baselines (RLI, exact join) are computed from.
 type PacketDelay struct {
-	Key    gen.FlowKey
+	Key    capture.FlowKey
 	SendNS int64 // sender-tap timestamp, Unix ns
 	RecvNS int64 // receiver-tap timestamp, Unix ns; meaningless when Lost
 	Lost   bool
@@ -118,8 +118,7 @@ func PerPacketFromCaptures(senderPcap, receiverPcap string, cfg capture.Config, 
 			} else {
 				counts.Lost++
 			}
-			k := pk.Key
-			pd = PacketDelay{Key: gen.FlowKey{Src: k.SrcAddr(), Dst: k.DstAddr(), SPort: k.SPort, DPort: k.DPort, Proto: k.Proto},
+			pd = PacketDelay{Key: pk.Key,
 				SendNS: pk.TS, RecvNS: recv, Lost: !got}
 			return yield(&pd)
 		})

@@ -70,9 +70,9 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	}
 	r.writeBaselines(&b)
 	fmt.Fprintf(&b, "\n## Records\n\n")
-	fmt.Fprintf(&b, "| run | records | matched | spurious | duplicates | invalid |\n|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| run | records | matched | spurious | duplicates |\n|---|---:|---:|---:|---:|\n")
 	for _, run := range r.Runs {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d |\n", run.Label, run.Records, run.Matched, run.Spurious, run.Duplicates, run.Invalid)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", run.Label, run.Records, run.Matched, run.Spurious, run.Duplicates)
 	}
 	r.writeClasses(&b)
 	_, err := io.WriteString(w, b.String())

@@ -8,12 +8,13 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"net/netip"
 	"os"
 	"slices"
 	"time"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/heapq"
+	"github.com/lds-net/lds/tools/truth"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -34,7 +35,7 @@ type Outputs struct {
 // PacketTruth is the fate of one packet.
 type PacketTruth struct {
 	Flow     int // flow index, 0..Flows-1
-	Key      *FlowKey
+	Key      *capture.FlowKey
 	Interval int64
 	SendNS   int64
 	RecvNS   int64 // 0 when lost
@@ -63,7 +64,7 @@ type Summary struct {
 // flow is the generator's state of one flow.
 type flow struct {
 	idx       int32
-	key       FlowKey
+	key       capture.FlowKey
 	src, dst  [16]byte // IPv4 in the first 4 bytes
 	srcS      string
 	dstS      string
@@ -347,7 +348,7 @@ func (g *generator) makeFlows(rng *rand.Rand) error {
 	}
 	t := sc.Traffic
 	psum := t.TCP + t.UDP + t.ICMP
-	seen := make(map[FlowKey]struct{}, sc.Flows)
+	seen := make(map[capture.FlowKey]struct{}, sc.Flows)
 	g.flows = make([]flow, sc.Flows)
 	lmin, lmax := math.Log(float64(sc.Lifetime.Min)), math.Log(float64(sc.Lifetime.Max))
 	routerA := [6]byte{0x02, 0xaa, 0, 0, 0, 1}
@@ -390,7 +391,7 @@ func (g *generator) makeFlows(rng *rand.Rand) error {
 				break
 			}
 		}
-		f.srcS, f.dstS = f.key.Src.String(), f.key.Dst.String()
+		f.srcS, f.dstS = f.key.SrcAddr().String(), f.key.DstAddr().String()
 		f.ttl = []uint8{64, 128, 255}[rng.IntN(3)] - uint8(rng.IntN(16))
 		f.ect = f.proto == protoTCP && rng.Float64() < t.ECT
 		dscp := dscps[rng.IntN(len(dscps))]
@@ -436,8 +437,6 @@ func (g *generator) drawKey(f *flow, rng *rand.Rand) {
 		}
 		f.dst[15] = byte(1 + rng.IntN(250))
 		f.dst[14] = byte(rng.IntN(4))
-		f.key.Src = netip.AddrFrom16(f.src)
-		f.key.Dst = netip.AddrFrom16(f.dst)
 	} else {
 		f.src = [16]byte{10, byte(rng.Uint32()), byte(rng.Uint32()), byte(1 + rng.IntN(254))}
 		nets := [][2]byte{{203, 0}, {198, 51}, {192, 0}}
@@ -450,8 +449,6 @@ func (g *generator) drawKey(f *flow, rng *rand.Rand) {
 			third = 2
 		}
 		f.dst = [16]byte{nw[0], nw[1], third, byte(1 + rng.IntN(254))}
-		f.key.Src = netip.AddrFrom4([4]byte(f.src[:4]))
-		f.key.Dst = netip.AddrFrom4([4]byte(f.dst[:4]))
 	}
 	switch f.proto {
 	case protoTCP:
@@ -467,7 +464,7 @@ func (g *generator) drawKey(f *flow, rng *rand.Rand) {
 		f.sport = 128 << 8
 		f.dport = uint16(rng.Uint32())
 	}
-	f.key.SPort, f.key.DPort, f.key.Proto = f.sport, f.dport, f.proto
+	f.key = capture.FlowKey{Src: f.src, Dst: f.dst, SPort: f.sport, DPort: f.dport, Proto: f.proto, V6: f.v6}
 }
 
 // advance draws the flow's next send time: its packets' times are the order
@@ -518,17 +515,17 @@ type runState struct {
 	truthF *os.File
 	truthW *bufio.Writer
 
-	bufA        []byte      // the sender frame being built
-	snapB       int         // receiver-tap snap length (maxFrame for none)
-	free        [][]byte    // receiver frame buffers to reuse
-	pend        []pending   // receiver frames not yet written, by receive time
-	maxSentSeen int64       // latest send time of a receiver frame written
-	curIv       int64       // the interval whose truth is being accumulated
-	rec         TruthRecord // scratch of flushTruth
-	line        []byte      // scratch of flushTruth
-	pt          PacketTruth // scratch of OnPacket
-	sp          pktSpec     // the packet being built
-	counter     uint64      // packets sent so far
+	bufA        []byte       // the sender frame being built
+	snapB       int          // receiver-tap snap length (maxFrame for none)
+	free        [][]byte     // receiver frame buffers to reuse
+	pend        []pending    // receiver frames not yet written, by receive time
+	maxSentSeen int64        // latest send time of a receiver frame written
+	curIv       int64        // the interval whose truth is being accumulated
+	rec         truth.Record // scratch of flushTruth
+	line        []byte       // scratch of flushTruth
+	pt          PacketTruth  // scratch of OnPacket
+	sp          pktSpec      // the packet being built
+	counter     uint64       // packets sent so far
 }
 
 func (g *generator) run(ctx context.Context, out Outputs) (sum Summary, err error) {
@@ -681,7 +678,7 @@ func (s *runState) flushTruth() error {
 	for _, fi := range g.touched {
 		f := &g.flows[fi]
 		if s.truthW != nil {
-			s.rec = TruthRecord{Interval: s.curIv, StartNS: s.curIv * g.ivNS,
+			s.rec = truth.Record{Interval: s.curIv, StartNS: s.curIv * g.ivNS,
 				Src: f.srcS, Dst: f.dstS, SPort: f.sport, DPort: f.dport, Proto: f.proto,
 				Class: g.sc.Classes[f.class].Name, FlowPkts: f.n}
 			f.acc.record(&s.rec)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,9 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // capPkt is one packet read back from a capture, decoded by gopacket (an
@@ -29,7 +31,7 @@ type capPkt struct {
 	ts      int64
 	wire    int
 	id      string
-	key     FlowKey
+	key     capture.FlowKey
 	ttl     uint8
 	tos     uint8
 	vlan    int // -1 untagged
@@ -127,22 +129,23 @@ func decodePkt(t *testing.T, data []byte, ci gopacket.CaptureInfo) capPkt {
 	var pseudo []byte
 	var l4len int
 	if ip4, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
-		cp.key.Src, _ = netip.AddrFromSlice(ip4.SrcIP.To4())
-		cp.key.Dst, _ = netip.AddrFromSlice(ip4.DstIP.To4())
+		copy(cp.key.Src[:], ip4.SrcIP.To4())
+		copy(cp.key.Dst[:], ip4.DstIP.To4())
 		cp.key.Proto = uint8(ip4.Protocol)
 		cp.ttl, cp.tos = ip4.TTL, ip4.TOS
 		cp.v4ckOK = testSum(ip4.Contents) == 0xffff
-		fmt.Fprintf(&id, "4|%s|%s|%d|%d|%d|%d|%d|", cp.key.Src, cp.key.Dst, ip4.Protocol, ip4.Id, ip4.Length, ip4.Flags, ip4.FragOffset)
+		fmt.Fprintf(&id, "4|%s|%s|%d|%d|%d|%d|%d|", cp.key.SrcAddr(), cp.key.DstAddr(), ip4.Protocol, ip4.Id, ip4.Length, ip4.Flags, ip4.FragOffset)
 		l4len = int(ip4.Length) - int(ip4.IHL)*4
 		pseudo = append(append([]byte{}, ip4.SrcIP.To4()...), ip4.DstIP.To4()...)
 		pseudo = append(pseudo, 0, uint8(ip4.Protocol), byte(l4len>>8), byte(l4len))
 	} else if ip6, ok := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
-		cp.key.Src, _ = netip.AddrFromSlice(ip6.SrcIP)
-		cp.key.Dst, _ = netip.AddrFromSlice(ip6.DstIP)
+		copy(cp.key.Src[:], ip6.SrcIP)
+		copy(cp.key.Dst[:], ip6.DstIP)
+		cp.key.V6 = true
 		cp.key.Proto = uint8(ip6.NextHeader)
 		cp.ttl, cp.tos = ip6.HopLimit, ip6.TrafficClass
 		cp.v4ckOK = true
-		fmt.Fprintf(&id, "6|%s|%s|%d|%d|", cp.key.Src, cp.key.Dst, ip6.NextHeader, ip6.Length)
+		fmt.Fprintf(&id, "6|%s|%s|%d|%d|", cp.key.SrcAddr(), cp.key.DstAddr(), ip6.NextHeader, ip6.Length)
 		l4len = int(ip6.Length)
 		pseudo = append(append([]byte{}, ip6.SrcIP...), ip6.DstIP...)
 		pseudo = append(pseudo, 0, 0, byte(l4len>>8), byte(l4len), 0, 0, 0, uint8(ip6.NextHeader))
@@ -196,7 +199,7 @@ func decodePkt(t *testing.T, data []byte, ci gopacket.CaptureInfo) capPkt {
 
 type ivKey struct {
 	iv  int64
-	key FlowKey
+	key capture.FlowKey
 }
 
 func genFiles(t *testing.T, sc Scenario, dir string, onPkt func(*PacketTruth)) (Outputs, Summary) {
@@ -403,7 +406,7 @@ func checkReceiverCapture(t *testing.T, sc Scenario, A, B []capPkt, sent map[str
 		if p.l4ck != s.l4ck {
 			hc.l4diff++
 		}
-		if p.key.Src.Is6() {
+		if p.key.V6 {
 			hc.v6++
 		}
 		k := ivKey{s.ts / ivNS, s.key}
@@ -442,14 +445,14 @@ func checkHeaderChanges(t *testing.T, h HeaderChanges, hc headerCounts, n int) {
 // the packets sent per interval and flow and the delays of those received.
 func checkTruthFile(t *testing.T, path string, sum Summary, ivNS int64, truthCalc map[ivKey]*acc, delays map[ivKey][]float64) {
 	t.Helper()
-	truth, err := ReadTruthFile(path)
+	recs, err := truth.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(truth) != len(truthCalc) || len(truth) != sum.TruthRecords {
-		t.Fatalf("truth has %d records, captures give %d (summary %d)", len(truth), len(truthCalc), sum.TruthRecords)
+	if len(recs) != len(truthCalc) || len(recs) != sum.TruthRecords {
+		t.Fatalf("truth has %d records, captures give %d (summary %d)", len(recs), len(truthCalc), sum.TruthRecords)
 	}
-	for _, r := range truth {
+	for _, r := range recs {
 		key, err := r.Key()
 		if err != nil {
 			t.Fatal(err)

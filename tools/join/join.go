@@ -13,7 +13,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // Flow is the truth about one flow in one interval (by send time).
@@ -192,18 +192,18 @@ func (r *Result) Sorted() []*Flow {
 
 // Truth converts the join into ground-truth records (the format of
 // `ldsctl gen --truth`), sorted, so `ldsctl eval` can score real captures.
-func (r *Result) Truth(t int64) []gen.TruthRecord {
+func (r *Result) Truth(t int64) []truth.Record {
 	flows := r.Sorted()
 	total := map[capture.FlowKey]int64{}
 	for _, f := range flows {
 		total[f.Key] += int64(f.Sent)
 	}
-	out := make([]gen.TruthRecord, 0, len(flows))
-	for _, f := range flows {
-		out = append(out, gen.TruthRecord{Interval: f.Interval, StartNS: f.Interval * t,
-			Src: f.Key.SrcAddr().String(), Dst: f.Key.DstAddr().String(), SPort: f.Key.SPort, DPort: f.Key.DPort, Proto: f.Key.Proto,
+	out := make([]truth.Record, len(flows))
+	for i, f := range flows {
+		out[i] = truth.Record{Interval: f.Interval, StartNS: f.Interval * t,
 			Sent: int64(f.Sent), Received: int64(f.Received), Lost: int64(f.Lost()),
-			DelayNS: results.Float(f.MeanNS), StddevNS: results.Float(f.StddevNS), FlowPkts: total[f.Key]})
+			DelayNS: results.Float(f.MeanNS), StddevNS: results.Float(f.StddevNS), FlowPkts: total[f.Key]}
+		out[i].SetKey(f.Key)
 	}
 	return out
 }

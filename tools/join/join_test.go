@@ -11,6 +11,7 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/truth"
 )
 
 // TestJoinEqualsGeneratorTruth: joining the two captures packet by packet
@@ -25,7 +26,7 @@ func TestJoinEqualsGeneratorTruth(t *testing.T) {
 	if _, err := gen.Generate(context.Background(), sc, gen.Outputs{SenderPcap: a, ReceiverPcap: b, Truth: tr}, log); err != nil {
 		t.Fatal(err)
 	}
-	want, err := gen.ReadTruthFile(tr)
+	want, err := truth.ReadFile(tr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +74,6 @@ func TestJoinEqualsGeneratorTruth(t *testing.T) {
 	}
 }
 
-func key(r gen.TruthRecord) string {
+func key(r truth.Record) string {
 	return fmt.Sprintf("%d %s:%d>%s:%d/%d", r.Interval, r.Src, r.SPort, r.Dst, r.DPort, r.Proto)
 }
