@@ -154,7 +154,7 @@ func (k FlowKey) AppendDst(b []byte) []byte { return k.DstAddr().AppendTo(b) }
 // CompareText orders keys as their text forms do: source address text,
 // then destination address text, then protocol, source and destination
 // port. It is the order of the records in the results API and of ties
-// among tracked flows, where the addresses used to be strings.
+// among tracked flows: the order the addresses' text gives.
 func CompareText(a, b FlowKey) int {
 	if c := compareAddrText(a, b, &a.Src, &b.Src); c != 0 {
 		return c
