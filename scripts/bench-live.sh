@@ -48,7 +48,7 @@ trap cleanup EXIT INT TERM
 
 report="$OUT/report.md"
 {
-	echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)), load average at start $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared), $(tcpdump --version 2>&1 | head -2 | tr '\n' ' ' | sed 's/ $//'):"
+	echo "\`make bench-live\` on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)), load average at start $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared), $(tcpdump --version 2>&1 | head -2 | tr '\n' ' ' | sed 's/ $//'):"
 	echo
 	echo '```'
 	echo "scripts/bench-live.sh   # LDS_PERF_SECONDS=${LDS_PERF_SECONDS:-5} LDS_PERF_REPS=${LDS_PERF_REPS:-3} RINGS=\"$RINGS\" THREADS=\"$THREADS\""
