@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 func sh(t *testing.T, args ...string) {

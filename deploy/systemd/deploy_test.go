@@ -15,9 +15,9 @@ import (
 
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/internal/testutil"
-	"github.com/lds-net/lds/internal/testutil/ptp4l"
 	"github.com/lds-net/lds/test/e2e"
+	"github.com/lds-net/lds/test/testutil"
+	"github.com/lds-net/lds/test/testutil/ptp4l"
 	"github.com/lds-net/lds/tools/eval"
 	"github.com/lds-net/lds/tools/join"
 )

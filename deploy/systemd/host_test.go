@@ -19,7 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // The Debian 12 image both hosts boot: debootstrap's minbase plus what a

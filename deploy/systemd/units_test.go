@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/config"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // hardening is what both daemon units must set (docs/operations.md).

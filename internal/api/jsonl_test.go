@@ -17,7 +17,7 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // flowInterval is interval id of sender "a" with n flow records.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // liveReader reads sources, each on its own goroutine, until stopped,

@@ -20,7 +20,7 @@ import (
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/replay"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 	"github.com/lds-net/lds/tools/eval"
 	"github.com/lds-net/lds/tools/gen"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lds-net/lds/internal/testutil/ptp4l"
+	"github.com/lds-net/lds/test/testutil/ptp4l"
 )
 
 func run(t *testing.T, name string, args ...string) string { return ptp4l.Run(t, name, args...) }

@@ -20,7 +20,7 @@ import (
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/sender"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 func sh(t *testing.T, args ...string) {

@@ -23,7 +23,7 @@ import (
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sender"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/internal/testutil/ptp4l"
+	"github.com/lds-net/lds/test/testutil/ptp4l"
 )
 
 // TestClockUnsyncedWithholdsDelays: both daemons check a real ptp4l slave

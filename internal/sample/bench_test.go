@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/capture"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // BenchmarkSamplerAdd: the sampler's share of the sender's packet path

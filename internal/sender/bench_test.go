@@ -17,7 +17,7 @@ import (
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/sample"
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // BenchmarkPacketPath: the sender's whole per-packet path from a frame in

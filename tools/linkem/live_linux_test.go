@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 
 	"github.com/lds-net/lds/internal/match"
 )

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lds-net/lds/internal/testutil"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // Require skips (or fails under LDS_E2E_REQUIRED=1) without root or the tools.
