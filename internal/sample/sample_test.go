@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -167,8 +168,75 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// cands makes an interval's sender candidates: n[flow] of each flow, with
+// distinct sampling values and send times.
+func cands(n map[uint64]int) *Cands {
+	c := &Cands{Limit: 1 << 62, Drop: 30, T: 1e9}
+	r := rand.New(rand.NewPCG(uint64(len(n)), 2))
+	for f, k := range n {
+		for range k {
+			c.C = append(c.C, TxCand{Flow: f, X: r.Uint64()>>32<<32 | uint64(r.Uint32N(1e9))})
+		}
+	}
+	return c
+}
+
+// TestSelectBudget: flows too light for any figure (fewer than MinP50
+// candidates) get no samples; the others get the smallest S of theirs,
+// heaviest first at per_flow each, and what is left of the budget raises
+// the cap of the admitted flows; the budget is never exceeded.
+func TestSelectBudget(t *testing.T) {
+	cfg := Config{OneIn: 4, PerFlow: 20, MaxPerInterval: 100, MaxCandidates: 1 << 20}
+	for _, tc := range []struct {
+		name string
+		n    map[uint64]int
+		want map[uint64]int // samples per flow (absent: none)
+	}{
+		// Without the light flows, flow 2 ships whole and flow 1 gets
+		// the rest (cap 65); shipping six of the 9-candidate flows, as
+		// admission by weight alone would, leaves flow 1 at 23.
+		{"light flows skipped", map[uint64]int{1: 200, 2: 35, 3: 9, 4: 9, 5: 9, 6: 9, 7: 9, 8: 9, 9: 9, 10: 9, 11: 1},
+			map[uint64]int{1: 65, 2: 35}},
+		// Exactly MinP50 is enough for a p50.
+		{"at the minimum", map[uint64]int{1: MinP50, 2: MinP50 - 1}, map[uint64]int{1: MinP50}},
+		// More flows than fit at per_flow: the heaviest 5 at 20 each.
+		{"budget short", map[uint64]int{1: 90, 2: 80, 3: 70, 4: 60, 5: 50, 6: 40, 7: 30},
+			map[uint64]int{1: 20, 2: 20, 3: 20, 4: 20, 5: 20}},
+		// Water-filling: the budget left by the 12-candidate flow goes
+		// to the two heavy ones.
+		{"water-fill", map[uint64]int{1: 500, 2: 400, 3: 12}, map[uint64]int{1: 44, 2: 44, 3: 12}},
+		{"only light flows", map[uint64]int{1: 9, 2: 3}, map[uint64]int{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cands(tc.n)
+			bySmallest := map[uint64][]uint64{}
+			for _, x := range c.C {
+				bySmallest[x.Flow] = append(bySmallest[x.Flow], c.S(x))
+			}
+			s := Select(c, 0, cfg)
+			if n := s.Samples(); n > cfg.MaxPerInterval {
+				t.Fatalf("%d samples over the budget %d", n, cfg.MaxPerInterval)
+			}
+			got := map[uint64]int{}
+			for _, l := range s.Flows {
+				got[l.Flow] = len(l.Samples)
+				all := bySmallest[l.Flow]
+				slices.Sort(all)
+				for i, smp := range l.Samples {
+					if want := all[i] >> l.Shift; smp.Q != want {
+						t.Fatalf("flow %d sample %d: Q %x, want the %d-th smallest S %x", l.Flow, i, smp.Q, i, want)
+					}
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Fatalf("samples per flow %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func FuzzUnmarshal(f *testing.F) {
-	s := Select(&Cands{Limit: 1 << 60, Drop: 28, T: 1e9, C: []TxCand{{Flow: 1, X: 5<<32 | 10}, {Flow: 1, X: 99<<32 | 20}, {Flow: 2, X: 7<<32 | 30}}}, 0, DefaultConfig())
+	s := Select(cands(map[uint64]int{1: MinP50, 2: MinP50 + 3}), 0, DefaultConfig())
 	b, _ := s.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{1, 0, 0})

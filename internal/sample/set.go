@@ -48,10 +48,14 @@ func (s *Set) Samples() int {
 const precision = 12
 
 // Select picks the samples to ship from an interval's candidates (start:
-// the interval's start, Unix ns): the heaviest flows (most candidates)
-// that fit in cfg.MaxPerInterval at cfg.PerFlow samples each, each flow
-// its k smallest S where k is cfg.PerFlow raised as far as the budget
-// allows, and the link sample. It reorders c.C. Off the packet path.
+// the interval's start, Unix ns): among the flows with at least MinP50
+// candidates, the heaviest (most candidates) that fit in
+// cfg.MaxPerInterval at cfg.PerFlow samples each, each flow its k smallest
+// S where k is cfg.PerFlow raised as far as the budget allows, and the
+// link sample. A flow with fewer candidates than MinP50 could publish no
+// figure from its samples (each needs at least MinP50 joined), so it gets
+// none and its share of the budget raises the cap of the others. It
+// reorders c.C. Off the packet path.
 func Select(c *Cands, start int64, cfg Config) *Set {
 	if c == nil {
 		return &Set{}
@@ -81,7 +85,9 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 		for j < len(c.C) && c.C[j].Flow == c.C[i].Flow {
 			j++
 		}
-		runs = append(runs, run{i, j - i})
+		if j-i >= MinP50 {
+			runs = append(runs, run{i, j - i})
+		}
 		i = j
 	}
 	slices.SortFunc(runs, func(a, b run) int {
@@ -89,7 +95,9 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	})
 	// The heaviest flows that fit at PerFlow samples each; then the
 	// budget they leave raises their common cap (water-filling), so that
-	// with few heavy flows each of them gets more samples.
+	// with few heavy flows each of them gets more samples. The flows too
+	// light for any figure are out already: their samples would only
+	// lower that cap.
 	left, n := cfg.MaxPerInterval, 0
 	for _, r := range runs {
 		k := min(r.n, cfg.PerFlow)
