@@ -181,10 +181,11 @@ func cands(n map[uint64]int) *Cands {
 	return c
 }
 
-// TestSelectBudget: flows too light for any figure (fewer than MinP50
-// candidates) get no samples; the others get the smallest S of theirs,
-// heaviest first at per_flow each, and what is left of the budget raises
-// the cap of the admitted flows; the budget is never exceeded.
+// TestSelectBudget: the flows with at least MinP50 candidates get the
+// smallest S of theirs, heaviest first at per_flow each, and what is left
+// of the budget raises the cap of the admitted flows; the flows too light
+// for any figure get samples only from what that cap leaves, whole and
+// heaviest first; the budget is never exceeded.
 func TestSelectBudget(t *testing.T) {
 	cfg := Config{OneIn: 4, PerFlow: 20, MaxPerInterval: 100, MaxCandidates: 1 << 20}
 	for _, tc := range []struct {
@@ -197,15 +198,18 @@ func TestSelectBudget(t *testing.T) {
 		// admission by weight alone would, leaves flow 1 at 23.
 		{"light flows skipped", map[uint64]int{1: 200, 2: 35, 3: 9, 4: 9, 5: 9, 6: 9, 7: 9, 8: 9, 9: 9, 10: 9, 11: 1},
 			map[uint64]int{1: 65, 2: 35}},
-		// Exactly MinP50 is enough for a p50.
-		{"at the minimum", map[uint64]int{1: MinP50, 2: MinP50 - 1}, map[uint64]int{1: MinP50}},
+		// Exactly MinP50 is enough for a p50 and shares the cap; one
+		// fewer waits for what the cap leaves (nothing).
+		{"at the minimum", map[uint64]int{1: 200, 2: MinP50, 3: MinP50 - 1}, map[uint64]int{1: 90, 2: MinP50}},
 		// More flows than fit at per_flow: the heaviest 5 at 20 each.
 		{"budget short", map[uint64]int{1: 90, 2: 80, 3: 70, 4: 60, 5: 50, 6: 40, 7: 30},
 			map[uint64]int{1: 20, 2: 20, 3: 20, 4: 20, 5: 20}},
 		// Water-filling: the budget left by the 12-candidate flow goes
 		// to the two heavy ones.
 		{"water-fill", map[uint64]int{1: 500, 2: 400, 3: 12}, map[uint64]int{1: 44, 2: 44, 3: 12}},
-		{"only light flows", map[uint64]int{1: 9, 2: 3}, map[uint64]int{}},
+		// Flow 1 ships whole (80); of the 20 left, two light flows fit.
+		{"light flows after the cap", map[uint64]int{1: 80, 2: 9, 3: 8, 4: 7, 5: 1}, map[uint64]int{1: 80, 2: 9, 3: 8}},
+		{"only light flows", map[uint64]int{1: 9, 2: 3}, map[uint64]int{1: 9, 2: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cands(tc.n)

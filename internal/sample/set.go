@@ -51,11 +51,12 @@ const precision = 12
 // the interval's start, Unix ns): among the flows with at least MinP50
 // candidates, the heaviest (most candidates) that fit in
 // cfg.MaxPerInterval at cfg.PerFlow samples each, each flow its k smallest
-// S where k is cfg.PerFlow raised as far as the budget allows, and the
-// link sample. A flow with fewer candidates than MinP50 could publish no
-// figure from its samples (each needs at least MinP50 joined), so it gets
-// none and its share of the budget raises the cap of the others. It
-// reorders c.C. Off the packet path.
+// S where k is cfg.PerFlow raised as far as the budget allows; then, with
+// what the budget still holds, the lighter flows whole, heaviest first;
+// and the link sample. A flow with fewer candidates than MinP50 can
+// publish no figure from its samples (each needs at least MinP50 joined),
+// only its lost samples, so it comes last and never lowers the cap of the
+// others. It reorders c.C. Off the packet path.
 func Select(c *Cands, start int64, cfg Config) *Set {
 	if c == nil {
 		return &Set{}
@@ -85,19 +86,21 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 		for j < len(c.C) && c.C[j].Flow == c.C[i].Flow {
 			j++
 		}
-		if j-i >= MinP50 {
-			runs = append(runs, run{i, j - i})
-		}
+		runs = append(runs, run{i, j - i})
 		i = j
 	}
 	slices.SortFunc(runs, func(a, b run) int {
 		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(c.C[a.from].Flow, c.C[b.from].Flow))
 	})
+	// Heaviest first: the flows too light for any figure are the tail.
+	light := runs[len(runs):]
+	if i := slices.IndexFunc(runs, func(r run) bool { return r.n < MinP50 }); i >= 0 {
+		runs, light = runs[:i], runs[i:]
+	}
 	// The heaviest flows that fit at PerFlow samples each; then the
 	// budget they leave raises their common cap (water-filling), so that
-	// with few heavy flows each of them gets more samples. The flows too
-	// light for any figure are out already: their samples would only
-	// lower that cap.
+	// with few heavy flows each of them gets more samples. The light
+	// flows are not among them: their samples would only lower that cap.
 	left, n := cfg.MaxPerInterval, 0
 	for _, r := range runs {
 		k := min(r.n, cfg.PerFlow)
@@ -128,9 +131,20 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 		}
 		capK = lo
 	}
+	left = cfg.MaxPerInterval
 	for _, r := range runs {
 		k := min(r.n, capK)
+		left -= k
 		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c, c.C[r.from:r.from+k]))
+	}
+	// What the cap could not use goes to the light flows, whole: their
+	// lost samples still raise the published loss.
+	for _, r := range light {
+		if r.n > left {
+			break
+		}
+		left -= r.n
+		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c, c.C[r.from:r.from+r.n]))
 	}
 	return set
 }
