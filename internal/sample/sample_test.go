@@ -181,11 +181,13 @@ func cands(n map[uint64]int) *Cands {
 	return c
 }
 
-// TestSelectBudget: the flows with at least MinP50 candidates get the
-// smallest S of theirs, heaviest first at per_flow each, and what is left
-// of the budget raises the cap of the admitted flows; the flows too light
-// for any figure get samples only from what that cap leaves, whole and
-// heaviest first; the budget is never exceeded.
+// TestSelectBudget: each shipped flow ships its smallest S; the
+// max_per_interval / per_flow heaviest flows of at least MinP50 candidates
+// (the tracked share) get the budget up to a common cap of per_flow or
+// more; the next such flows get up to per_flow each from what that cap
+// leaves while MinP50 are left, and the flows too light for any figure
+// what is left after them, whole;
+// the budget is never exceeded.
 func TestSelectBudget(t *testing.T) {
 	cfg := Config{OneIn: 4, PerFlow: 20, MaxPerInterval: 100, MaxCandidates: 1 << 20}
 	for _, tc := range []struct {
@@ -201,6 +203,15 @@ func TestSelectBudget(t *testing.T) {
 		// Exactly MinP50 is enough for a p50 and shares the cap; one
 		// fewer waits for what the cap leaves (nothing).
 		{"at the minimum", map[uint64]int{1: 200, 2: MinP50, 3: MinP50 - 1}, map[uint64]int{1: 90, 2: MinP50}},
+		// Flows 2-5 fill the tracked share of 5 flows with flow 1, whose
+		// cap (40) takes the rest of the budget; sharing it with flows 6
+		// and 7 too would leave flow 1 at 25.
+		{"tracked share first", map[uint64]int{1: 300, 2: 15, 3: 15, 4: 15, 5: 15, 6: 15, 7: 15},
+			map[uint64]int{1: 40, 2: 15, 3: 15, 4: 15, 5: 15}},
+		// The tracked share ships whole (78): the next flow gets its 12,
+		// the one after the 10 left (MinP50), the light flow nothing.
+		{"after the tracked share", map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 12, 8: 9},
+			map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: MinP50}},
 		// More flows than fit at per_flow: the heaviest 5 at 20 each.
 		{"budget short", map[uint64]int{1: 90, 2: 80, 3: 70, 4: 60, 5: 50, 6: 40, 7: 30},
 			map[uint64]int{1: 20, 2: 20, 3: 20, 4: 20, 5: 20}},
