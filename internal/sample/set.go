@@ -101,7 +101,7 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	if i := slices.IndexFunc(runs, func(r run) bool { return r.n < MinP50 }); i >= 0 {
 		runs, light = runs[:i], runs[i:]
 	}
-	top := runs[:min(len(runs), cfg.MaxPerInterval/cfg.PerFlow)]
+	top := runs[:min(len(runs), cfg.MaxPerInterval/max(cfg.PerFlow, 1))]
 	rest := runs[len(top):]
 	// top fits at PerFlow each; the budget it leaves raises its common
 	// cap, so that the tracked flows get every sample the budget allows
