@@ -12,11 +12,13 @@
 //     selection depends on the hash only, never on time or on the interval,
 //     so the receiver keeps exactly the sender's candidates (less the lost
 //     packets).
-//   - per flow, the sender keeps the sample.per_flow candidates with the
-//     smallest s (bottom-k: a per-flow threshold that falls as the flow
-//     grows), heaviest flows first, sample.max_per_interval in all; plus a
-//     uniform link sample (1 in sample.link_one_in packets, all flows) for the
-//     per-class delay histogram.
+//   - per flow, the sender keeps the candidates with the smallest s
+//     (bottom-k: a per-flow threshold that falls as the flow grows),
+//     sample.max_per_interval in all: first for the
+//     max_per_interval / per_flow heaviest flows that can publish a
+//     figure, sample.per_flow each or more, then for lighter flows; plus
+//     a uniform link sample (1 in sample.link_one_in packets, all flows)
+//     for the per-class delay histogram.
 //
 // The receiver keeps every candidate it sees for a few intervals and looks
 // each shipped sample up by flow and hash. The package is a leaf: it knows
@@ -37,9 +39,10 @@ type Config struct {
 	// both kept.
 	OneIn int `yaml:"one_in"`
 	// PerFlow: samples per flow and interval (bottom-k) that decide how
-	// many of the heaviest flows get samples: MaxPerInterval / PerFlow of
-	// them (at least; more when flows have fewer candidates). What they
-	// leave of the budget raises their common cap (water-filling). Keep
+	// many of the heaviest flows get the budget first: MaxPerInterval /
+	// PerFlow of them (the tracked share, among the flows of at least
+	// MinP50 candidates). What they leave of it raises their common cap
+	// (water-filling), then goes to lighter flows (Select). Keep
 	// PerFlow × metrics.top_n <= MaxPerInterval so that every tracked flow
 	// can carry quantiles.
 	PerFlow int `yaml:"per_flow"`

@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -167,8 +168,90 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// cands makes an interval's sender candidates: n[flow] of each flow, with
+// distinct sampling values and send times.
+func cands(n map[uint64]int) *Cands {
+	c := &Cands{Limit: 1 << 62, Drop: 30, T: 1e9}
+	r := rand.New(rand.NewPCG(uint64(len(n)), 2))
+	for f, k := range n {
+		for range k {
+			c.C = append(c.C, TxCand{Flow: f, X: r.Uint64()>>32<<32 | uint64(r.Uint32N(1e9))})
+		}
+	}
+	return c
+}
+
+// TestSelectBudget: each shipped flow ships its smallest S; the
+// max_per_interval / per_flow heaviest flows of at least MinP50 candidates
+// (the tracked share) get the budget up to a common cap of per_flow or
+// more; the next such flows get up to per_flow each from what that cap
+// leaves while MinP50 are left, and the flows too light for any figure
+// what is left after them, whole;
+// the budget is never exceeded.
+func TestSelectBudget(t *testing.T) {
+	cfg := Config{OneIn: 4, PerFlow: 20, MaxPerInterval: 100, MaxCandidates: 1 << 20}
+	for _, tc := range []struct {
+		name string
+		n    map[uint64]int
+		want map[uint64]int // samples per flow (absent: none)
+	}{
+		// Without the light flows, flow 2 ships whole and flow 1 gets
+		// the rest (cap 65); shipping six of the 9-candidate flows, as
+		// admission by weight alone would, leaves flow 1 at 23.
+		{"light flows skipped", map[uint64]int{1: 200, 2: 35, 3: 9, 4: 9, 5: 9, 6: 9, 7: 9, 8: 9, 9: 9, 10: 9, 11: 1},
+			map[uint64]int{1: 65, 2: 35}},
+		// Exactly MinP50 is enough for a p50 and shares the cap; one
+		// fewer waits for what the cap leaves (nothing).
+		{"at the minimum", map[uint64]int{1: 200, 2: MinP50, 3: MinP50 - 1}, map[uint64]int{1: 90, 2: MinP50}},
+		// Flows 2-5 fill the tracked share of 5 flows with flow 1, whose
+		// cap (40) takes the rest of the budget; sharing it with flows 6
+		// and 7 too would leave flow 1 at 25.
+		{"tracked share first", map[uint64]int{1: 300, 2: 15, 3: 15, 4: 15, 5: 15, 6: 15, 7: 15},
+			map[uint64]int{1: 40, 2: 15, 3: 15, 4: 15, 5: 15}},
+		// The tracked share ships whole (78): the next flow gets its 12,
+		// the one after the 10 left (MinP50), the light flow nothing.
+		{"after the tracked share", map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 12, 8: 9},
+			map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: MinP50}},
+		// More flows than fit at per_flow: the heaviest 5 at 20 each.
+		{"budget short", map[uint64]int{1: 90, 2: 80, 3: 70, 4: 60, 5: 50, 6: 40, 7: 30},
+			map[uint64]int{1: 20, 2: 20, 3: 20, 4: 20, 5: 20}},
+		// Water-filling: the budget left by the 12-candidate flow goes
+		// to the two heavy ones.
+		{"water-fill", map[uint64]int{1: 500, 2: 400, 3: 12}, map[uint64]int{1: 44, 2: 44, 3: 12}},
+		// Flow 1 ships whole (80); of the 20 left, two light flows fit.
+		{"light flows after the cap", map[uint64]int{1: 80, 2: 9, 3: 8, 4: 7, 5: 1}, map[uint64]int{1: 80, 2: 9, 3: 8}},
+		{"only light flows", map[uint64]int{1: 9, 2: 3}, map[uint64]int{1: 9, 2: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cands(tc.n)
+			bySmallest := map[uint64][]uint64{}
+			for _, x := range c.C {
+				bySmallest[x.Flow] = append(bySmallest[x.Flow], c.S(x))
+			}
+			s := Select(c, 0, cfg)
+			if n := s.Samples(); n > cfg.MaxPerInterval {
+				t.Fatalf("%d samples over the budget %d", n, cfg.MaxPerInterval)
+			}
+			got := map[uint64]int{}
+			for _, l := range s.Flows {
+				got[l.Flow] = len(l.Samples)
+				all := bySmallest[l.Flow]
+				slices.Sort(all)
+				for i, smp := range l.Samples {
+					if want := all[i] >> l.Shift; smp.Q != want {
+						t.Fatalf("flow %d sample %d: Q %x, want the %d-th smallest S %x", l.Flow, i, smp.Q, i, want)
+					}
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Fatalf("samples per flow %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func FuzzUnmarshal(f *testing.F) {
-	s := Select(&Cands{Limit: 1 << 60, Drop: 28, T: 1e9, C: []TxCand{{Flow: 1, X: 5<<32 | 10}, {Flow: 1, X: 99<<32 | 20}, {Flow: 2, X: 7<<32 | 30}}}, 0, DefaultConfig())
+	s := Select(cands(map[uint64]int{1: MinP50, 2: MinP50 + 3}), 0, DefaultConfig())
 	b, _ := s.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{1, 0, 0})

@@ -48,10 +48,19 @@ func (s *Set) Samples() int {
 const precision = 12
 
 // Select picks the samples to ship from an interval's candidates (start:
-// the interval's start, Unix ns): the heaviest flows (most candidates)
-// that fit in cfg.MaxPerInterval at cfg.PerFlow samples each, each flow
-// its k smallest S where k is cfg.PerFlow raised as far as the budget
-// allows, and the link sample. It reorders c.C. Off the packet path.
+// the interval's start, Unix ns), each flow's smallest S, within
+// cfg.MaxPerInterval:
+//   - the tracked share: the cfg.MaxPerInterval / cfg.PerFlow heaviest
+//     flows (most candidates) of at least MinP50 candidates, at a common
+//     cap of cfg.PerFlow raised as far as the budget allows
+//     (water-filling);
+//   - with what that cap leaves, the next such flows at up to
+//     cfg.PerFlow each, heaviest first, while MinP50 samples are left;
+//   - then the flows of fewer than MinP50 candidates, whole, heaviest
+//     first: they can publish no figure from their samples (each needs
+//     at least MinP50 joined), only their lost samples.
+//
+// and the link sample. It reorders c.C. Off the packet path.
 func Select(c *Cands, start int64, cfg Config) *Set {
 	if c == nil {
 		return &Set{}
@@ -87,29 +96,26 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	slices.SortFunc(runs, func(a, b run) int {
 		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(c.C[a.from].Flow, c.C[b.from].Flow))
 	})
-	// The heaviest flows that fit at PerFlow samples each; then the
-	// budget they leave raises their common cap (water-filling), so that
-	// with few heavy flows each of them gets more samples.
-	left, n := cfg.MaxPerInterval, 0
-	for _, r := range runs {
-		k := min(r.n, cfg.PerFlow)
-		if k > left {
-			break
-		}
-		left -= k
-		n++
+	// Heaviest first: the flows too light for any figure are the tail.
+	light := runs[len(runs):]
+	if i := slices.IndexFunc(runs, func(r run) bool { return r.n < MinP50 }); i >= 0 {
+		runs, light = runs[:i], runs[i:]
 	}
-	runs = runs[:n]
+	top := runs[:min(len(runs), cfg.MaxPerInterval/max(cfg.PerFlow, 1))]
+	rest := runs[len(top):]
+	// top fits at PerFlow each; the budget it leaves raises its common
+	// cap, so that the tracked flows get every sample the budget allows
+	// before any lighter flow gets one.
 	capK := cfg.PerFlow
-	if n > 0 && left > 0 {
+	if len(top) > 0 && top[0].n > capK {
 		used := func(k int) int {
 			t := 0
-			for _, r := range runs {
+			for _, r := range top {
 				t += min(r.n, k)
 			}
 			return t
 		}
-		lo, hi := cfg.PerFlow, runs[0].n // used(lo) <= budget
+		lo, hi := capK, top[0].n // used(lo) <= budget
 		for lo < hi {
 			mid := lo + (hi-lo+1)/2
 			if used(mid) <= cfg.MaxPerInterval {
@@ -120,9 +126,26 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 		}
 		capK = lo
 	}
-	for _, r := range runs {
-		k := min(r.n, capK)
+	left := cfg.MaxPerInterval
+	ship := func(r run, k int) {
+		left -= k
 		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c, c.C[r.from:r.from+k]))
+	}
+	for _, r := range top {
+		ship(r, min(r.n, capK))
+	}
+	for _, r := range rest {
+		k := min(r.n, cfg.PerFlow, left)
+		if k < MinP50 {
+			break
+		}
+		ship(r, k)
+	}
+	for _, r := range light {
+		if r.n > left {
+			break
+		}
+		ship(r, r.n)
 	}
 	return set
 }
