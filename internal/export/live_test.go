@@ -14,6 +14,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/export"
+	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/sender"
@@ -42,6 +43,12 @@ func startLiveRun(t *testing.T, dir, a, b string, configure func(*config.Receive
 	rc.Receiver.TLS.Plaintext = true
 	rc.Capture.Source.Kind, rc.Capture.Source.File = "file", b
 	rc.Receiver.ResultsFile = filepath.Join(dir, "live.jsonl")
+	// A live receiver picks each boundary's hold window from the delay
+	// evidence that has arrived when its capture reaches the boundary, and
+	// the window sets where its sample pieces begin: two live runs can keep
+	// different samples. max_delay at the smallest window (these captures'
+	// delays stay below 20 ms) fixes every window, so that runs compare.
+	rc.MaxDelay = time.Duration(interval.DefaultMinWindow)
 	configure(&rc)
 	if err := rc.Validate(); err != nil {
 		t.Fatal(err)
