@@ -68,7 +68,21 @@ type FlowRecord struct {
 	// LossBound is the count-min bound on lost packets (never below the
 	// truth while a sketch row is unsampled; raised to SampledLost).
 	LossBound *float64
+	// DelayFrom says where DelayNS comes from: DelayFromSketch,
+	// DelayFromSamples (the mean of the joined samples, where the sketch
+	// has none) or DelayFromBoth (the two weighed by the inverse of their
+	// variances); "" where there is no delay.
+	DelayFrom string
+	// LossSpike: the flow's loss ratio spiked against its own baseline.
+	LossSpike bool
 }
+
+// Sources of a flow's or link's mean delay (FlowRecord.DelayFrom).
+const (
+	DelayFromSketch  = "sketch"
+	DelayFromSamples = "samples"
+	DelayFromBoth    = "both"
+)
 
 // flowJSON is FlowRecord's JSON shape, field for field in the order of the
 // line: what UnmarshalJSON decodes, and what MarshalLine writes by hand
@@ -103,6 +117,8 @@ type flowJSON struct {
 	StddevFrom   string   `json:"stddev_from,omitempty"`
 	SampledLost  int      `json:"sampled_lost,omitempty"`
 	LossBound    *float64 `json:"loss_bound,omitempty"`
+	DelayFrom    string   `json:"delay_from,omitempty"`
+	LossSpike    bool     `json:"loss_spike,omitempty"`
 }
 
 // MarshalJSON writes the record's results line (without the newline).
@@ -133,7 +149,7 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 		Estimator: j.Estimator, Partial: j.Partial, Unsynced: j.Unsynced, ErrorNS: j.ErrorNS, Spike: j.Spike,
 		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
 		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
-		LossBound: j.LossBound}
+		LossBound: j.LossBound, DelayFrom: j.DelayFrom, LossSpike: j.LossSpike}
 	return nil
 }
 
@@ -159,6 +175,9 @@ type LinkRecord struct {
 	P90NS        *float64 `json:"p90_ns,omitempty"`
 	P99NS        *float64 `json:"p99_ns,omitempty"`
 	DelaySamples int      `json:"delay_samples,omitempty"`
+	// DelayFrom: where DelayNS comes from, as FlowRecord.DelayFrom (the
+	// LDA or the uniform link sample).
+	DelayFrom string `json:"delay_from,omitempty"`
 	// Delays are the link sample's exact delays (ns), for the metrics'
 	// histogram; not serialized.
 	Delays []float64 `json:"-"`
@@ -323,6 +342,13 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	if r.LossBound != nil {
 		b = append(b, `,"loss_bound":`...)
 		b = appendFloatPtr(b, r.LossBound)
+	}
+	if r.DelayFrom != "" {
+		b = append(b, `,"delay_from":`...)
+		b = appendString(b, r.DelayFrom)
+	}
+	if r.LossSpike {
+		b = append(b, `,"loss_spike":true`...)
 	}
 	return append(b, "}\n"...), nil
 }

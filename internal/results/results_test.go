@@ -19,7 +19,8 @@ func toJSON(r *FlowRecord) flowJSON {
 		Loss: r.Loss, Packets: r.Packets, Samples: r.Samples, CI95NS: r.CI95NS, Sender: r.Sender, Bytes: r.Bytes,
 		Estimator: r.Estimator, Partial: r.Partial, Unsynced: r.Unsynced, ErrorNS: r.ErrorNS, Spike: r.Spike,
 		Status: r.Status, LossPoint: r.LossPoint, P50NS: r.P50NS, P90NS: r.P90NS, P99NS: r.P99NS,
-		DelaySamples: r.DelaySamples, StddevFrom: r.StddevFrom, SampledLost: r.SampledLost, LossBound: r.LossBound}
+		DelaySamples: r.DelaySamples, StddevFrom: r.StddevFrom, SampledLost: r.SampledLost, LossBound: r.LossBound,
+		DelayFrom: r.DelayFrom, LossSpike: r.LossSpike}
 }
 
 // TestFlowJSONHasEveryField: every FlowRecord field but the key is in the
@@ -72,7 +73,8 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 			DelayNS: pf(), StddevNS: pf(),
 			Loss: f(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
-			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf()}
+			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf(),
+			DelayFrom: s(), LossSpike: rng.IntN(2) == 0}
 		want, err := json.Marshal(toJSON(&r))
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +93,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal(want, &back); err != nil {
 			t.Fatal(err)
 		}
-		lossless := utf8.ValidString(r.Sender + r.Estimator + r.Status + r.StddevFrom) // JSON replaces bad UTF-8
+		lossless := utf8.ValidString(r.Sender + r.Estimator + r.Status + r.StddevFrom + r.DelayFrom) // JSON replaces bad UTF-8
 		if again, _ := MarshalLine(nil, &back); lossless && !bytes.Equal(again, got[6:]) {
 			t.Fatalf("read back as %s, written as %s", again, got[6:])
 		}

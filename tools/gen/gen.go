@@ -81,6 +81,7 @@ type flow struct {
 	class     int
 	word      uint64 // the flow's random word (per-flow delay choices)
 	heavy     bool
+	heavyP    float64 // the heavy flow's extra loss probability
 	macA      [2][6]byte // dst, src at the sender tap
 	macB      [2][6]byte // dst, src at the receiver tap
 
@@ -413,6 +414,11 @@ func (g *generator) makeFlows(rng *rand.Rand) error {
 		f.window = uint16(1024 + rng.IntN(64512))
 		f.word = rng.Uint64()
 		f.heavy = rng.Float64() < sc.HeavyLoss.Fraction
+		f.heavyP = sc.HeavyLoss.P
+		if f.heavy && sc.HeavyLoss.PMax > sc.HeavyLoss.P {
+			// Drawn only here, so that scenarios without p_max keep their packets.
+			f.heavyP += rng.Float64() * (sc.HeavyLoss.PMax - sc.HeavyLoss.P)
+		}
 		f.ipid = uint16(rng.Uint32())
 		f.seq = rng.Uint32()
 		f.ack = rng.Uint32()
@@ -711,7 +717,7 @@ func (s *runState) packet(fi int32, sendNS, iv int64) error {
 		return err
 	}
 	lost := g.losses[f.class].lost(rng)
-	if f.heavy && rng.Float64() < g.sc.HeavyLoss.P {
+	if f.heavy && rng.Float64() < f.heavyP {
 		lost = true
 	}
 	if !f.accTouch {

@@ -160,9 +160,13 @@ type LossModel struct {
 
 // HeavyLoss gives a Fraction of the flows (any class) an extra uniform loss P,
 // on top of their class's loss: the flows a loss-tolerant sketch must survive.
+// With PMax above P each such flow draws its own loss uniformly in
+// [P, PMax] (flows that suffer to different degrees, as behind a queue
+// that tail-drops); 0 keeps P for all.
 type HeavyLoss struct {
 	Fraction float64 `yaml:"fraction"`
 	P        float64 `yaml:"p"`
+	PMax     float64 `yaml:"p_max,omitempty"`
 }
 
 // VLAN changes between the taps.
@@ -340,6 +344,9 @@ func (sc Scenario) Validate() error {
 	}
 	if !frac(sc.HeavyLoss.Fraction) || !frac(sc.HeavyLoss.P) {
 		bad("heavy_loss: fraction and p are in [0, 1]")
+	}
+	if hl := sc.HeavyLoss; hl.PMax != 0 && (!frac(hl.PMax) || hl.PMax < hl.P) {
+		bad("heavy_loss: p_max (%v) is 0 (off) or in [p, 1] (p = %v)", hl.PMax, hl.P)
 	}
 	h := sc.Headers
 	if !frac(h.ECNCE) || !frac(h.DSCPRemark) || !frac(h.L4ChecksumOffload) {

@@ -1,0 +1,115 @@
+package replay
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/gen"
+	"github.com/lds-net/lds/tools/join"
+)
+
+// heavyLossScenario: the demo's two delay classes (bimodal per packet,
+// ECMP) and bursty loss, with a fifth of the flows losing 20–50 % of their
+// packets on top: flows whose every sketch cell is lossy.
+func heavyLossScenario(seed uint64) gen.Scenario {
+	sc := gen.DefaultScenario()
+	sc.Seed = seed
+	sc.Flows = 600
+	sc.RatePPS = 30000
+	sc.Duration = 4 * time.Second
+	sc.HeavyLoss = gen.HeavyLoss{Fraction: 0.2, P: 0.2, PMax: 0.5}
+	return sc
+}
+
+// relErrs collects |delay − truth| / truth of the records of the
+// (interval, flow) pairs that pick selects and that carry a delay.
+func relErrs(r run, pick func(join.FlowID, *join.Flow, results.FlowRecord) bool) []float64 {
+	var out []float64
+	for id, f := range r.truth.Flows {
+		rec, ok := r.recs[id]
+		if !ok || rec.DelayNS == nil || !(f.MeanNS > 0) || !pick(id, f, rec) {
+			continue
+		}
+		out = append(out, math.Abs(*rec.DelayNS-f.MeanNS)/f.MeanNS)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return v[len(v)/2]
+}
+
+// TestReplayHeavyLossDelay: where a fifth of the flows lose 20–50 % of
+// their packets, at least 99 % of the (interval, flow) pairs of at least
+// 100 packets carry a mean delay (from the sketch, their joined samples or
+// both), with a median relative error against the exact join of at most
+// 2 %. A second run without packet samples (sketch only) measures what
+// the samples add, and logs the error of each source.
+func TestReplayHeavyLossDelay(t *testing.T) {
+	for _, seed := range []uint64{21, 22} {
+		sc := heavyLossScenario(seed)
+		r := replayScenario(t, sc, nil)
+		var big, covered, heavy, heavyCovered int
+		from := map[string]int{}
+		for id, f := range r.truth.Flows {
+			if f.Sent < 100 {
+				continue
+			}
+			big++
+			rec, ok := r.recs[id]
+			lossy := float64(f.Lost()) >= 0.2*float64(f.Sent)
+			if lossy {
+				heavy++
+			}
+			if !ok || rec.DelayNS == nil {
+				st := "no record"
+				if ok {
+					st = rec.Status
+				}
+				t.Logf("seed %d: flow %v interval %d (%d sent, %d lost, %d samples): no delay (%s)", seed, id.Key, id.Interval, f.Sent, f.Lost(), rec.DelaySamples, st)
+				continue
+			}
+			covered++
+			from[rec.DelayFrom]++
+			if lossy {
+				heavyCovered++
+			}
+		}
+		t.Logf("seed %d: %d pairs of >= 100 packets, %d lost >= 20 %%", seed, big, heavy)
+		if heavy < 20 {
+			t.Fatalf("seed %d: only %d pairs of >= 100 packets lost >= 20 %%: scenario too small", seed, heavy)
+		}
+		all := relErrs(r, func(_ join.FlowID, f *join.Flow, _ results.FlowRecord) bool { return f.Sent >= 100 })
+		lossyErr := relErrs(r, func(_ join.FlowID, f *join.Flow, _ results.FlowRecord) bool {
+			return f.Sent >= 100 && float64(f.Lost()) >= 0.2*float64(f.Sent)
+		})
+		t.Logf("seed %d: pairs of >= 100 packets: %d, with a delay %d (%.2f %%; from %v); those that lost >= 20 %%: %d, with a delay %d",
+			seed, big, covered, 100*float64(covered)/float64(big), from, heavy, heavyCovered)
+		t.Logf("seed %d: median relative error %.4f (p95 %.4f) over all, %.4f (p95 %.4f) over those that lost >= 20 %%",
+			seed, medianOf(all), all[len(all)*95/100], medianOf(lossyErr), lossyErr[len(lossyErr)*95/100])
+		if covered*100 < 99*big {
+			t.Errorf("seed %d: %d of %d pairs of >= 100 packets carry a delay, want >= 99 %%", seed, covered, big)
+		}
+		if m := medianOf(all); !(m <= 0.02) {
+			t.Errorf("seed %d: median relative delay error %.4f, want <= 0.02", seed, m)
+		}
+
+		// The same trace, sketch only: what the samples change.
+		sk := replayScenario(t, sc, func(o *Options) { o.Config.Sample.MaxPerInterval = 0 })
+		for _, src := range []string{results.DelayFromBoth, results.DelayFromSamples} {
+			pick := func(id join.FlowID, f *join.Flow, rec results.FlowRecord) bool {
+				return f.Sent >= 100 && r.recs[id].DelayFrom == src
+			}
+			withS, without := relErrs(r, pick), relErrs(sk, pick)
+			t.Logf("seed %d: pairs of >= 100 packets with delay_from %s: %d; median relative error %.4f with the samples, %.4f on %d of them from the sketch alone",
+				seed, src, len(withS), medianOf(withS), medianOf(without), len(without))
+		}
+	}
+}
