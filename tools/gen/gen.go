@@ -81,7 +81,7 @@ type flow struct {
 	class     int
 	word      uint64 // the flow's random word (per-flow delay choices)
 	heavy     bool
-	heavyP    float64 // the heavy flow's extra loss probability
+	heavyP    float64    // the heavy flow's extra loss probability
 	macA      [2][6]byte // dst, src at the sender tap
 	macB      [2][6]byte // dst, src at the receiver tap
 
