@@ -47,7 +47,7 @@ const (
 	EntDelayP90NS      = 9  // float64, ns: p90_ns
 	EntDelayP99NS      = 10 // float64, ns: p99_ns
 	EntDelaySamples    = 11 // unsigned32: matched samples behind the quantiles
-	EntFlags           = 12 // unsigned16: 1 partial, 2 clock_unsynced, 4 spike
+	EntFlags           = 12 // unsigned16: 1 partial, 2 clock_unsynced, 4 spike, 8 loss_spike, 16/32 delay_from sketch/samples
 	EntStatus          = 13 // string: results "status" ("" = none)
 	EntEstimator       = 14 // string: results "estimator"
 	EntSender          = 15 // string: sender id
@@ -58,9 +58,14 @@ const (
 
 // Flag bits of EntFlags.
 const (
-	FlagPartial  = 1
-	FlagUnsynced = 2
-	FlagSpike    = 4
+	FlagPartial   = 1
+	FlagUnsynced  = 2
+	FlagSpike     = 4
+	FlagLossSpike = 8
+	// The mean delay's sources (delay_from): sketch 16, samples 32, both
+	// 16|32; neither where there is no delay.
+	FlagDelayFromSketch  = 16
+	FlagDelayFromSamples = 32
 )
 
 // Template ids: address family x whether the RFC 9951 elements are present
@@ -191,6 +196,17 @@ func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16) {
 	}
 	if r.Spike {
 		flags |= FlagSpike
+	}
+	if r.LossSpike {
+		flags |= FlagLossSpike
+	}
+	switch r.DelayFrom {
+	case results.DelayFromSketch:
+		flags |= FlagDelayFromSketch
+	case results.DelayFromSamples:
+		flags |= FlagDelayFromSamples
+	case results.DelayFromBoth:
+		flags |= FlagDelayFromSketch | FlagDelayFromSamples
 	}
 	b = binary.BigEndian.AppendUint16(b, flags)
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(ptr(r.LossPoint)))

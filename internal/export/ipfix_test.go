@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/export"
+	"github.com/lds-net/lds/internal/results"
 )
 
 // udpMessages collects the datagrams a UDP collector receives.
@@ -131,4 +132,31 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("MessageLength %d below the header", n)
 		}
 	})
+}
+
+// TestIPFIXFlags: the flag bits say spike, loss_spike and where the mean
+// delay came from (delay_from), record by record.
+func TestIPFIXFlags(t *testing.T) {
+	iv := flows(1, 5)
+	want := []uint64{export.FlagDelayFromSketch, export.FlagDelayFromSamples | export.FlagSpike,
+		export.FlagDelayFromSketch | export.FlagDelayFromSamples | export.FlagLossSpike, 0, export.FlagSpike | export.FlagLossSpike}
+	iv.Flows[0].DelayFrom = results.DelayFromSketch
+	iv.Flows[1].DelayFrom, iv.Flows[1].Spike = results.DelayFromSamples, true
+	iv.Flows[2].DelayFrom, iv.Flows[2].LossSpike = results.DelayFromBoth, true
+	iv.Flows[3].DelayNS = nil
+	iv.Flows[4].Spike, iv.Flows[4].LossSpike = true, true
+	for i := range iv.Flows {
+		iv.Flows[i].Partial, iv.Flows[i].Unsynced = false, false
+	}
+	msgs := export.EncodeMessages(iv.Flows, 9, export.DefaultEnterpriseNumber, 4000, 1e9)
+	m, err := export.NewDecoder().Decode(msgs[0])
+	if err != nil || len(m.Records) != 5 {
+		t.Fatalf("decode: %v, %d records", err, len(m.Records))
+	}
+	for i, r := range m.Records {
+		got, _ := export.Uint(r, export.FieldKey{PEN: export.DefaultEnterpriseNumber, ID: export.EntFlags})
+		if got != want[i] {
+			t.Errorf("record %d: flags %#x, want %#x", i, got, want[i])
+		}
+	}
 }

@@ -43,6 +43,7 @@ type Receiver struct {
 
 	intervals   *prometheus.CounterVec
 	spikes      *prometheus.CounterVec
+	lossSpikes  *prometheus.CounterVec
 	linkSent    *prometheus.CounterVec
 	linkRecv    *prometheus.CounterVec
 	ivDrops     *prometheus.CounterVec
@@ -91,7 +92,8 @@ type senderState struct {
 	samplesMedian float64
 	sketchBytes   float64
 	connected     *bool
-	spikes        map[capture.FlowKey]*spikeHist // flows that spiked within spike_window; at most top_n
+	spikes        map[capture.FlowKey]*spikeHist // flows whose delay spiked within spike_window; at most top_n
+	lossSpikes    map[capture.FlowKey]*spikeHist // flows whose loss spiked within spike_window; at most top_n
 }
 
 // spikeHist is one flow's spiking intervals within the window.
@@ -128,40 +130,41 @@ type captureState struct {
 
 // descs are the descriptors of the scrape-time series.
 type descs struct {
-	FlowDelay, FlowP50, FlowP90, FlowP99, FlowStddev, FlowCI, FlowLoss, FlowPackets, FlowSpike, Spiking, Tracked, Flows, LinkDelay, LinkStddev, LinkCI, LinkLoss, Usable, SamplesSum, SamplesMed, SketchSize, LastStart, LastDone, Connected, PTPOffset, PTPErr, PTPState, CapPackets, CapDrops *prometheus.Desc
+	FlowDelay, FlowP50, FlowP90, FlowP99, FlowStddev, FlowCI, FlowLoss, FlowPackets, FlowSpike, FlowLossSpike, Spiking, Tracked, Flows, LinkDelay, LinkStddev, LinkCI, LinkLoss, Usable, SamplesSum, SamplesMed, SketchSize, LastStart, LastDone, Connected, PTPOffset, PTPErr, PTPState, CapPackets, CapDrops *prometheus.Desc
 }
 
 func newDescs() *descs {
 	flowLabels := []string{"sender", "src", "dst", "sport", "dport", "proto", "watch"}
 	return &descs{
-		FlowDelay:   prometheus.NewDesc("lds_flow_delay_seconds", "Estimated mean one-way delay of a tracked flow in its sender's latest interval.", flowLabels, nil),
-		FlowP50:     prometheus.NewDesc("lds_flow_delay_p50_seconds", "Median one-way delay of a tracked flow in the latest interval, from exactly joined packet samples (series only with enough samples: docs/sampling.md).", flowLabels, nil),
-		FlowP90:     prometheus.NewDesc("lds_flow_delay_p90_seconds", "90th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
-		FlowP99:     prometheus.NewDesc("lds_flow_delay_p99_seconds", "99th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
-		FlowStddev:  prometheus.NewDesc("lds_flow_delay_stddev_seconds", "Estimated standard deviation of the one-way delay of a tracked flow in the latest interval.", flowLabels, nil),
-		FlowCI:      prometheus.NewDesc("lds_flow_delay_ci95_seconds", "95% confidence half-width of lds_flow_delay_seconds.", flowLabels, nil),
-		FlowLoss:    prometheus.NewDesc("lds_flow_loss_ratio", "Estimated lost / sent packets of a tracked flow in the latest interval (clamped to 0..1).", flowLabels, nil),
-		FlowPackets: prometheus.NewDesc("lds_flow_packets", "Estimated packets a tracked flow sent in the latest interval.", flowLabels, nil),
-		FlowSpike:   prometheus.NewDesc("lds_flow_spike", "Intervals among the sender's last spike_window in which this tracked flow's delay spiked against its baseline (series only while > 0; at most top_n flows per sender).", flowLabels, nil),
-		Spiking:     prometheus.NewDesc("lds_spiking_flows", "Flows spiking in the sender's latest interval.", []string{"sender"}, nil),
-		Tracked:     prometheus.NewDesc("lds_tracked_flows", "Flows with per-flow series, by why they are tracked (top or watch).", []string{"sender", "kind"}, nil),
-		Flows:       prometheus.NewDesc("lds_interval_flows", "Flows estimated in the sender's latest interval.", []string{"sender"}, nil),
-		LinkDelay:   prometheus.NewDesc("lds_link_delay_seconds", "LDA estimate of the link's mean one-way delay per traffic class, latest interval.", []string{"sender", "class"}, nil),
-		LinkStddev:  prometheus.NewDesc("lds_link_delay_stddev_seconds", "LDA estimate of the link's delay standard deviation per class, latest interval.", []string{"sender", "class"}, nil),
-		LinkCI:      prometheus.NewDesc("lds_link_delay_ci95_seconds", "95% confidence half-width of lds_link_delay_seconds.", []string{"sender", "class"}, nil),
-		LinkLoss:    prometheus.NewDesc("lds_link_loss_ratio", "Lost / sent packets of the link per class, latest interval.", []string{"sender", "class"}, nil),
-		Usable:      prometheus.NewDesc("lds_usable_cell_ratio", "Share of sketch cells usable for estimation in the latest interval.", []string{"sender"}, nil),
-		SamplesSum:  prometheus.NewDesc("lds_effective_samples", "Sum over flows of the effective sample size of the delay estimates, latest interval.", []string{"sender"}, nil),
-		SamplesMed:  prometheus.NewDesc("lds_flow_effective_samples_median", "Median over flows with a delay estimate of their effective sample size, latest interval.", []string{"sender"}, nil),
-		SketchSize:  prometheus.NewDesc("lds_interval_sketch_bytes", "Size of the sender's sketch for the latest interval.", []string{"sender"}, nil),
-		LastStart:   prometheus.NewDesc("lds_last_interval_start_timestamp_seconds", "Start (sender clock, Unix seconds) of the latest completed interval.", []string{"sender"}, nil),
-		LastDone:    prometheus.NewDesc("lds_last_interval_completed_timestamp_seconds", "Receiver wall-clock time (Unix seconds) when the latest interval completed.", []string{"sender"}, nil),
-		Connected:   prometheus.NewDesc("lds_sender_connected", "1 while the sender's stream is connected, else 0.", []string{"sender"}, nil),
-		PTPOffset:   prometheus.NewDesc("lds_ptp_offset_seconds", "PTP offset from the grandmaster reported by ptp4l, per end.", []string{"end", "sender"}, nil),
-		PTPErr:      prometheus.NewDesc("lds_ptp_error_bound_seconds", "Bound on the clock error at this end.", []string{"end", "sender"}, nil),
-		PTPState:    prometheus.NewDesc("lds_ptp_state", "1 for the current PTP state of each end (only the current state has a series).", []string{"end", "sender", "state"}, nil),
-		CapPackets:  prometheus.NewDesc("lds_capture_packets_total", "Packets this daemon's capture saw.", nil, nil),
-		CapDrops:    prometheus.NewDesc("lds_capture_drops_total", "Packets this daemon's capture lost or left out, by reason.", []string{"reason"}, nil),
+		FlowDelay:     prometheus.NewDesc("lds_flow_delay_seconds", "Estimated mean one-way delay of a tracked flow in its sender's latest interval.", flowLabels, nil),
+		FlowP50:       prometheus.NewDesc("lds_flow_delay_p50_seconds", "Median one-way delay of a tracked flow in the latest interval, from exactly joined packet samples (series only with enough samples: docs/sampling.md).", flowLabels, nil),
+		FlowP90:       prometheus.NewDesc("lds_flow_delay_p90_seconds", "90th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
+		FlowP99:       prometheus.NewDesc("lds_flow_delay_p99_seconds", "99th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
+		FlowStddev:    prometheus.NewDesc("lds_flow_delay_stddev_seconds", "Estimated standard deviation of the one-way delay of a tracked flow in the latest interval.", flowLabels, nil),
+		FlowCI:        prometheus.NewDesc("lds_flow_delay_ci95_seconds", "95% confidence half-width of lds_flow_delay_seconds.", flowLabels, nil),
+		FlowLoss:      prometheus.NewDesc("lds_flow_loss_ratio", "Estimated lost / sent packets of a tracked flow in the latest interval (clamped to 0..1).", flowLabels, nil),
+		FlowPackets:   prometheus.NewDesc("lds_flow_packets", "Estimated packets a tracked flow sent in the latest interval.", flowLabels, nil),
+		FlowSpike:     prometheus.NewDesc("lds_flow_spike", "Intervals among the sender's last spike_window in which this tracked flow's delay spiked against its baseline (series only while > 0; at most top_n flows per sender).", flowLabels, nil),
+		FlowLossSpike: prometheus.NewDesc("lds_flow_loss_spike", "Intervals among the sender's last spike_window in which this tracked flow's loss ratio spiked against its baseline (series only while > 0; at most top_n flows per sender).", flowLabels, nil),
+		Spiking:       prometheus.NewDesc("lds_spiking_flows", "Flows spiking in the sender's latest interval.", []string{"sender"}, nil),
+		Tracked:       prometheus.NewDesc("lds_tracked_flows", "Flows with per-flow series, by why they are tracked (top or watch).", []string{"sender", "kind"}, nil),
+		Flows:         prometheus.NewDesc("lds_interval_flows", "Flows estimated in the sender's latest interval.", []string{"sender"}, nil),
+		LinkDelay:     prometheus.NewDesc("lds_link_delay_seconds", "LDA estimate of the link's mean one-way delay per traffic class, latest interval.", []string{"sender", "class"}, nil),
+		LinkStddev:    prometheus.NewDesc("lds_link_delay_stddev_seconds", "LDA estimate of the link's delay standard deviation per class, latest interval.", []string{"sender", "class"}, nil),
+		LinkCI:        prometheus.NewDesc("lds_link_delay_ci95_seconds", "95% confidence half-width of lds_link_delay_seconds.", []string{"sender", "class"}, nil),
+		LinkLoss:      prometheus.NewDesc("lds_link_loss_ratio", "Lost / sent packets of the link per class, latest interval.", []string{"sender", "class"}, nil),
+		Usable:        prometheus.NewDesc("lds_usable_cell_ratio", "Share of sketch cells usable for estimation in the latest interval.", []string{"sender"}, nil),
+		SamplesSum:    prometheus.NewDesc("lds_effective_samples", "Sum over flows of the effective sample size of the delay estimates, latest interval.", []string{"sender"}, nil),
+		SamplesMed:    prometheus.NewDesc("lds_flow_effective_samples_median", "Median over flows with a delay estimate of their effective sample size, latest interval.", []string{"sender"}, nil),
+		SketchSize:    prometheus.NewDesc("lds_interval_sketch_bytes", "Size of the sender's sketch for the latest interval.", []string{"sender"}, nil),
+		LastStart:     prometheus.NewDesc("lds_last_interval_start_timestamp_seconds", "Start (sender clock, Unix seconds) of the latest completed interval.", []string{"sender"}, nil),
+		LastDone:      prometheus.NewDesc("lds_last_interval_completed_timestamp_seconds", "Receiver wall-clock time (Unix seconds) when the latest interval completed.", []string{"sender"}, nil),
+		Connected:     prometheus.NewDesc("lds_sender_connected", "1 while the sender's stream is connected, else 0.", []string{"sender"}, nil),
+		PTPOffset:     prometheus.NewDesc("lds_ptp_offset_seconds", "PTP offset from the grandmaster reported by ptp4l, per end.", []string{"end", "sender"}, nil),
+		PTPErr:        prometheus.NewDesc("lds_ptp_error_bound_seconds", "Bound on the clock error at this end.", []string{"end", "sender"}, nil),
+		PTPState:      prometheus.NewDesc("lds_ptp_state", "1 for the current PTP state of each end (only the current state has a series).", []string{"end", "sender", "state"}, nil),
+		CapPackets:    prometheus.NewDesc("lds_capture_packets_total", "Packets this daemon's capture saw.", nil, nil),
+		CapDrops:      prometheus.NewDesc("lds_capture_drops_total", "Packets this daemon's capture lost or left out, by reason.", []string{"reason"}, nil),
 	}
 }
 
@@ -186,7 +189,9 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		intervals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_intervals_total",
 			Help: "Intervals finalized per sender, by outcome."}, []string{"sender", "outcome"}),
 		spikes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_spikes_total",
-			Help: "Per-flow latency spikes detected among tracked flows."}, []string{"sender"}),
+			Help: "Per-flow latency spikes (mean delay or p99) detected among tracked flows."}, []string{"sender"}),
+		lossSpikes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_loss_spikes_total",
+			Help: "Per-flow loss spikes (loss ratio against the flow's baseline) detected among tracked flows."}, []string{"sender"}),
 		linkSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_link_sent_packets_total",
 			Help: "Packets seen at the sender tap, per traffic class (exact LDA totals)."}, []string{"sender", "class"}),
 		linkRecv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_link_received_packets_total",
@@ -226,7 +231,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 			Help: "Flow records left out of the results file because their interval's write failed (never written in part)."}),
 	}
 	for _, c := range append([]prometheus.Collector{
-		r.intervals, r.spikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
+		r.intervals, r.spikes, r.lossSpikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
 		r.misassigned, r.window,
 		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
@@ -253,6 +258,7 @@ func (r *Receiver) sender(name string) *senderState {
 			r.intervals.WithLabelValues(name, o)
 		}
 		r.spikes.WithLabelValues(name)
+		r.lossSpikes.WithLabelValues(name)
 		r.watchCut.WithLabelValues(name)
 	}
 	return s
@@ -283,7 +289,16 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 		return
 	}
 	sender := iv.Sender
-	r.spikes.WithLabelValues(sender).Add(float64(len(spikes)))
+	var latency, loss []spike.Event
+	for _, e := range spikes {
+		if e.Kind == spike.KindLoss {
+			loss = append(loss, e)
+		} else {
+			latency = append(latency, e)
+		}
+	}
+	r.spikes.WithLabelValues(sender).Add(float64(len(latency)))
+	r.lossSpikes.WithLabelValues(sender).Add(float64(len(loss)))
 	r.ivDrops.WithLabelValues(sender, "sender").Add(float64(iv.SenderDrops))
 	r.ivDrops.WithLabelValues(sender, "receiver").Add(float64(iv.ReceiverDrops))
 	for i := range iv.Links {
@@ -328,7 +343,7 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 			fs.delay, fs.stddev, fs.ci95 = seconds(f.DelayNS), seconds(f.StddevNS), seconds(f.CI95NS)
 			fs.p50, fs.p90, fs.p99 = seconds(f.P50NS), seconds(f.P90NS), seconds(f.P99NS)
 		}
-		if f.Packets > 0 && finite(f.Loss) && f.Status != results.StatusBeyondWindow {
+		if f.Packets > 0 && finite(f.Loss) && !spike.LossWithheld(f) {
 			fs.lossRatio = math.Min(1, math.Max(0, f.Loss/f.Packets))
 		}
 		flows = append(flows, fs)
@@ -351,33 +366,35 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sender(sender)
-	r.recordSpikes(s, iv.Interval, sender, spikes, watchOf)
+	s.spikes = r.recordSpikes(s, s.spikes, iv.Interval, sender, latency, watchOf)
+	s.lossSpikes = r.recordSpikes(s, s.lossSpikes, iv.Interval, sender, loss, watchOf)
 	if s.have && iv.Interval < s.interval {
 		r.log.Debug("metrics: older interval counted, latest state kept", "sender", sender, "interval", iv.Interval, "latest", s.interval)
 		return
 	}
 	*s = senderState{
 		have: true, interval: iv.Interval, startNS: iv.StartNS, completedUnix: now,
-		flows: flows, links: links, spikingN: len(spikes), spikes: s.spikes,
+		flows: flows, links: links, spikingN: len(latency), spikes: s.spikes, lossSpikes: s.lossSpikes,
 		nFlows: len(iv.Flows), trackedTop: sel.topN, trackedWatch: len(sel.picks) - sel.topN,
 		usable: iv.UsableCellRatio, samplesSum: samplesSum, samplesMedian: median(samples),
 		sketchBytes: float64(iv.SketchBytes), connected: s.connected,
 	}
 }
 
-// recordSpikes adds the spikes of interval id to the sender's window, drops
-// what fell out of the last spike_window intervals, and keeps at most top_n
-// flows (those that spiked last). Call with r.mu held.
-func (r *Receiver) recordSpikes(s *senderState, id int64, sender string, spikes []spike.Event, watchOf map[capture.FlowKey]string) {
-	if s.spikes == nil {
-		s.spikes = map[capture.FlowKey]*spikeHist{}
+// recordSpikes adds the spikes of interval id to one of the sender's
+// windows (m: latency or loss), drops what fell out of the last
+// spike_window intervals, keeps at most top_n flows (those that spiked
+// last) and returns the window. Call with r.mu held.
+func (r *Receiver) recordSpikes(s *senderState, m map[capture.FlowKey]*spikeHist, id int64, sender string, spikes []spike.Event, watchOf map[capture.FlowKey]string) map[capture.FlowKey]*spikeHist {
+	if m == nil {
+		m = map[capture.FlowKey]*spikeHist{}
 	}
 	for _, e := range spikes {
 		k := e.Key
-		h := s.spikes[k]
+		h := m[k]
 		if h == nil {
 			h = &spikeHist{}
-			s.spikes[k] = h
+			m[k] = h
 		}
 		h.labels = flowLabelValues(sender, k, watchOf[k])
 		if i, found := slices.BinarySearch(h.ids, id); !found {
@@ -388,22 +405,22 @@ func (r *Receiver) recordSpikes(s *senderState, id int64, sender string, spikes 
 	if s.have && s.interval > latest {
 		latest = s.interval
 	}
-	for k, h := range s.spikes {
+	for k, h := range m {
 		cut := 0
 		for cut < len(h.ids) && h.ids[cut] <= latest-int64(r.cfg.SpikeWindow) {
 			cut++
 		}
 		if h.ids = h.ids[cut:]; len(h.ids) == 0 {
-			delete(s.spikes, k)
+			delete(m, k)
 		}
 	}
-	if over := len(s.spikes) - r.cfg.TopN; over > 0 {
+	if over := len(m) - r.cfg.TopN; over > 0 {
 		type kh struct {
 			k capture.FlowKey
 			h *spikeHist
 		}
-		all := make([]kh, 0, len(s.spikes))
-		for k, h := range s.spikes {
+		all := make([]kh, 0, len(m))
+		for k, h := range m {
 			all = append(all, kh{k, h})
 		}
 		// Oldest last spike first, then fewest spikes: those go.
@@ -412,9 +429,10 @@ func (r *Receiver) recordSpikes(s *senderState, id int64, sender string, spikes 
 				cmp.Compare(strings.Join(a.h.labels, ","), strings.Join(b.h.labels, ",")))
 		})
 		for _, x := range all[:over] {
-			delete(s.spikes, x.k)
+			delete(m, x.k)
 		}
 	}
+	return m
 }
 
 // IntervalOutcome counts one interval of sender by outcome (a results.Outcome*
@@ -517,7 +535,7 @@ type stateCollector struct{ r *Receiver }
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.r.d
 	for _, x := range []*prometheus.Desc{d.FlowDelay, d.FlowP50, d.FlowP90, d.FlowP99, d.FlowStddev, d.FlowCI, d.FlowLoss, d.FlowPackets,
-		d.FlowSpike, d.Spiking, d.Tracked, d.Flows, d.LinkDelay, d.LinkStddev, d.LinkCI, d.LinkLoss,
+		d.FlowSpike, d.FlowLossSpike, d.Spiking, d.Tracked, d.Flows, d.LinkDelay, d.LinkStddev, d.LinkCI, d.LinkLoss,
 		d.Usable, d.SamplesSum, d.SamplesMed, d.SketchSize, d.LastStart, d.LastDone, d.Connected,
 		d.PTPOffset, d.PTPErr, d.PTPState, d.CapPackets, d.CapDrops} {
 		ch <- x
@@ -554,6 +572,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, h := range s.spikes {
 			gauge(ch, d.FlowSpike, float64(len(h.ids)), h.labels...)
+		}
+		for _, h := range s.lossSpikes {
+			gauge(ch, d.FlowLossSpike, float64(len(h.ids)), h.labels...)
 		}
 		gauge(ch, d.Spiking, float64(s.spikingN), name)
 		gauge(ch, d.Tracked, float64(s.trackedTop), name, "top")

@@ -96,7 +96,9 @@ func TestReceiverGolden(t *testing.T) {
 	r := newReceiver(t, goldenConfig)
 	iv := goldenInterval()
 	ev := []spike.Event{{Sender: "a", Interval: iv.Interval, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
-		DelayNS: 412345.5, CI95NS: 4020.1, BaselineNS: 200000, ThresholdNS: 300000}}
+		Kind: spike.KindLatency, Signal: "delay", Value: 412345.5, Low: 412345.5 - 4020.1, Baseline: 200000, Threshold: 300000},
+		{Sender: "a", Interval: iv.Interval, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
+			Kind: spike.KindLoss, Signal: "loss", Value: 0.2, Low: 0.15, Baseline: 0.001, Threshold: 0.021}}
 	r.SenderConnected("a", true)
 	r.IntervalOutcome("a", results.OutcomeVoidedGap)
 	r.IntervalOutcome("a", iv.Outcome)

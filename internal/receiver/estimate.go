@@ -235,10 +235,10 @@ func combineDelay(r *results.FlowRecord, m sample.Mean) {
 		return
 	}
 	r.DelayNS, r.CI95NS, r.DelayFrom = weigh(r.DelayNS, r.CI95NS, r.Samples, r.DelayFrom, m)
-	switch {
-	case r.DelayFrom == results.DelayFromSamples:
+	switch r.DelayFrom {
+	case results.DelayFromSamples:
 		r.Samples, r.Status = float64(m.N), ""
-	case r.DelayFrom == results.DelayFromBoth:
+	case results.DelayFromBoth:
 		r.Samples += float64(m.N)
 	}
 }
@@ -266,8 +266,8 @@ func weigh(delay, ci *float64, n float64, from string, m sample.Mean) (d, c *flo
 	if ci == nil || *ci == 0 || n >= float64(m.N) {
 		return delay, ci, from
 	}
-	ws := 1 / math.Pow(*ci/z95, 2)
-	wm := 1 / math.Max(math.Pow(m.CI95/z95, 2), 1) // identical delays: 1 ns² keeps the weight finite
+	vs, vm := *ci/z95, m.CI95/z95
+	ws, wm := 1/(vs*vs), 1/math.Max(vm*vm, 1) // identical delays: 1 ns² keeps the weight finite
 	return results.Float((ws**delay + wm*m.Mean) / (ws + wm)), results.Float(z95 / math.Sqrt(ws+wm)), results.DelayFromBoth
 }
 

@@ -83,7 +83,7 @@ func TestSpikeRuleUsesCI(t *testing.T) {
 			}
 			if tc.want {
 				e := ev[0]
-				if e.BaselineNS != 1*ms || e.ThresholdNS != 2*ms || e.DelayNS != tc.delay || e.CI95NS != tc.ci95 ||
+				if e.Baseline != 1*ms || e.Threshold != 2*ms || e.Value != tc.delay || e.Value-e.Low != tc.ci95 || e.Kind != KindLatency || e.Signal != "delay" ||
 					e.Key.SrcAddr().String() != "10.0.0.1" || e.Sender != "a" || e.Interval != next || e.Key.DPort != 443 || e.Key.Proto != 6 {
 					t.Fatalf("event = %+v, want baseline 1ms, threshold 2ms, delay %v", e, tc.delay)
 				}
@@ -123,7 +123,7 @@ func TestUnsyncedNeitherAlarmsNorUpdates(t *testing.T) {
 	}
 	// Had any of the 100 ms values been folded in, the baseline would be far
 	// above 1 ms and this would not spike.
-	if ev := d.Observe(interval(next, rec("10.0.0.1", 2.5*ms, 0.4*ms)), nil); len(ev) != 1 || ev[0].BaselineNS != 1*ms {
+	if ev := d.Observe(interval(next, rec("10.0.0.1", 2.5*ms, 0.4*ms)), nil); len(ev) != 1 || ev[0].Baseline != 1*ms {
 		t.Fatalf("baseline moved by unsynced data: %+v", ev)
 	}
 }
@@ -282,7 +282,193 @@ func TestOutlierDoesNotWidenMargin(t *testing.T) {
 		t.Fatal("2.5 ms ± 0.3 ms after the outlier did not spike")
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
-	if !near(ev[0].BaselineNS, 1.1*ms) || ev[0].DevNS != 0 || !near(ev[0].ThresholdNS, 2.1*ms) {
-		t.Fatalf("after one outlier: baseline %v dev %v threshold %v, want 1.1 ms, 0, 2.1 ms", ev[0].BaselineNS, ev[0].DevNS, ev[0].ThresholdNS)
+	if !near(ev[0].Baseline, 1.1*ms) || ev[0].Dev != 0 || !near(ev[0].Threshold, 2.1*ms) {
+		t.Fatalf("after one outlier: baseline %v dev %v threshold %v, want 1.1 ms, 0, 2.1 ms", ev[0].Baseline, ev[0].Dev, ev[0].Threshold)
+	}
+}
+
+// lossRec is a record of n packets of which lost were lost (no delay).
+func lossRec(src string, n, lost float64) results.FlowRecord {
+	r := rec(src, math.NaN(), math.NaN())
+	r.Packets, r.Loss = n, lost
+	return r
+}
+
+func TestLossSpike(t *testing.T) {
+	tests := []struct {
+		name      string
+		n, lost   float64
+		status    string
+		wantSpike bool
+	}{
+		{"a fifth lost", 500, 100, "", true},
+		{"3 of 500: below 2 points", 500, 3, "", false},
+		{"5 of 20: 25 % but the Wilson bound is 11 %", 20, 5, "", true},
+		{"2 of 10: bound 5.7 %", 10, 2, "", true},
+		{"1 of 10: bound 1.8 %", 10, 1, "", false},
+		{"capture drops: withheld", 500, 100, "capture_drops", false},
+		{"beyond the window: withheld", 500, 100, results.StatusBeyondWindow, false},
+		{"clock unsynced: withheld", 500, 100, "clock_unsynced", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDetector(t, nil)
+			for i := range 5 {
+				d.Observe(interval(int64(i), lossRec("10.0.0.1", 500, 0)), nil)
+			}
+			r := lossRec("10.0.0.1", tc.n, tc.lost)
+			r.Status = tc.status
+			iv := interval(5, r)
+			ev := d.Observe(iv, nil)
+			if got := len(ev) == 1; got != tc.wantSpike || iv.Flows[0].LossSpike != tc.wantSpike || iv.Flows[0].Spike {
+				t.Fatalf("events %+v, loss_spike %v, spike %v; want loss spike %v", ev, iv.Flows[0].LossSpike, iv.Flows[0].Spike, tc.wantSpike)
+			}
+			if tc.wantSpike && (ev[0].Kind != KindLoss || ev[0].Value != tc.lost/tc.n || ev[0].Baseline != 0 || ev[0].Threshold != 0.02) {
+				t.Fatalf("event %+v: want kind loss, value %v, baseline 0, threshold 0.02", ev[0], tc.lost/tc.n)
+			}
+		})
+	}
+}
+
+// A withheld loss leaves the baseline as it was: the next measured
+// interval is compared with the history before it.
+func TestWithheldLossDoesNotUpdate(t *testing.T) {
+	d := newDetector(t, nil)
+	for i := range 5 {
+		d.Observe(interval(int64(i), lossRec("10.0.0.1", 500, 0)), nil)
+	}
+	for i := range 20 {
+		r := lossRec("10.0.0.1", 500, 250)
+		r.Status = "capture_drops"
+		d.Observe(interval(int64(5+i), r), nil)
+	}
+	if ev := d.Observe(interval(25, lossRec("10.0.0.1", 500, 100)), nil); len(ev) != 1 {
+		t.Fatalf("a fifth lost after withheld intervals: %d events, want 1 (the baseline must still be 0)", len(ev))
+	}
+}
+
+// The p99 spikes where samples give one, even while the mean stays put
+// (a tail that grows) or while there is no mean at all.
+func TestP99Spike(t *testing.T) {
+	d := newDetector(t, nil)
+	p99 := func(id int64, delay, p float64) *results.Interval {
+		r := rec("10.0.0.1", delay, 0.1*ms)
+		r.P99NS = results.Float(p)
+		return interval(id, r)
+	}
+	for i := range 5 {
+		d.Observe(p99(int64(i), 1*ms, 3*ms), nil)
+	}
+	iv := p99(5, 1.2*ms, 9*ms)
+	ev := d.Observe(iv, nil)
+	if len(ev) != 1 || ev[0].Signal != "p99" || ev[0].Kind != KindLatency || !iv.Flows[0].Spike {
+		t.Fatalf("p99 3 ms -> 9 ms with the mean at 1.2 ms: events %+v", ev)
+	}
+	iv = p99(6, math.NaN(), 9*ms)
+	if ev := d.Observe(iv, nil); len(ev) != 1 || ev[0].Signal != "p99" {
+		t.Fatalf("p99 9 ms without a mean: events %+v", ev)
+	}
+	// Both the mean and the p99: one latency event.
+	iv = p99(7, 20*ms, 40*ms)
+	if ev := d.Observe(iv, nil); len(ev) != 1 || ev[0].Signal != "delay" {
+		t.Fatalf("mean and p99 both up: events %+v, want one (delay)", ev)
+	}
+}
+
+// TestThresholdTradeoffs measures recall and false alarms of the rules on
+// synthetic flows (docs/operations.md, "Spikes"): 2,000 flows of 500
+// packets an interval over 60 intervals, delay 2 ms with per-packet
+// spread 1 ms (interval mean noise ±45 µs, ci95 from it), background loss
+// 0.5 % (binomial), p99 of 100 samples of the same spread; from interval
+// 30 to 34 half of the flows get a step of the delay (× delayX, the p99
+// moving with it) and of the loss (+ lossUp). Recall: stepped flows
+// flagged in at least one stepped interval; false alarms: flagged
+// flow-intervals outside the steps (and the five after each), per
+// flow-interval.
+func TestThresholdTradeoffs(t *testing.T) {
+	type res struct{ recallDelay, recallLoss, faDelay, faLoss float64 }
+	run := func(delayX, lossUp float64, mod func(*Config)) res {
+		d := newDetector(t, func(c *Config) { c.MaxFlows = 5000; mod(c) })
+		rng := rand.New(rand.NewPCG(7, 8))
+		const flows, ivs, n = 2000, 60, 500.0
+		hitD, hitL := make([]bool, flows), make([]bool, flows)
+		var faD, faL, quiet int
+		for id := range int64(ivs) {
+			recs := make([]results.FlowRecord, flows)
+			for f := range flows {
+				step := f%2 == 0 && id >= 30 && id < 35
+				mean, p := 2*ms, 0.005
+				if step {
+					mean, p = 2*ms*delayX, p+lossUp
+				}
+				lost := 0.0
+				for range int(n) {
+					if rng.Float64() < p {
+						lost++
+					}
+				}
+				se := 1 * ms / math.Sqrt(n-lost)
+				r := lossRec("10.0.0.1", n, lost)
+				r.Key.SPort = uint16(f)
+				r.DelayNS, r.CI95NS = results.Float(mean+rng.NormFloat64()*se), results.Float(1.96*se)
+				r.P99NS = results.Float(mean + 2.33*ms + rng.NormFloat64()*0.25*ms)
+				recs[f] = r
+			}
+			iv := interval(id, recs...)
+			d.Observe(iv, nil)
+			for f := range flows {
+				r := &iv.Flows[f]
+				if f%2 == 0 && id >= 30 && id < 35 {
+					hitD[f] = hitD[f] || r.Spike
+					hitL[f] = hitL[f] || r.LossSpike
+					continue
+				}
+				if f%2 == 0 && id >= 35 && id < 40 {
+					continue // the step's end: not held to quiet
+				}
+				quiet++
+				if r.Spike {
+					faD++
+				}
+				if r.LossSpike {
+					faL++
+				}
+			}
+		}
+		var rd, rl int
+		for f := 0; f < flows; f += 2 {
+			if hitD[f] {
+				rd++
+			}
+			if hitL[f] {
+				rl++
+			}
+		}
+		return res{float64(rd) / (flows / 2), float64(rl) / (flows / 2), float64(faD) / float64(quiet), float64(faL) / float64(quiet)}
+	}
+	none := func(*Config) {}
+	def := run(2, 0.05, none)
+	t.Logf("defaults, delay x2, loss +5 points: delay recall %.3f, false alarms %.2g per flow-interval; loss recall %.3f, false alarms %.2g", def.recallDelay, def.faDelay, def.recallLoss, def.faLoss)
+	for _, step := range [][2]float64{{1.5, 0.02}, {1.6, 0.025}, {3, 0.1}} {
+		r := run(step[0], step[1], none)
+		t.Logf("defaults, delay x%v, loss +%v: delay recall %.3f, false alarms %.2g; loss recall %.3f, false alarms %.2g", step[0], step[1], r.recallDelay, r.faDelay, r.recallLoss, r.faLoss)
+	}
+	for _, alt := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"k 1", func(c *Config) { c.K = 1 }},
+		{"rel 0.1, min_abs 0.1ms, k 4", func(c *Config) { c.Rel, c.MinAbs = 0.1, 100*time.Microsecond }},
+		{"rel 0.1, min_abs 0.1ms, k 1", func(c *Config) { c.Rel, c.MinAbs, c.K = 0.1, 100*time.Microsecond, 1 }},
+		{"rel 0.25", func(c *Config) { c.Rel = 0.25 }},
+		{"loss_min_abs 0.005, loss_rel 0", func(c *Config) { c.LossMinAbs, c.LossRel = 0.005, 0 }},
+		{"loss_min_abs 0.01", func(c *Config) { c.LossMinAbs = 0.01 }},
+		{"warmup 1", func(c *Config) { c.Warmup = 1 }},
+	} {
+		r := run(1.25, 0.015, alt.mod)
+		t.Logf("%s, delay x1.25, loss +1.5 points: delay recall %.3f, false alarms %.2g; loss recall %.3f, false alarms %.2g", alt.name, r.recallDelay, r.faDelay, r.recallLoss, r.faLoss)
+	}
+	if def.recallDelay < 0.99 || def.recallLoss < 0.99 || def.faDelay > 1e-3 || def.faLoss > 1e-3 {
+		t.Errorf("defaults: recall %.3f / %.3f (want >= 0.99), false alarms %.2g / %.2g (want <= 1e-3)", def.recallDelay, def.recallLoss, def.faDelay, def.faLoss)
 	}
 }

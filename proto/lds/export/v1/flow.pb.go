@@ -58,6 +58,8 @@ type FlowRecord struct {
 	LossPoint         *float64               `protobuf:"fixed64,26,opt,name=loss_point,json=lossPoint,proto3,oneof" json:"loss_point,omitempty"`
 	Bytes             *float64               `protobuf:"fixed64,27,opt,name=bytes,proto3,oneof" json:"bytes,omitempty"`
 	LossBound         *float64               `protobuf:"fixed64,28,opt,name=loss_bound,json=lossBound,proto3,oneof" json:"loss_bound,omitempty"` // count-min bound on lost packets
+	DelayFrom         string                 `protobuf:"bytes,29,opt,name=delay_from,json=delayFrom,proto3" json:"delay_from,omitempty"`         // sketch, samples or both ("" = no delay)
+	LossSpike         bool                   `protobuf:"varint,30,opt,name=loss_spike,json=lossSpike,proto3" json:"loss_spike,omitempty"`        // loss ratio spiked against the flow's baseline
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -288,11 +290,25 @@ func (x *FlowRecord) GetLossBound() float64 {
 	return 0
 }
 
+func (x *FlowRecord) GetDelayFrom() string {
+	if x != nil {
+		return x.DelayFrom
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetLossSpike() bool {
+	if x != nil {
+		return x.LossSpike
+	}
+	return false
+}
+
 var File_lds_export_v1_flow_proto protoreflect.FileDescriptor
 
 const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\n" +
-	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\xa8\a\n" +
+	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\xe6\a\n" +
 	"\n" +
 	"FlowRecord\x12\x1a\n" +
 	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x19\n" +
@@ -325,7 +341,11 @@ const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"loss_point\x18\x1a \x01(\x01H\aR\tlossPoint\x88\x01\x01\x12\x19\n" +
 	"\x05bytes\x18\x1b \x01(\x01H\bR\x05bytes\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"loss_bound\x18\x1c \x01(\x01H\tR\tlossBound\x88\x01\x01B\v\n" +
+	"loss_bound\x18\x1c \x01(\x01H\tR\tlossBound\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"delay_from\x18\x1d \x01(\tR\tdelayFrom\x12\x1d\n" +
+	"\n" +
+	"loss_spike\x18\x1e \x01(\bR\tlossSpikeB\v\n" +
 	"\t_delay_nsB\f\n" +
 	"\n" +
 	"_stddev_nsB\n" +
