@@ -328,17 +328,19 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 			fs.delay, fs.stddev, fs.ci95 = seconds(f.DelayNS), seconds(f.StddevNS), seconds(f.CI95NS)
 			fs.p50, fs.p90, fs.p99 = seconds(f.P50NS), seconds(f.P90NS), seconds(f.P99NS)
 		}
-		if f.Packets > 0 && finite(f.Loss) && f.Status != results.StatusBeyondWindow {
-			fs.lossRatio = math.Min(1, math.Max(0, f.Loss/f.Packets))
+		if f.Packets > 0 && f.Loss != nil && finite(*f.Loss) {
+			fs.lossRatio = math.Min(1, math.Max(0, *f.Loss/f.Packets)) // withheld loss (nil) stays NaN: no loss alarm
 		}
 		flows = append(flows, fs)
 	}
 	links := make([]linkSeries, 0, len(iv.Links))
 	for i := range iv.Links {
 		l := &iv.Links[i]
-		ls := linkSeries{class: l.Class, delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), ratio: l.LossRatio}
-		if l.BeyondWindow {
-			ls.ratio = math.NaN() // withheld: packets may sit in a neighbouring interval
+		// A withheld ratio (nil: packets may sit in a neighbouring
+		// interval, or a capture dropped some) is NaN: no loss alarm.
+		ls := linkSeries{class: l.Class, delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), ratio: math.NaN()}
+		if l.LossRatio != nil {
+			ls.ratio = *l.LossRatio
 		}
 		if !unsynced && !l.Unsynced {
 			ls.delay, ls.stddev, ls.ci95 = seconds(l.DelayNS), seconds(l.StddevNS), seconds(l.CI95NS)

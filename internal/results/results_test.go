@@ -70,7 +70,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 		r := FlowRecord{Interval: rng.Int64() >> rng.IntN(63), StartNS: -rng.Int64N(1 << 62),
 			Key:     capture.MustParseFlowKey(a[0], a[1], uint8(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())),
 			DelayNS: pf(), StddevNS: pf(),
-			Loss: f(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
+			Loss: pf(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
 			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf()}
 		want, err := json.Marshal(toJSON(&r))
@@ -120,7 +120,7 @@ func or(p *float64, v float64) *float64 {
 func BenchmarkMarshalLine(b *testing.B) {
 	d, sd, ci := 123456.789, 2345.6, 99.5
 	r := FlowRecord{Interval: 1763000100, StartNS: 1763000100000000000, Key: capture.MustParseFlowKey("10.1.2.3", "192.0.2.77", 6, 443, 51234),
-		DelayNS: &d, StddevNS: &sd, Loss: 0, Packets: 1234, Samples: 1200, CI95NS: &ci, Sender: "tap-a", Estimator: "decode"}
+		DelayNS: &d, StddevNS: &sd, Packets: 1234, Samples: 1200, CI95NS: &ci, Sender: "tap-a", Estimator: "decode", Loss: Float(0)}
 	b.Run("hand", func(b *testing.B) {
 		var buf []byte
 		for b.Loop() {

@@ -598,7 +598,7 @@ func scoreReal(pr *RealPairResult) RealScore {
 	for _, t := range pr.Truth {
 		k, _ := t.Key() // the truth comes from the join: its keys parse
 		r := recs[join.FlowID{Interval: t.Interval, Key: k}]
-		loss := r != nil && r.Loss >= 0.5
+		loss := r != nil && r.Loss != nil && *r.Loss >= 0.5
 		delay := r != nil && r.DelayNS != nil && !math.IsNaN(*r.DelayNS)
 		big := t.Sent >= 100
 		if big {
