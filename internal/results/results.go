@@ -33,10 +33,10 @@ type FlowRecord struct {
 	// Loss is the estimated lost packets (decode: see LossPoint; paper:
 	// LossBound's value); nil where it is withheld (StatusCaptureDrops,
 	// StatusBeyondWindow): JSON null, never 0.
-	Loss     *float64
-	Packets  float64  // estimated packets sent
-	Samples  float64  // effective sample size of the delay estimate
-	CI95NS   *float64 // 95 % confidence half-width of DelayNS
+	Loss    *float64
+	Packets float64  // estimated packets sent
+	Samples float64  // effective sample size of the delay estimate
+	CI95NS  *float64 // 95 % confidence half-width of DelayNS
 
 	// Additions (allowed by the contract).
 	Sender    string   // sender id the interval came from
@@ -150,12 +150,12 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 
 // LinkRecord is the link-level (LDA) result of one traffic class in one interval.
 type LinkRecord struct {
-	Interval  int64    `json:"interval"`
-	StartNS   int64    `json:"start_ns"`
-	Sender    string   `json:"sender,omitempty"`
-	Class     string   `json:"class"`
-	Sent      uint64   `json:"sent"`     // exact packets seen at the sender tap
-	Received  uint64   `json:"received"` // exact packets seen at the receiver tap
+	Interval int64  `json:"interval"`
+	StartNS  int64  `json:"start_ns"`
+	Sender   string `json:"sender,omitempty"`
+	Class    string `json:"class"`
+	Sent     uint64 `json:"sent"`     // exact packets seen at the sender tap
+	Received uint64 `json:"received"` // exact packets seen at the receiver tap
 	// LossRatio is (sent − received) / sent; nil (JSON null) where it is
 	// withheld: BeyondWindow or CaptureDrops.
 	LossRatio *float64 `json:"loss_ratio"`
@@ -227,7 +227,7 @@ type Interval struct {
 	SenderDrops     uint64        `json:"sender_drops"`
 	ReceiverDrops   uint64        `json:"receiver_drops"`
 	CaptureDrops    *CaptureDrops `json:"capture_drops,omitempty"`
-	SketchBytes     uint64  `json:"sketch_bytes"`
+	SketchBytes     uint64        `json:"sketch_bytes"`
 	// BeyondWindow: packets slower than the hold window may sit in the
 	// wrong interval (this one's or a neighbour's): flows with cells that
 	// do not match have StatusBeyondWindow and no loss.

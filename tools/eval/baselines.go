@@ -139,7 +139,7 @@ func (s *accs) records(t int64, label string, withLoss bool) []results.FlowRecor
 			r.Packets, r.Loss = float64(a.sent), results.Float(float64(a.lost))
 		} else {
 			r.Packets = float64(a.sent - a.lost) // what a receiver-side method counts
-			r.Loss = results.Float(0)           // it sees no loss (a DelayOnly label in reports)
+			r.Loss = results.Float(0)            // it sees no loss (a DelayOnly label in reports)
 		}
 		if a.n > 0 {
 			r.DelayNS = results.Float(a.mean)
