@@ -188,9 +188,9 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		spikes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_spikes_total",
 			Help: "Per-flow latency spikes detected among tracked flows."}, []string{"sender"}),
 		linkSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_link_sent_packets_total",
-			Help: "Packets seen at the sender tap, per traffic class (exact LDA totals)."}, []string{"sender", "class"}),
+			Help: "Packets seen at the sender tap, per traffic class (exact LDA totals; intervals with capture drops left out)."}, []string{"sender", "class"}),
 		linkRecv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_link_received_packets_total",
-			Help: "Packets seen at the receiver tap, per traffic class (exact LDA totals)."}, []string{"sender", "class"}),
+			Help: "Packets seen at the receiver tap, per traffic class (exact LDA totals; intervals with capture drops left out)."}, []string{"sender", "class"}),
 		ivDrops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_interval_capture_drops_total",
 			Help: "Capture drops reported for the sender's intervals, by end (sender or receiver)."}, []string{"sender", "end"}),
 		sketchBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_sketch_received_bytes_total",
@@ -288,8 +288,13 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 	r.ivDrops.WithLabelValues(sender, "receiver").Add(float64(iv.ReceiverDrops))
 	for i := range iv.Links {
 		l := &iv.Links[i]
-		r.linkSent.WithLabelValues(sender, l.Class).Add(float64(l.Sent))
-		r.linkRecv.WithLabelValues(sender, l.Class).Add(float64(l.Received))
+		if !l.CaptureDrops {
+			// A capture that dropped packets would add them to the
+			// difference for good (LDSLinkLoss reads it): such an
+			// interval's packets are left out of both counters.
+			r.linkSent.WithLabelValues(sender, l.Class).Add(float64(l.Sent))
+			r.linkRecv.WithLabelValues(sender, l.Class).Add(float64(l.Received))
+		}
 		if len(l.Delays) > 0 && !l.Unsynced && iv.Outcome != results.OutcomeUnsynced {
 			h := r.packetHist.WithLabelValues(sender, l.Class)
 			for _, d := range l.Delays {

@@ -43,7 +43,7 @@ type Clock struct {
 // Estimate computes per-flow and link records of a matched interval.
 func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*results.Interval, error) {
 	iv := &results.Interval{Sender: sender, Interval: mt.ID, StartNS: mt.ID * e.T, Outcome: mt.Outcome,
-		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, SketchBytes: mt.Meta.SketchBytes}
+		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, ReceiverDrops: mt.RxDrops, SketchBytes: mt.Meta.SketchBytes}
 	var joined *sample.Joined
 	if e.Pieces != nil {
 		var set *sample.Set
