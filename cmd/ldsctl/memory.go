@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"time"
 
+	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
 )
 
@@ -23,6 +25,7 @@ func cmdMemory(args []string) error {
 	pps := fs.Float64("pps", 1e6, "highest packet rate at the taps (only the packets held at interval boundaries follow it)")
 	replay := fs.Bool("replay", false, "the bound of ldsctl replay, which runs both pipelines in one process, with --receiver's file")
 	procs := fs.Int("procs", runtime.GOMAXPROCS(0), "with --replay: intervals estimated at once (GOMAXPROCS)")
+	frame := fs.Int("frame", 1500, "captured bytes of a frame at --pps, for how long the capture ring holds")
 	_ = fs.Parse(args)
 	rc := config.DefaultReceiver()
 	if err := decodeFile(*rpath, &rc); err != nil {
@@ -37,8 +40,10 @@ func cmdMemory(args []string) error {
 	in := config.MemoryInput{PPS: *pps, Replay: *replay, Procs: *procs}
 	rb, sb := rc.MemoryBound(in), sc.MemoryBound(in)
 	config.WriteMemoryBound(os.Stdout, "lds-receiver", rb)
+	writeRing(rc.Capture.Source, *pps, *frame)
 	fmt.Println()
 	config.WriteMemoryBound(os.Stdout, "lds-sender", sb)
+	writeRing(sc.Capture.Source, *pps, *frame)
 	if *replay {
 		live := rb.Live + sb.Live
 		fmt.Printf("\nldsctl replay (both in one process): live %d bytes, peak resident %d bytes (%.0f MiB)\n",
@@ -58,4 +63,27 @@ func decodeFile(path string, into any) error {
 		return err
 	}
 	return config.Decode(bytes.NewReader(b), into, path)
+}
+
+// writeRing prints a live source's capture ring: kernel memory outside
+// the bound above, and how long it holds traffic while the daemon does
+// not read (stopped, starved of CPU) before the kernel drops packets.
+func writeRing(src capture.SourceConfig, pps float64, frame int) {
+	if src.Kind != "afpacket" {
+		return
+	}
+	bs, nb := capture.RingGeometry(src.BlockSize, src.NumBlocks)
+	rate := pps * float64(min(frame, src.Snaplen)+capture.RingFrameOverhead)
+	fmt.Printf("  capture ring (kernel memory, not in the bound): %d × %d × %s = %s; holds %v of traffic at low packet rates "+
+		"(num_blocks × block_timeout), %v at %.0f packets/s of %d bytes (block_size × num_blocks / bytes a second)\n",
+		max(1, src.Workers), nb, mibText(int64(bs)), mibText(int64(max(1, src.Workers)*bs*nb)),
+		capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, 0), capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, rate).Round(time.Millisecond),
+		pps, frame)
+}
+
+func mibText(b int64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%d KiB", b>>10)
+	}
+	return fmt.Sprintf("%d MiB", b>>20)
 }

@@ -21,7 +21,7 @@ func f(v float64) *float64 { return &v }
 
 func rec(sender string, id int64, src, dst string, proto uint8, packets, loss float64, delay *float64) results.FlowRecord {
 	return results.FlowRecord{Interval: id, StartNS: id * 1e9, Sender: sender, Key: capture.MustParseFlowKey(src, dst, proto, 1000, 443),
-		Packets: packets, Loss: loss, DelayNS: delay}
+		Packets: packets, Loss: &loss, DelayNS: delay}
 }
 
 // testStore: a/100 has F1 (1500 pkts, 400 µs, loss 2), F2 (10, no delay),
@@ -245,9 +245,10 @@ func TestJSONLWriter(t *testing.T) {
 	}
 	iv1 := &results.Interval{Sender: "a", Interval: 1763000000, Flows: []results.FlowRecord{
 		{Interval: 1763000000, StartNS: 1763000000_000000000, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
-			DelayNS: f(412345.5), StddevNS: f(80211), Packets: 1520, Samples: 1498, CI95NS: f(4020.1)},
-		{Interval: 1763000000, Key: capture.MustParseFlowKey("2001:db8::1", "2001:db8::2", 17, 0, 0), Packets: 3, Loss: 1},
+			DelayNS: f(412345.5), StddevNS: f(80211), Loss: f(0), Packets: 1520, Samples: 1498, CI95NS: f(4020.1)},
+		{Interval: 1763000000, Key: capture.MustParseFlowKey("2001:db8::1", "2001:db8::2", 17, 0, 0), Packets: 3, Loss: results.Float(1)},
 	}}
+	// iv3's record withholds its loss: null, never 0.
 	iv2 := &results.Interval{Sender: "a", Interval: 1763000001, Outcome: results.OutcomeVoidedGap} // no flows, no lines
 	iv3 := &results.Interval{Sender: "b", Interval: 1763000001, Flows: []results.FlowRecord{{Interval: 1763000001, Sender: "b", Key: capture.MustParseFlowKey("10.0.0.2", "10.0.0.3", 1, 0, 0)}}}
 	for _, iv := range []*results.Interval{iv1, iv2, iv3} {
@@ -273,7 +274,7 @@ func TestJSONLWriter(t *testing.T) {
 	want := []string{
 		`{"interval":1763000000,"start_ns":1763000000000000000,"src":"10.0.0.1","dst":"192.0.2.7","sport":51000,"dport":443,"proto":6,"delay_ns":412345.5,"stddev_ns":80211,"loss":0,"packets":1520,"samples":1498,"ci95_ns":4020.1,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0}`,
 		`{"interval":1763000000,"start_ns":0,"src":"2001:db8::1","dst":"2001:db8::2","sport":0,"dport":0,"proto":17,"delay_ns":null,"stddev_ns":null,"loss":1,"packets":3,"samples":0,"ci95_ns":null,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0}`,
-		`{"interval":1763000001,"start_ns":0,"src":"10.0.0.2","dst":"10.0.0.3","sport":0,"dport":0,"proto":1,"delay_ns":null,"stddev_ns":null,"loss":0,"packets":0,"samples":0,"ci95_ns":null,"sender":"b","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0}`,
+		`{"interval":1763000001,"start_ns":0,"src":"10.0.0.2","dst":"10.0.0.3","sport":0,"dport":0,"proto":1,"delay_ns":null,"stddev_ns":null,"loss":null,"packets":0,"samples":0,"ci95_ns":null,"sender":"b","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0}`,
 	}
 	sc := bufio.NewScanner(fh)
 	var got []string

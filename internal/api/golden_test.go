@@ -20,32 +20,39 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // and delay (the answers order ties by flow key).
 func goldenStore() *Store {
 	all := results.FlowRecord{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("2001:db8::10", "2001:db8:1::1", 17, 53, 5353),
-		DelayNS: f(1234.5), StddevNS: f(1e-7), Loss: 1.5, Packets: 40, Samples: 39.25, CI95NS: f(88), Sender: "edge-a",
+		DelayNS: f(1234.5), StddevNS: f(1e-7), Loss: nil, Packets: 40, Samples: 39.25, CI95NS: f(88), Sender: "edge-a",
 		Bytes: f(52000), Estimator: "decode", Partial: true, Unsynced: true, ErrorNS: f(250), Spike: true,
 		Status: results.StatusBeyondWindow, LossPoint: f(1), P50NS: f(1200), P90NS: f(1500), P99NS: f(2e21),
 		DelaySamples: 30, StddevFrom: "samples", SampledLost: 2, LossBound: f(4.5)}
 	flows := []results.FlowRecord{
 		all,
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.9", "192.0.2.1", 6, 40000, 443),
-			DelayNS: f(400_000), StddevNS: f(12.25), Packets: 40, Samples: 40, CI95NS: f(3.5), Estimator: "paper"},
+			DelayNS: f(400_000), StddevNS: f(12.25), Loss: f(0), Packets: 40, Samples: 40, CI95NS: f(3.5), Estimator: "paper"},
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 6, 40000, 443),
-			DelayNS: f(400_000), Packets: 40, Loss: 1.5, Samples: 12, Estimator: "paper", StddevFrom: "sketch"},
+			DelayNS: f(400_000), Packets: 40, Loss: f(1.5), Samples: 12, Estimator: "paper", StddevFrom: "sketch"},
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 6, 40000, 80),
-			Packets: 3, Estimator: "paper"},
+			Packets: 3, Loss: f(0), Estimator: "paper"},
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 1, 0x0800, 77),
-			DelayNS: f(5), Packets: 40, Loss: 0.25, Samples: 1, Estimator: "decode", LossPoint: f(0)},
+			DelayNS: f(5), Packets: 40, Loss: f(0.25), Samples: 1, Estimator: "decode", LossPoint: f(0)},
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("2001:db8::9", "2001:db8::1", 6, 1, 2),
-			Packets: 1e-7, Loss: 3},
+			Packets: 1e-7, Loss: f(3)},
 	}
 	s := NewStore(10)
 	s.Add(&results.Interval{Sender: "edge-a", Interval: 7, StartNS: 7e9, Outcome: results.OutcomeMatched, Flows: flows,
-		Links: []results.LinkRecord{{Interval: 7, StartNS: 7e9, Class: "all", Sent: 166, Received: 160, LossRatio: 6.0 / 166,
+		Links: []results.LinkRecord{{Interval: 7, StartNS: 7e9, Class: "all", Sent: 166, Received: 160, LossRatio: f(6.0 / 166),
 			DelayNS: f(300_000), StddevNS: f(9), Samples: 100, CI95NS: f(2), P50NS: f(290_000), DelaySamples: 50}},
 		UsableCellRatio: 0.875, SenderDrops: 1, ReceiverDrops: 2, SketchBytes: 8192})
 	s.Add(&results.Interval{Sender: "edge-b", Interval: 6, StartNS: 6e9, Outcome: results.OutcomeVoidedGap})
 	s.Add(&results.Interval{Sender: "edge-b", Interval: 7, StartNS: 7e9, Outcome: results.OutcomeMatched,
 		Flows: []results.FlowRecord{{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.9", "192.0.2.1", 6, 40000, 443),
-			DelayNS: f(400_000), Packets: 40, Samples: 40}}})
+			DelayNS: f(400_000), Loss: f(0), Packets: 40, Samples: 40}}})
+	// A receiver's ring dropped packets of interval 8: loss withheld.
+	drops := &results.Interval{Sender: "edge-b", Interval: 8, StartNS: 8e9, Outcome: results.OutcomeMatched, ReceiverDrops: 312,
+		Flows: []results.FlowRecord{{Interval: 8, StartNS: 8e9, Key: capture.MustParseFlowKey("10.0.0.9", "192.0.2.1", 6, 40000, 443),
+			DelayNS: f(410_000), Loss: f(37), LossBound: f(40), Packets: 40, Samples: 3}},
+		Links: []results.LinkRecord{{Interval: 8, StartNS: 8e9, Class: "all", Sent: 40, Received: 3, LossRatio: f(37.0 / 40)}}}
+	drops.FlagCaptureDrops(results.CaptureDrops{Receiver: 312})
+	s.Add(drops)
 	return s
 }
 

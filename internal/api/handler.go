@@ -300,7 +300,8 @@ func flowOrders() map[string]func(a, b *results.FlowRecord) int {
 			return byKey(a, b)
 		},
 		"loss": func(a, b *results.FlowRecord) int {
-			if c := desc(a.Loss, b.Loss); c != 0 {
+			// Withheld loss (null) sorts after every known one.
+			if c := desc(orNeg(a.Loss), orNeg(b.Loss)); c != 0 {
 				return c
 			}
 			return byKey(a, b)
@@ -365,6 +366,10 @@ type IntervalSummary struct {
 	SenderDrops     uint64  `json:"sender_drops"`
 	ReceiverDrops   uint64  `json:"receiver_drops"`
 	SketchBytes     uint64  `json:"sketch_bytes"`
+	// CaptureDrops: the drops at each end that may have removed packets
+	// of this interval; its records withhold their loss (status
+	// capture_drops). Absent where neither end dropped any.
+	CaptureDrops *results.CaptureDrops `json:"capture_drops,omitempty"`
 }
 
 // IntervalsAnswer is the body of /api/v1/intervals: newest first per sender.
@@ -391,6 +396,7 @@ func (s *Store) intervals(w http.ResponseWriter, r *http.Request) {
 				Sender: iv.Sender, Interval: iv.Interval, StartNS: iv.StartNS, Outcome: iv.Outcome,
 				Flows: len(iv.Flows), Links: len(iv.Links), UsableCellRatio: iv.UsableCellRatio,
 				SenderDrops: iv.SenderDrops, ReceiverDrops: iv.ReceiverDrops, SketchBytes: iv.SketchBytes,
+				CaptureDrops: iv.CaptureDrops,
 			})
 		}
 	}
@@ -398,4 +404,12 @@ func (s *Store) intervals(w http.ResponseWriter, r *http.Request) {
 		return cmp.Or(cmp.Compare(a.Sender, b.Sender), cmp.Compare(b.Interval, a.Interval))
 	})
 	writeJSON(w, ans)
+}
+
+// orNeg is *v, or -1 for nil (withheld): below every loss.
+func orNeg(v *float64) float64 {
+	if v == nil {
+		return -1
+	}
+	return *v
 }

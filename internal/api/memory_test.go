@@ -11,7 +11,7 @@ import (
 // receiverRecord fills a flow record the way the receiver does for an
 // identified flow of the decoding estimator (internal/receiver/estimate.go).
 func receiverRecord(id int64, k capture.FlowKey, errorNS *float64) results.FlowRecord {
-	r := results.FlowRecord{Interval: id, StartNS: id * 1e9, Key: k, Loss: 1, Packets: 1234, Samples: 1200,
+	r := results.FlowRecord{Interval: id, StartNS: id * 1e9, Key: k, Loss: results.Float(1), Packets: 1234, Samples: 1200,
 		Sender: "tap-a", Estimator: "decode", ErrorNS: errorNS}
 	r.LossBound, r.LossPoint = results.Float(1), results.Float(0.5)
 	r.DelayNS, r.StddevNS, r.CI95NS = results.Float(123456.7), results.Float(2345.6), results.Float(99.5)

@@ -66,38 +66,6 @@ type afSource struct {
 
 func defaultFanoutGroup() uint16 { return uint16(os.Getpid()) }
 
-// Ring geometry. The kernel hands TPACKET_V3 blocks over whole, and the
-// block user space is reading stays out of its hands until the reader is
-// done with it, so a ring of few large blocks has less room for a burst
-// or a late wake-up than its size says: 4 × 256 KiB (what libpcap builds
-// for tcpdump -B 1024) lends the kernel 768 KiB while a block is read.
-// OpenAFPacket keeps the configured bytes (block_size × num_blocks) but
-// halves the blocks while there are fewer than minRingBlocks of them and
-// they stay at least minRingBlock bytes; measured in docs/testbed.md,
-// "Live capture performance" (32 × 32 KiB against 16 × 64 KiB for a 1 MiB
-// ring under CPU contention: 0.95× tcpdump's drops instead of 1.15×,
-// pooled over seven alternating rounds, for ~5 ns more CPU a packet).
-const (
-	minRingBlocks = 32
-	// minRingBlock bounds the split: a smaller block means one more
-	// retire and wake-up per few hundred packets (more CPU a packet), and
-	// a frame larger than a block is cut to the block (the wire length
-	// stays right; only headers and identity bytes are read).
-	minRingBlock = 32 << 10
-)
-
-// RingGeometry returns the block size and count OpenAFPacket asks the
-// kernel for when configured with blockSize × numBlocks: the same bytes
-// in at least 16 blocks where the blocks can stay >= 64 KiB and whole
-// pages. 4 × 256 KiB becomes 16 × 64 KiB; 64 × 1 MiB (the default) stays.
-func RingGeometry(blockSize, numBlocks int) (int, int) {
-	const page = 4096
-	for numBlocks < minRingBlocks && blockSize/2 >= minRingBlock && (blockSize/2)%page == 0 {
-		blockSize, numBlocks = blockSize/2, numBlocks*2
-	}
-	return blockSize, numBlocks
-}
-
 // OpenAFPacket opens one AF_PACKET socket on cfg.Interface with a
 // TPACKET_V3 receive ring of RingGeometry(block_size, num_blocks). With
 // cfg.Workers > 1 it joins PACKET_FANOUT group fanoutGroup (hash mode: the
@@ -206,7 +174,8 @@ func (s *afSource) open(st linkState) error {
 	s.linkDown = !st.up
 	s.log.Info("afpacket source open", "interface", cfg.Interface, "block_size", bs, "num_blocks", nb,
 		"configured_block_size", s.cbs, "configured_num_blocks", s.cnb,
-		"fanout_group", s.group, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous, "mtu", st.mtu)
+		"fanout_group", s.group, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous, "mtu", st.mtu,
+		"holds_at_low_rates", RingHold(s.bs, s.nb, cfg.BlockTimeout, 0))
 	s.link.changed(st, s.reportIf, s.log)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lds-net/lds/internal/match"
 	"gopkg.in/yaml.v3"
@@ -189,4 +190,31 @@ func mustKey(t *testing.T, s, d netip.Addr, p uint8, sp, dp uint16) FlowKey {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// TestDefaultRingHold: the default ring holds at least 2 s of traffic
+// however low the packet rate (the kernel retires a block every
+// block_timeout), and its bytes bound it at high rates.
+func TestDefaultRingHold(t *testing.T) {
+	d := DefaultConfig().Source
+	if h := RingHold(d.BlockSize, d.NumBlocks, d.BlockTimeout, 0); h < 2*time.Second {
+		t.Errorf("the default ring (%d × %d B, block_timeout %v) holds %v at low rates, want >= 2s", d.NumBlocks, d.BlockSize, d.BlockTimeout, h)
+	}
+	tests := []struct {
+		bs, nb int
+		tov    time.Duration
+		rate   float64 // ring bytes a second
+		want   time.Duration
+	}{
+		{256 << 10, 256, 10 * time.Millisecond, 0, 2560 * time.Millisecond},
+		{1 << 20, 64, 10 * time.Millisecond, 0, 640 * time.Millisecond},    // the former default
+		{1 << 20, 4, 10 * time.Millisecond, 0, 320 * time.Millisecond},     // split into 128 blocks of 32 KiB
+		{256 << 10, 256, 10 * time.Millisecond, 64 << 20, 1 * time.Second}, // bytes bound it
+		{256 << 10, 256, 10 * time.Millisecond, 1 << 20, 2560 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		if got := RingHold(tc.bs, tc.nb, tc.tov, tc.rate); got != tc.want {
+			t.Errorf("RingHold(%d, %d, %v, %v) = %v, want %v", tc.bs, tc.nb, tc.tov, tc.rate, got, tc.want)
+		}
+	}
 }

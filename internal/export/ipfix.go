@@ -183,7 +183,7 @@ func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16) {
 	}
 	p50, p90, p99, nq := quantiles(r)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Interval))
-	for _, v := range [...]float64{ptr(r.DelayNS), ptr(r.StddevNS), ptr(r.CI95NS), r.Loss, r.Packets, r.Samples, p50, p90, p99} {
+	for _, v := range [...]float64{ptr(r.DelayNS), ptr(r.StddevNS), ptr(r.CI95NS), ptr(r.Loss), r.Packets, r.Samples, p50, p90, p99} {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
 	}
 	b = binary.BigEndian.AppendUint32(b, nq)

@@ -16,8 +16,11 @@ type SenderMeta struct {
 	Clock       ClockStatus
 	KernelDrops uint64
 	IfDrops     uint64
-	ParseDrops  map[string]uint64
-	SketchBytes uint64
+	// DropsAffecting: the sender's capture drops that may have removed
+	// packets of the interval (DropLedger).
+	DropsAffecting uint64
+	ParseDrops     map[string]uint64
+	SketchBytes    uint64
 }
 
 // ClockStatus is one end's clock as reported for an interval.
@@ -38,8 +41,11 @@ type Matched struct {
 	Meta    SenderMeta
 	Rx      *Sketches   // nil when the receiver never saw the interval
 	RxClock ClockStatus // the receiver's clock when it sealed the interval
-	Flows   *FlowTable  // receiver's candidate flows
-	Partial bool
+	// The receiver's capture drops: read when it sealed the interval, and
+	// those that may have removed packets of it (DropLedger).
+	RxDrops, RxDropsAffecting uint64
+	Flows                     *FlowTable // receiver's candidate flows
+	Partial                   bool
 	// Held packets placed without the sender's boundary function (it never
 	// came): their cells may mismatch and are then left out, never believed.
 	Unresolved uint64
@@ -441,6 +447,7 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	}
 	if rx := st.rx; rx != nil {
 		mt.Rx, mt.Flows, mt.Late, mt.RxClock = rx.Direct, rx.Flows, rx.Late, rx.Clock
+		mt.RxDrops, mt.RxDropsAffecting = rx.Drops, rx.DropsAffecting
 		mt.release = rx.Release
 		mt.Partial = mt.Partial || rx.Partial
 		start := id * m.p.T

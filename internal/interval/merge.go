@@ -56,6 +56,7 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 		out.Late += o.Late
 		out.Counters = out.Counters.Add(o.Counters)
 		out.Drops = out.Drops.Add(o.Drops)
+		out.DropsAffecting += o.DropsAffecting
 		out.SampleCands = out.SampleCands.Merge(o.SampleCands)
 		for i, k := range o.Heavy {
 			all = append(all, kv{k, o.HeavyN[i]})
@@ -120,6 +121,8 @@ func (m *SealedMerger) Add(s *Sealed) (*Sealed, error) {
 		out.Partial = out.Partial || o.Partial
 		out.First = out.First && o.First
 		out.Late += o.Late
+		out.Drops += o.Drops
+		out.DropsAffecting += o.DropsAffecting
 	}
 	return out, nil
 }

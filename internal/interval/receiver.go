@@ -184,7 +184,11 @@ type Sealed struct {
 	First    bool        // the first interval this builder sealed
 	Late     uint64      // packets that arrived after their interval was sealed
 	Clock    ClockStatus // the receiver's clock when the interval was sealed (set by the receiver)
-	pool     *pool
+	// Capture drops (set by the receiver's capture worker, DropLedger):
+	// read when the interval was sealed, and those that may have removed
+	// packets of it.
+	Drops, DropsAffecting uint64
+	pool                  *pool
 }
 
 // HeldSet is what the receiver held at one boundary.

@@ -44,6 +44,9 @@ type SenderInterval struct {
 	// capture began (set by the capture worker, summed over workers).
 	Counters capture.ParseCounters
 	Drops    capture.DropStats
+	// DropsAffecting: the capture drops that may have removed packets of
+	// this interval (DropLedger; summed over workers).
+	DropsAffecting uint64
 	// Consistent packet samples (internal/sample): the capture worker's
 	// candidates (sender only, merged with the workers'), and the selection
 	// that travels in the interval's stream (nil: none).

@@ -193,9 +193,9 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		lossSpikes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_loss_spikes_total",
 			Help: "Per-flow loss spikes (loss ratio against the flow's baseline) detected among tracked flows."}, []string{"sender"}),
 		linkSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_link_sent_packets_total",
-			Help: "Packets seen at the sender tap, per traffic class (exact LDA totals)."}, []string{"sender", "class"}),
+			Help: "Packets seen at the sender tap, per traffic class (exact LDA totals; intervals with capture drops left out)."}, []string{"sender", "class"}),
 		linkRecv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_link_received_packets_total",
-			Help: "Packets seen at the receiver tap, per traffic class (exact LDA totals)."}, []string{"sender", "class"}),
+			Help: "Packets seen at the receiver tap, per traffic class (exact LDA totals; intervals with capture drops left out)."}, []string{"sender", "class"}),
 		ivDrops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_interval_capture_drops_total",
 			Help: "Capture drops reported for the sender's intervals, by end (sender or receiver)."}, []string{"sender", "end"}),
 		sketchBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_sketch_received_bytes_total",
@@ -303,8 +303,13 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 	r.ivDrops.WithLabelValues(sender, "receiver").Add(float64(iv.ReceiverDrops))
 	for i := range iv.Links {
 		l := &iv.Links[i]
-		r.linkSent.WithLabelValues(sender, l.Class).Add(float64(l.Sent))
-		r.linkRecv.WithLabelValues(sender, l.Class).Add(float64(l.Received))
+		if !l.CaptureDrops {
+			// A capture that dropped packets would add them to the
+			// difference for good (LDSLinkLoss reads it): such an
+			// interval's packets are left out of both counters.
+			r.linkSent.WithLabelValues(sender, l.Class).Add(float64(l.Sent))
+			r.linkRecv.WithLabelValues(sender, l.Class).Add(float64(l.Received))
+		}
 		if len(l.Delays) > 0 && !l.Unsynced && iv.Outcome != results.OutcomeUnsynced {
 			h := r.packetHist.WithLabelValues(sender, l.Class)
 			for _, d := range l.Delays {
@@ -343,17 +348,19 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 			fs.delay, fs.stddev, fs.ci95 = seconds(f.DelayNS), seconds(f.StddevNS), seconds(f.CI95NS)
 			fs.p50, fs.p90, fs.p99 = seconds(f.P50NS), seconds(f.P90NS), seconds(f.P99NS)
 		}
-		if f.Packets > 0 && finite(f.Loss) && !spike.LossWithheld(f) {
-			fs.lossRatio = math.Min(1, math.Max(0, f.Loss/f.Packets))
+		if f.Packets > 0 && f.Loss != nil && finite(*f.Loss) && !spike.LossWithheld(f) {
+			fs.lossRatio = math.Min(1, math.Max(0, *f.Loss/f.Packets)) // withheld loss (nil) stays NaN: no loss alarm
 		}
 		flows = append(flows, fs)
 	}
 	links := make([]linkSeries, 0, len(iv.Links))
 	for i := range iv.Links {
 		l := &iv.Links[i]
-		ls := linkSeries{class: l.Class, delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), ratio: l.LossRatio}
-		if l.BeyondWindow {
-			ls.ratio = math.NaN() // withheld: packets may sit in a neighbouring interval
+		// A withheld ratio (nil: packets may sit in a neighbouring
+		// interval, or a capture dropped some) is NaN: no loss alarm.
+		ls := linkSeries{class: l.Class, delay: math.NaN(), stddev: math.NaN(), ci95: math.NaN(), ratio: math.NaN()}
+		if l.LossRatio != nil {
+			ls.ratio = *l.LossRatio
 		}
 		if !unsynced && !l.Unsynced {
 			ls.delay, ls.stddev, ls.ci95 = seconds(l.DelayNS), seconds(l.StddevNS), seconds(l.CI95NS)

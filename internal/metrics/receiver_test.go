@@ -40,7 +40,7 @@ func newReceiver(t testing.TB, mod func(*Config)) *Receiver {
 
 func flow(src, dst string, proto uint8, sport, dport uint16, packets float64, delayNS *float64) results.FlowRecord {
 	return results.FlowRecord{Interval: 1763000000, StartNS: 1763000000_000000000, Sender: "a",
-		Key: capture.MustParseFlowKey(src, dst, proto, sport, dport), Packets: packets, DelayNS: delayNS}
+		Key: capture.MustParseFlowKey(src, dst, proto, sport, dport), Packets: packets, DelayNS: delayNS, Loss: f(0)}
 }
 
 // goldenInterval: flows by packets are v6-dns (2000), f1 (1500), f2 (1000),
@@ -48,23 +48,23 @@ func flow(src, dst string, proto uint8, sport, dport uint16, packets float64, de
 // tracked set is v6-dns (top, watch "dns"), f1 (top) and f3 (watch "dns").
 func goldenInterval() *results.Interval {
 	f1 := flow("10.0.0.1", "192.0.2.7", 6, 51000, 443, 1500, f(412345.5))
-	f1.StddevNS, f1.Loss, f1.Samples, f1.CI95NS = f(80211), 15, 1498, f(4020.1)
+	f1.StddevNS, f1.Loss, f1.Samples, f1.CI95NS = f(80211), f(15), 1498, f(4020.1)
 	f1.P50NS, f1.P90NS, f1.P99NS, f1.DelaySamples = f(400000), f(500000), f(700000), 256
 	f2 := flow("10.0.0.2", "192.0.2.7", 6, 51001, 443, 1000, f(2_000_000))
 	f2.StddevNS, f2.Samples, f2.CI95NS = f(100000), 900, f(5000)
 	f3 := flow("10.0.0.3", "192.0.2.8", 17, 40000, 53, 10, f(50_000))
 	f3.Samples = 10
 	f4 := flow("10.0.0.4", "192.0.2.9", 6, 1234, 80, 5, nil)
-	f4.Loss = 1
+	f4.Loss = f(1)
 	f5 := flow("2001:db8::1", "2001:db8::2", 17, 5000, 53, 2000, f(20_000_000))
 	f5.StddevNS, f5.Samples, f5.CI95NS = f(1_000_000), 1900, f(100_000)
 	return &results.Interval{
 		Sender: "a", Interval: 1763000000, StartNS: 1763000000_000000000, Outcome: results.OutcomeMatched,
 		Flows: []results.FlowRecord{f1, f2, f3, f4, f5},
 		Links: []results.LinkRecord{
-			{Class: "all", Sent: 4515, Received: 4499, LossRatio: 16.0 / 4515, DelayNS: f(1_000_000), StddevNS: f(500_000), CI95NS: f(1000), Samples: 4000,
+			{Class: "all", Sent: 4515, Received: 4499, LossRatio: f(16.0 / 4515), DelayNS: f(1_000_000), StddevNS: f(500_000), CI95NS: f(1000), Samples: 4000,
 				Delays: []float64{50_000, 200_000, 2_000_000}},
-			{Class: "ef", Sent: 100, Received: 100},
+			{Class: "ef", Sent: 100, Received: 100, LossRatio: f(0)},
 		},
 		UsableCellRatio: 0.75, SenderDrops: 3, ReceiverDrops: 5, SketchBytes: 65536,
 	}

@@ -43,7 +43,7 @@ type Clock struct {
 // Estimate computes per-flow and link records of a matched interval.
 func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*results.Interval, error) {
 	iv := &results.Interval{Sender: sender, Interval: mt.ID, StartNS: mt.ID * e.T, Outcome: mt.Outcome,
-		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, SketchBytes: mt.Meta.SketchBytes}
+		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, ReceiverDrops: mt.RxDrops, SketchBytes: mt.Meta.SketchBytes}
 	var joined *sample.Joined
 	if e.Pieces != nil {
 		var set *sample.Set
@@ -129,7 +129,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
 		r := &iv.Flows[i]
-		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: est.LossBound, Packets: est.Packets, Samples: est.Samples,
+		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: results.Float(est.LossBound), Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
 		// Loss: under decode its point estimate where the cells support
 		// it, within the count-min bound, never below what the flow's own
@@ -137,7 +137,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		// bound. The bound and the point estimate keep their own fields.
 		r.LossBound = results.Float(est.LossBound)
 		if e.Estimator == sketch.EstimatorDecode {
-			r.Loss, r.LossPoint = sketch.PublishedLoss(est.Loss, est.LossBound, alone[i]), results.Float(est.Loss)
+			r.Loss, r.LossPoint = results.Float(sketch.PublishedLoss(est.Loss, est.LossBound, alone[i])), results.Float(est.Loss)
 		}
 		if !math.IsNaN(est.Bytes) {
 			r.Bytes = results.Float(est.Bytes)
@@ -176,7 +176,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		}
 		le := sketch.EstimateLDA(mt.Snd.Sk.LDA[c], mt.Rx.LDA[c])
 		lr := results.LinkRecord{Interval: mt.ID, StartNS: iv.StartNS, Sender: sender, Class: name,
-			Sent: le.Sent, Received: le.Received, LossRatio: zeroNaN(le.LossRatio), Samples: le.Samples,
+			Sent: le.Sent, Received: le.Received, LossRatio: results.Float(zeroNaN(le.LossRatio)), Samples: le.Samples,
 			Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
 		if !clk.Unsynced {
 			lr.DelayNS, lr.StddevNS, lr.CI95NS = results.Float(le.Delay), results.Float(le.Stddev), results.Float(le.CI95)
@@ -207,7 +207,7 @@ func zeroNaN(v float64) float64 {
 func applySamples(r *results.FlowRecord, d *sample.FlowDist) {
 	if d.Lost > 0 {
 		r.SampledLost = d.Lost
-		r.Loss = max(r.Loss, float64(d.Lost))
+		r.Loss = atLeast(r.Loss, d.Lost)
 		r.LossPoint, r.LossBound = atLeast(r.LossPoint, d.Lost), atLeast(r.LossBound, d.Lost)
 	}
 	if r.Unsynced {

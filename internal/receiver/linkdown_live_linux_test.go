@@ -299,7 +299,7 @@ func (d *tapDownDaemons) measuredAfter(after int64) func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		for id, iv := range d.got {
-			if id > after && iv.Outcome == results.OutcomeMatched && len(iv.Flows) > 0 && iv.Flows[0].DelayNS != nil && iv.Flows[0].Loss == 0 {
+			if id > after && iv.Outcome == results.OutcomeMatched && len(iv.Flows) > 0 && iv.Flows[0].DelayNS != nil && iv.Flows[0].Loss != nil && *iv.Flows[0].Loss == 0 {
 				return true
 			}
 		}

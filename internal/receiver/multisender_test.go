@@ -128,7 +128,7 @@ func TestTwoSendersWithTheirOwnSelection(t *testing.T) {
 				t.Errorf("%s: flow %v interval %d not in the truth", id, k, r.Interval)
 				continue
 			}
-			if r.LossBound == nil || *r.LossBound+1e-9 < float64(f.Lost()) || r.Loss > *r.LossBound {
+			if r.LossBound == nil || *r.LossBound+1e-9 < float64(f.Lost()) || r.Loss == nil || *r.Loss > *r.LossBound {
 				t.Errorf("%s: flow %v loss %v, bound %v: the bound below the true %d or the loss above it", id, k, r.Loss, r.LossBound, f.Lost())
 			}
 			if r.DelayNS != nil && f.Lost() == 0 && abs(*r.DelayNS-f.MeanNS) <= 1e-6*f.MeanNS {

@@ -399,6 +399,10 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	// handed to the sender entry before the interval itself.
 	stores := make([]*sample.RxStore, len(r.senders))
 	outages := make([]capture.OutageTracker, len(r.senders))
+	// A packet this capture dropped was sent before the read + guard
+	// (interval.DropLedger); one ledger per sender entry, as each entry
+	// seals its intervals on its own.
+	ledgers := make([]interval.DropLedger, len(r.senders))
 	for i, s := range r.senders {
 		stores[i] = sample.NewRxStore(r.cfg.Sample, start)
 		var err error
@@ -407,10 +411,14 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 		if builders[i], err = interval.NewRxBuilderPlan(r.params, start, composition, s.plan); err != nil {
 			return err
 		}
+		ledgers[i] = interval.DropLedger{T: r.params.T, Reach: r.params.Guard}
 		emitters[i] = func(sl *interval.Sealed) {
 			stores[i].Cut(sl.ID, s.pieces.Put)
-			if st, err := rd.Source().Stats(); err == nil && outages[i].Touched(st) {
-				sl.Partial = true // the capture interface was down during it
+			if st, err := rd.Source().Stats(); err == nil {
+				if outages[i].Touched(st) {
+					sl.Partial = true // the capture interface was down during it
+				}
+				sl.Drops, sl.DropsAffecting = ledgers[i].Read(sl.ID, st.Kernel+st.Interface, time.Now().UnixNano())
 			}
 			select {
 			case s.sealed <- sl:

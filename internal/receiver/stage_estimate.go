@@ -43,9 +43,12 @@ type estJob struct {
 	err    error
 	chk    interval.Assignment // the interval's assignment check (estimateJob)
 	beyond bool                // its own check says packets may be misplaced
-	final  time.Time           // when it became final
-	tick   bool                // no interval: the emitter's clock (releases a held interval)
-	done   chan struct{}       // closed once iv and err are set
+	// drops: the capture drops at each end that may have removed packets
+	// of this interval (its records then withhold their loss).
+	drops results.CaptureDrops
+	final time.Time     // when it became final
+	tick  bool          // no interval: the emitter's clock (releases a held interval)
+	done  chan struct{} // closed once iv and err are set
 	// running is how many estimations were in flight when this one
 	// started, itself included: it shares the cores with them.
 	running int
@@ -111,6 +114,10 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	start := time.Now()
 	iv, err := r.estimate(&est, j.sender, j.mt, j.clk)
 	took := time.Since(start)
+	j.drops = results.CaptureDrops{Sender: j.mt.Meta.DropsAffecting, Receiver: j.mt.RxDropsAffecting}
+	if iv != nil {
+		iv.FlagCaptureDrops(j.drops)
+	}
 	r.metrics.EstimationDuration(j.sender, took)
 	if !r.opt.Replay && took > time.Duration(r.params.T) {
 		// Live intervals come one an interval: estimation slower than

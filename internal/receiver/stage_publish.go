@@ -25,8 +25,10 @@ func (r *Receiver) publishJob(s *senderState, j *estJob) {
 		return
 	}
 	mt := j.mt
-	// The window follows the delays this interval vouches for.
-	s.plan.Observe(mt.ID, j.chk.Delay, j.beyond)
+	// The window follows the delays this interval vouches for. A surplus
+	// where the sender's capture dropped packets is those packets (the
+	// receiver counted what the sender missed), not evidence of delays.
+	s.plan.Observe(mt.ID, j.chk.Delay, j.beyond && j.drops.Sender == 0)
 	r.metrics.BoundaryWindow(j.sender, time.Duration(s.plan.Target()))
 	if j.err != nil {
 		r.log.Error("estimation failed: interval not published", "sender", j.sender, "interval", mt.ID, "err", j.err)
@@ -41,6 +43,17 @@ func (r *Receiver) publishJob(s *senderState, j *estJob) {
 		s.held = nil
 		if j.beyond && h.mt.ID == mt.ID-1 {
 			h.beyond = true
+		}
+		if h.mt.ID == mt.ID-1 && h.iv != nil {
+			// Drops read when this interval closed came after the held
+			// one closed; they can still hold its packets where one was
+			// slower than the hold window (receiver) or raced the read
+			// by microseconds (sender). The held one has cells short of
+			// packets: its loss is withheld too.
+			d := results.CaptureDrops{Sender: mt.Meta.KernelDrops + mt.Meta.IfDrops, Receiver: mt.RxDrops}
+			h.iv.FlagCaptureDrops(d)
+			h.drops.Sender += d.Sender
+			h.drops.Receiver += d.Receiver
 		}
 		r.publishChecked(s, h)
 	}
@@ -68,8 +81,12 @@ func (r *Receiver) releaseHeld(s *senderState) {
 }
 
 // publishChecked flags an interval whose packets may sit in the wrong
-// interval (loss withheld, counted, logged once an episode) and publishes it.
+// interval (loss withheld, counted, logged once an episode), logs one
+// whose loss capture drops withheld, and publishes it.
 func (r *Receiver) publishChecked(s *senderState, j *estJob) {
+	if j.drops.Any() {
+		r.logCaptureDrops(j)
+	}
 	if j.beyond {
 		j.iv.FlagBeyondWindow()
 		r.metrics.BoundaryMisassigned(j.sender)
@@ -129,5 +146,23 @@ func (r *Receiver) publish(iv *results.Interval) {
 	}
 	if r.opt.OnInterval != nil {
 		r.opt.OnInterval(iv)
+	}
+}
+
+// logCaptureDrops says, once per interval whose loss capture drops
+// withheld, at which end and how many, and what to change.
+func (r *Receiver) logCaptureDrops(j *estJob) {
+	for _, e := range [...]struct {
+		end string
+		n   uint64
+	}{{"sender", j.drops.Sender}, {"receiver", j.drops.Receiver}} {
+		if e.n == 0 {
+			continue
+		}
+		r.log.Warn("a tap's capture dropped packets: the interval's loss is withheld (status capture_drops), its delays kept",
+			"sender", j.sender, "interval", j.mt.ID, "end", e.end, "drops", e.n,
+			"fix", "lds-"+e.end+" read its capture ring too slowly: give it CPU (a core of its own, a higher priority, no CPU quota) "+
+				"or a longer ring (capture.source.num_blocks × block_timeout is the time it holds at low rates, "+
+				"block_size × num_blocks the bytes at high rates; ldsctl memory shows both)")
 	}
 }

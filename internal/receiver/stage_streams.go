@@ -135,6 +135,9 @@ func senderInterval(w *wire.Interval) (*interval.SenderInterval, interval.Sender
 	}
 	if d := e.GetDrops(); d != nil {
 		meta.KernelDrops, meta.IfDrops, meta.ParseDrops = d.Kernel, d.Interface, d.Parse
+		// A sender that does not say which intervals its drops reach
+		// still flags the interval that read them.
+		meta.DropsAffecting = max(d.Affecting, d.Kernel+d.Interface)
 		si.Late = d.Parse["late"]
 	}
 	return si, meta

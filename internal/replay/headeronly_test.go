@@ -154,7 +154,7 @@ func checkNoFalseLoss(t *testing.T, what string, truth *join.Result, recs map[jo
 			missing++
 			continue
 		}
-		if rec.Loss != 0 {
+		if rec.Loss == nil || *rec.Loss != 0 {
 			falseLoss++
 		}
 		if f.Received >= 100 {

@@ -73,11 +73,11 @@ func TestReplayDelaysBeyondTheWindow(t *testing.T) {
 				if flagged {
 					flaggedIv[id.Interval] = true
 				}
-				if rec.Loss > 0 && f.Lost() == 0 {
+				if rec.LossOr(0) > 0 && f.Lost() == 0 {
 					falseLoss++
 					t.Errorf("interval %d flow %v: false loss %v (status %q)", id.Interval-first, id.Key, rec.Loss, rec.Status)
 				}
-				if flagged && (rec.Loss != 0 || rec.LossPoint != nil) {
+				if flagged && (rec.Loss != nil || rec.LossPoint != nil) {
 					t.Errorf("interval %d flow %v: flagged but loss %v / %v published", id.Interval-first, id.Key, rec.Loss, rec.LossPoint)
 				}
 				if tc.exactAfter == 0 || id.Interval-first < int64(tc.exactAfter) {
@@ -89,7 +89,7 @@ func TestReplayDelaysBeyondTheWindow(t *testing.T) {
 				}
 				if f.Lost() > 0 {
 					lossy++
-					if rec.Loss+1e-9 < float64(f.Lost()) {
+					if rec.LossOr(-1)+1e-9 < float64(f.Lost()) {
 						missed++
 					}
 				}

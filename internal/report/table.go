@@ -40,7 +40,9 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 				flows[k] = a
 			}
 			a.pk += f.Packets
-			a.loss += f.Loss
+			if f.Loss != nil {
+				a.loss += *f.Loss
+			}
 			a.samples += f.Samples
 			a.ivals++
 			if f.DelayNS != nil {
@@ -89,7 +91,11 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 		if l.Sent == 0 && l.Received == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.3f%%\t%s\t%s\t%s\t%s\t\n", l.Interval, l.Class, l.Sent, l.Received, 100*l.LossRatio, ms(l.DelayNS), ms(l.StddevNS), ms(l.P50NS), ms(l.P99NS))
+		loss := "withheld"
+		if l.LossRatio != nil {
+			loss = fmt.Sprintf("%.3f%%", 100**l.LossRatio)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", l.Interval, l.Class, l.Sent, l.Received, loss, ms(l.DelayNS), ms(l.StddevNS), ms(l.P50NS), ms(l.P99NS))
 	}
 	tw.Flush()
 }
@@ -102,8 +108,12 @@ func FlowTable(w io.Writer, recs []results.FlowRecord, n int) {
 		if i >= n {
 			break
 		}
-		fmt.Fprintf(tw, "%d\t%s:%d > %s:%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", r.Interval, r.Key.SrcAddr(), r.Key.SPort, r.Key.DstAddr(), r.Key.DPort, r.Key.Proto,
-			r.Packets, r.Loss, ms(r.DelayNS), ms(r.StddevNS), ms(r.CI95NS), ms(r.P50NS), ms(r.P99NS))
+		lost := "withheld"
+		if r.Loss != nil {
+			lost = fmt.Sprintf("%.0f", *r.Loss)
+		}
+		fmt.Fprintf(tw, "%d\t%s:%d > %s:%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Interval, r.Key.SrcAddr(), r.Key.SPort, r.Key.DstAddr(), r.Key.DPort, r.Key.Proto,
+			r.Packets, lost, ms(r.DelayNS), ms(r.StddevNS), ms(r.CI95NS), ms(r.P50NS), ms(r.P99NS))
 	}
 	tw.Flush()
 }

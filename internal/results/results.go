@@ -30,10 +30,13 @@ type FlowRecord struct {
 	Key      capture.FlowKey
 	DelayNS  *float64 // mean one-way delay
 	StddevNS *float64 // delay standard deviation
-	Loss     float64  // estimated lost packets (decode: see LossPoint; paper: LossBound's value)
-	Packets  float64  // estimated packets sent
-	Samples  float64  // effective sample size of the delay estimate
-	CI95NS   *float64 // 95 % confidence half-width of DelayNS
+	// Loss is the estimated lost packets (decode: see LossPoint; paper:
+	// LossBound's value); nil where it is withheld (StatusCaptureDrops,
+	// StatusBeyondWindow): JSON null, never 0.
+	Loss    *float64
+	Packets float64  // estimated packets sent
+	Samples float64  // effective sample size of the delay estimate
+	CI95NS  *float64 // 95 % confidence half-width of DelayNS
 
 	// Additions (allowed by the contract).
 	Sender    string   // sender id the interval came from
@@ -84,6 +87,14 @@ const (
 	DelayFromBoth    = "both"
 )
 
+// LossOr is the record's loss, or def where it is withheld (nil).
+func (r *FlowRecord) LossOr(def float64) float64 {
+	if r.Loss == nil {
+		return def
+	}
+	return *r.Loss
+}
+
 // flowJSON is FlowRecord's JSON shape, field for field in the order of the
 // line: what UnmarshalJSON decodes, and what MarshalLine writes by hand
 // (its tests hold the two to the same bytes).
@@ -97,7 +108,7 @@ type flowJSON struct {
 	Proto        uint8    `json:"proto"`
 	DelayNS      *float64 `json:"delay_ns"`
 	StddevNS     *float64 `json:"stddev_ns"`
-	Loss         float64  `json:"loss"`
+	Loss         *float64 `json:"loss"`
 	Packets      float64  `json:"packets"`
 	Samples      float64  `json:"samples"`
 	CI95NS       *float64 `json:"ci95_ns"`
@@ -155,13 +166,15 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 
 // LinkRecord is the link-level (LDA) result of one traffic class in one interval.
 type LinkRecord struct {
-	Interval  int64    `json:"interval"`
-	StartNS   int64    `json:"start_ns"`
-	Sender    string   `json:"sender,omitempty"`
-	Class     string   `json:"class"`
-	Sent      uint64   `json:"sent"`     // exact packets seen at the sender tap
-	Received  uint64   `json:"received"` // exact packets seen at the receiver tap
-	LossRatio float64  `json:"loss_ratio"`
+	Interval int64  `json:"interval"`
+	StartNS  int64  `json:"start_ns"`
+	Sender   string `json:"sender,omitempty"`
+	Class    string `json:"class"`
+	Sent     uint64 `json:"sent"`     // exact packets seen at the sender tap
+	Received uint64 `json:"received"` // exact packets seen at the receiver tap
+	// LossRatio is (sent − received) / sent; nil (JSON null) where it is
+	// withheld: BeyondWindow or CaptureDrops.
+	LossRatio *float64 `json:"loss_ratio"`
 	DelayNS   *float64 `json:"delay_ns"`
 	StddevNS  *float64 `json:"stddev_ns"`
 	Samples   float64  `json:"samples"`
@@ -182,16 +195,39 @@ type LinkRecord struct {
 	// histogram; not serialized.
 	Delays []float64 `json:"-"`
 	// BeyondWindow: packets may sit in the wrong interval (delays beyond
-	// the hold window); LossRatio is then withheld (0), never a measurement.
+	// the hold window); LossRatio is then withheld (null), never a measurement.
 	BeyondWindow bool `json:"delay_beyond_window,omitempty"`
+	// CaptureDrops: a tap's capture dropped packets that may belong to
+	// this interval; LossRatio is then withheld (null).
+	CaptureDrops bool `json:"capture_drops,omitempty"`
 }
 
 // StatusBeyondWindow is a flow's status when packets slower than the
 // receiver's hold window (at most max_delay) may have been placed in the
 // wrong interval and the flow has cells that do not match: its loss is
-// withheld (loss 0, no loss_point or loss_bound) and its delay comes only from cells
+// withheld (loss, loss_point and loss_bound null) and its delay comes only from cells
 // that match exactly.
 const StatusBeyondWindow = "delay_beyond_window"
+
+// StatusCaptureDrops is every flow's status in an interval where either
+// tap's capture dropped packets that may belong to it (CaptureDrops): a
+// packet the receiver's capture dropped would count as lost, so loss,
+// loss_point, loss_bound and sampled_lost are withheld; the delays the
+// remaining packets give are kept.
+const StatusCaptureDrops = "capture_drops"
+
+// CaptureDrops counts, for one interval, the packets each tap's capture
+// dropped (kernel ring and interface counters) in the reads whose time
+// span reaches into the interval: the drops that may have removed packets
+// of it. One read can reach into several intervals, so its drops count in
+// each of them (docs/results.md, "Capture drops").
+type CaptureDrops struct {
+	Sender   uint64 `json:"sender"`
+	Receiver uint64 `json:"receiver"`
+}
+
+// Any reports whether either end dropped a packet.
+func (d CaptureDrops) Any() bool { return d.Sender > 0 || d.Receiver > 0 }
 
 // Interval is everything the receiver publishes for one finalized interval
 // of one sender: what the metrics, the API and the JSONL writer consume.
@@ -202,11 +238,15 @@ type Interval struct {
 	Outcome  string       `json:"outcome"` // see Outcome* constants
 	Flows    []FlowRecord `json:"flows"`
 	Links    []LinkRecord `json:"links"`
-	// Health of the estimate.
-	UsableCellRatio float64 `json:"usable_cell_ratio"`
-	SenderDrops     uint64  `json:"sender_drops"`
-	ReceiverDrops   uint64  `json:"receiver_drops"`
-	SketchBytes     uint64  `json:"sketch_bytes"`
+	// Health of the estimate. SenderDrops and ReceiverDrops are the capture
+	// drops each end read when it closed this interval (each drop counted
+	// once, in one interval); CaptureDrops the drops that may have removed
+	// packets of this interval (nil: none).
+	UsableCellRatio float64       `json:"usable_cell_ratio"`
+	SenderDrops     uint64        `json:"sender_drops"`
+	ReceiverDrops   uint64        `json:"receiver_drops"`
+	CaptureDrops    *CaptureDrops `json:"capture_drops,omitempty"`
+	SketchBytes     uint64        `json:"sketch_bytes"`
 	// BeyondWindow: packets slower than the hold window may sit in the
 	// wrong interval (this one's or a neighbour's): flows with cells that
 	// do not match have StatusBeyondWindow and no loss.
@@ -226,10 +266,35 @@ func (iv *Interval) FlagBeyondWindow() {
 			continue
 		}
 		f := &iv.Flows[i]
-		f.Status, f.Loss, f.LossPoint, f.LossBound = StatusBeyondWindow, 0, nil, nil
+		if f.Status == StatusCaptureDrops {
+			continue // already withheld, for the reason that explains it
+		}
+		f.Status, f.Loss, f.LossPoint, f.LossBound = StatusBeyondWindow, nil, nil, nil
 	}
 	for i := range iv.Links {
-		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, 0
+		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, nil
+	}
+}
+
+// FlagCaptureDrops marks the interval as one where a tap's capture dropped
+// packets that may belong to it (d, added to what it already carries):
+// every flow gets StatusCaptureDrops with its loss withheld and its delays
+// kept, every link its loss ratio withheld. A no-op when d is zero.
+func (iv *Interval) FlagCaptureDrops(d CaptureDrops) {
+	if !d.Any() {
+		return
+	}
+	if iv.CaptureDrops == nil {
+		iv.CaptureDrops = &CaptureDrops{}
+	}
+	iv.CaptureDrops.Sender += d.Sender
+	iv.CaptureDrops.Receiver += d.Receiver
+	for i := range iv.Flows {
+		f := &iv.Flows[i]
+		f.Status, f.Loss, f.LossPoint, f.LossBound, f.SampledLost = StatusCaptureDrops, nil, nil, nil, 0
+	}
+	for i := range iv.Links {
+		iv.Links[i].CaptureDrops, iv.Links[i].LossRatio = true, nil
 	}
 }
 
@@ -259,7 +324,10 @@ func Float(v float64) *float64 {
 // the receiver writes one line per flow and interval and reflection cost
 // several times more than the appends. Addresses need no escaping.
 func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
-	for _, v := range [...]float64{r.Loss, r.Packets, r.Samples} {
+	if r.Loss != nil && (math.IsNaN(*r.Loss) || math.IsInf(*r.Loss, 0)) {
+		return b, fmt.Errorf("results: flow record of interval %d has a non-finite loss %v (JSON cannot carry it; withheld loss is nil)", r.Interval, *r.Loss)
+	}
+	for _, v := range [...]float64{r.Packets, r.Samples} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return b, fmt.Errorf("results: flow record of interval %d has a non-finite count %v (JSON cannot carry it)", r.Interval, v)
 		}
@@ -283,7 +351,7 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	b = append(b, `,"stddev_ns":`...)
 	b = appendFloatPtr(b, r.StddevNS)
 	b = append(b, `,"loss":`...)
-	b = appendFloat(b, r.Loss)
+	b = appendFloatPtr(b, r.Loss)
 	b = append(b, `,"packets":`...)
 	b = appendFloat(b, r.Packets)
 	b = append(b, `,"samples":`...)

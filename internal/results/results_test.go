@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -71,7 +72,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 		r := FlowRecord{Interval: rng.Int64() >> rng.IntN(63), StartNS: -rng.Int64N(1 << 62),
 			Key:     capture.MustParseFlowKey(a[0], a[1], uint8(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())),
 			DelayNS: pf(), StddevNS: pf(),
-			Loss: f(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
+			Loss: pf(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
 			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf(),
 			DelayFrom: s(), LossSpike: rng.IntN(2) == 0}
@@ -122,7 +123,7 @@ func or(p *float64, v float64) *float64 {
 func BenchmarkMarshalLine(b *testing.B) {
 	d, sd, ci := 123456.789, 2345.6, 99.5
 	r := FlowRecord{Interval: 1763000100, StartNS: 1763000100000000000, Key: capture.MustParseFlowKey("10.1.2.3", "192.0.2.77", 6, 443, 51234),
-		DelayNS: &d, StddevNS: &sd, Loss: 0, Packets: 1234, Samples: 1200, CI95NS: &ci, Sender: "tap-a", Estimator: "decode"}
+		DelayNS: &d, StddevNS: &sd, Packets: 1234, Samples: 1200, CI95NS: &ci, Sender: "tap-a", Estimator: "decode", Loss: Float(0)}
 	b.Run("hand", func(b *testing.B) {
 		var buf []byte
 		for b.Loop() {
@@ -134,4 +135,71 @@ func BenchmarkMarshalLine(b *testing.B) {
 			_, _ = json.Marshal(&r)
 		}
 	})
+}
+
+// TestFlagsWithholdLoss: an interval flagged for capture drops or for
+// delays beyond the hold window publishes its loss as null (never 0),
+// keeps its delays, and says why; capture drops win over beyond-window.
+func TestFlagsWithholdLoss(t *testing.T) {
+	mk := func() *Interval {
+		d, l := 1e6, 3.0
+		f := FlowRecord{Interval: 5, Key: capture.MustParseFlowKey("10.0.0.1", "10.0.0.2", 6, 1, 2), DelayNS: &d,
+			Loss: &l, LossPoint: Float(3), LossBound: Float(4), SampledLost: 2, Packets: 100}
+		return &Interval{Interval: 5, Flows: []FlowRecord{f, f}, Touched: []bool{true, false},
+			Links: []LinkRecord{{Class: "default", Sent: 100, Received: 97, LossRatio: Float(0.03)}}}
+	}
+	tests := []struct {
+		name       string
+		flag       func(*Interval)
+		status     []string // per flow
+		nullLoss   []bool
+		drops      *CaptureDrops
+		linkReason string
+	}{
+		{"none", func(*Interval) {}, []string{"", ""}, []bool{false, false}, nil, ""},
+		{"zero drops flag nothing", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{}) }, []string{"", ""}, []bool{false, false}, nil, ""},
+		{"beyond window: touched flows", func(iv *Interval) { iv.FlagBeyondWindow() },
+			[]string{StatusBeyondWindow, ""}, []bool{true, false}, nil, "beyond"},
+		{"capture drops: every flow", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Receiver: 7}) },
+			[]string{StatusCaptureDrops, StatusCaptureDrops}, []bool{true, true}, &CaptureDrops{Receiver: 7}, "drops"},
+		{"capture drops then beyond window", func(iv *Interval) {
+			iv.FlagCaptureDrops(CaptureDrops{Sender: 2})
+			iv.FlagCaptureDrops(CaptureDrops{Sender: 1, Receiver: 1})
+			iv.FlagBeyondWindow()
+		}, []string{StatusCaptureDrops, StatusCaptureDrops}, []bool{true, true}, &CaptureDrops{Sender: 3, Receiver: 1}, "both"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			iv := mk()
+			tc.flag(iv)
+			for i, f := range iv.Flows {
+				if f.Status != tc.status[i] || (f.Loss == nil) != tc.nullLoss[i] || f.DelayNS == nil {
+					t.Errorf("flow %d: status %q loss %v delay %v, want %q null=%v and the delay kept", i, f.Status, f.Loss, f.DelayNS, tc.status[i], tc.nullLoss[i])
+				}
+				if tc.nullLoss[i] && (f.LossPoint != nil || f.LossBound != nil) {
+					t.Errorf("flow %d: loss withheld but loss_point %v loss_bound %v", i, f.LossPoint, f.LossBound)
+				}
+				b, err := MarshalLine(nil, &f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := tc.nullLoss[i]; strings.Contains(string(b), `"loss":null`) != want {
+					t.Errorf("flow %d: line %s, want loss null: %v", i, b, want)
+				}
+				var back FlowRecord
+				if err := back.UnmarshalJSON(b[:len(b)-1]); err != nil || (back.Loss == nil) != tc.nullLoss[i] {
+					t.Errorf("flow %d: read back loss %v (%v)", i, back.Loss, err)
+				}
+			}
+			if (iv.CaptureDrops == nil) != (tc.drops == nil) || (tc.drops != nil && *iv.CaptureDrops != *tc.drops) {
+				t.Errorf("capture_drops %+v, want %+v", iv.CaptureDrops, tc.drops)
+			}
+			l := iv.Links[0]
+			withheld := tc.linkReason != ""
+			if (l.LossRatio == nil) != withheld || l.CaptureDrops != (tc.linkReason == "drops" || tc.linkReason == "both") ||
+				l.BeyondWindow != (tc.linkReason == "beyond" || tc.linkReason == "both") {
+				t.Errorf("link %+v, want withheld=%v for %q", l, withheld, tc.linkReason)
+			}
+		})
+	}
 }

@@ -195,10 +195,14 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	// the worker's own goroutine.
 	smp := sample.NewSampler(s.cfg.Sample, s.params.T, s.pool)
 	var outage capture.OutageTracker
+	// A packet this capture dropped is still counted by the receiver, up
+	// to max_delay + guard after it was sent (interval.DropLedger).
+	ledger := interval.DropLedger{T: s.params.T, Reach: s.params.MaxDelay + s.params.Guard}
 	emit := func(si *interval.SenderInterval) {
 		si.SampleCands = smp.Take(si.ID)
 		si.Counters = rd.Parser().Counters()
 		si.Drops, _ = rd.Source().Stats()
+		_, si.DropsAffecting = ledger.Read(si.ID, si.Drops.Kernel+si.Drops.Interface, time.Now().UnixNano())
 		if outage.Touched(si.Drops) {
 			si.Partial = true // the capture interface was down during it
 		}
@@ -230,7 +234,7 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		}
 		d := si.Drops.Sub(prevDrops)
 		prevDrops = si.Drops
-		meta.KernelDrops, meta.IfDrops = d.Kernel, d.Interface
+		meta.KernelDrops, meta.IfDrops, meta.DropsAffecting = d.Kernel, d.Interface, si.DropsAffecting
 		meta.ParseDrops = si.Counters.ByReason()
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface

@@ -252,7 +252,7 @@ func (d *Detector) observe(e *ewma, x, low, margin float64, ev *Event) bool {
 // loss baseline.
 func LossWithheld(r *results.FlowRecord) bool {
 	switch r.Status {
-	case "capture_drops", results.StatusBeyondWindow, "clock_unsynced":
+	case results.StatusCaptureDrops, results.StatusBeyondWindow, "clock_unsynced":
 		return true
 	}
 	return r.Unsynced
@@ -261,10 +261,11 @@ func LossWithheld(r *results.FlowRecord) bool {
 // lossRatio is r's published loss over its packets, NaN where withheld or
 // without packets.
 func lossRatio(r *results.FlowRecord) float64 {
-	if LossWithheld(r) || !(r.Packets > 0) || math.IsNaN(r.Loss) || math.IsInf(r.Loss, 0) {
+	loss := finitePtr(r.Loss)
+	if LossWithheld(r) || !(r.Packets > 0) || math.IsNaN(loss) {
 		return math.NaN()
 	}
-	return math.Min(1, math.Max(0, r.Loss/r.Packets))
+	return math.Min(1, math.Max(0, loss/r.Packets))
 }
 
 // wilsonLow is the lower end of the Wilson score interval (95 %) of a

@@ -290,7 +290,7 @@ func TestOutlierDoesNotWidenMargin(t *testing.T) {
 // lossRec is a record of n packets of which lost were lost (no delay).
 func lossRec(src string, n, lost float64) results.FlowRecord {
 	r := rec(src, math.NaN(), math.NaN())
-	r.Packets, r.Loss = n, lost
+	r.Packets, r.Loss = n, results.Float(lost)
 	return r
 }
 

@@ -93,7 +93,7 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 		Clock: &ldsv1.ClockStatus{State: meta.Clock.State, OffsetNs: meta.Clock.OffsetNS,
 			GrandmasterPresent: meta.Clock.GrandmasterPresent, GrandmasterId: meta.Clock.GrandmasterID,
 			PortState: meta.Clock.PortState, Error: meta.Clock.Err},
-		Drops:         &ldsv1.Drops{Kernel: meta.KernelDrops, Interface: meta.IfDrops, Parse: parse},
+		Drops:         &ldsv1.Drops{Kernel: meta.KernelDrops, Interface: meta.IfDrops, Parse: parse, Affecting: meta.DropsAffecting},
 		Heavy:         heavy,
 		BoundaryCount: uint64(si.Split.Len()),
 	}}}

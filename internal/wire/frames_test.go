@@ -104,7 +104,7 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 		c, d, wm := g.End.GetClock(), g.End.GetDrops(), testMeta()
 		gotClock := interval.ClockStatus{State: c.GetState(), OffsetNS: c.GetOffsetNs(), GrandmasterPresent: c.GetGrandmasterPresent(),
 			GrandmasterID: c.GetGrandmasterId(), PortState: c.GetPortState(), Err: c.GetError()}
-		if gotClock != wm.Clock || d.GetKernel() != wm.KernelDrops || d.GetInterface() != wm.IfDrops {
+		if gotClock != wm.Clock || d.GetKernel() != wm.KernelDrops || d.GetInterface() != wm.IfDrops || d.GetAffecting() != wm.DropsAffecting {
 			t.Errorf("chunk %d: clock %+v drops %v, want %+v", chunk, gotClock, d, wm)
 		}
 		wantParse := maps.Clone(wm.ParseDrops)

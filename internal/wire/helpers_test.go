@@ -73,7 +73,7 @@ func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64)
 func testMeta() interval.SenderMeta {
 	return interval.SenderMeta{
 		Clock:       interval.ClockStatus{State: "synced", OffsetNS: -1234, GrandmasterPresent: true, GrandmasterID: "gm-1", PortState: "SLAVE"},
-		KernelDrops: 3, IfDrops: 4, ParseDrops: map[string]uint64{"malformed": 2},
+		KernelDrops: 3, IfDrops: 4, DropsAffecting: 19, ParseDrops: map[string]uint64{"malformed": 2},
 	}
 }
 

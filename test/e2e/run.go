@@ -410,7 +410,9 @@ func (r *Result) Bin(name string) (eval.BinStats, bool) {
 // Totals sums the results' loss estimates and the truth's losses.
 func (r *Result) Totals() (estLoss, trueLoss float64) {
 	for _, x := range r.Results {
-		estLoss += x.Loss
+		if x.Loss != nil {
+			estLoss += *x.Loss
+		}
 	}
 	for _, t := range r.Truth {
 		trueLoss += float64(t.Lost)

@@ -136,9 +136,10 @@ func (s *accs) records(t int64, label string, withLoss bool) []results.FlowRecor
 		k := a.key.k
 		r := results.FlowRecord{Interval: a.key.iv, StartNS: a.key.iv * t, Key: k, Samples: float64(a.n), Estimator: label}
 		if withLoss {
-			r.Packets, r.Loss = float64(a.sent), float64(a.lost)
+			r.Packets, r.Loss = float64(a.sent), results.Float(float64(a.lost))
 		} else {
 			r.Packets = float64(a.sent - a.lost) // what a receiver-side method counts
+			r.Loss = results.Float(0)            // it sees no loss (a DelayOnly label in reports)
 		}
 		if a.n > 0 {
 			r.DelayNS = results.Float(a.mean)

@@ -112,7 +112,7 @@ func TestRLIHandWorked(t *testing.T) {
 		if r.StddevNS == nil || !approx(*r.StddevNS, ns(s), 1e-9) {
 			t.Errorf("iv %d %v: stddev %v, want %v", w.iv, w.k.SrcAddr(), r.StddevNS, ns(s))
 		}
-		if r.Samples != float64(len(w.est)) || r.Packets != float64(len(w.est)) || r.Loss != 0 {
+		if r.Samples != float64(len(w.est)) || r.Packets != float64(len(w.est)) || r.Loss == nil || *r.Loss != 0 {
 			t.Errorf("iv %d %v: samples %v packets %v loss %v, want %d, %d, 0", w.iv, w.k.SrcAddr(), r.Samples, r.Packets, r.Loss, len(w.est), len(w.est))
 		}
 		if r.StartNS != (base+w.iv)*T || r.Estimator != "rli-1khz" {
@@ -377,7 +377,7 @@ func TestBaselinesOnGeneratedTrace(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := recFor(t, ex, tt.Interval, k)
-		if int64(e.Packets) != tt.Sent || int64(e.Loss) != tt.Lost {
+		if int64(e.Packets) != tt.Sent || e.Loss == nil || int64(*e.Loss) != tt.Lost {
 			t.Fatalf("exact %+v vs truth %+v", e, tt)
 		}
 		if (tt.DelayNS == nil) != (e.DelayNS == nil) || tt.DelayNS != nil && (!approx(*e.DelayNS, *tt.DelayNS, 1e-9) || !approx(*e.StddevNS, *tt.StddevNS, 1e-6)) {

@@ -87,8 +87,11 @@ type BinStats struct {
 	// true stddev > 0 and a stddev estimate (StdFlows of them).
 	StdFlows        int
 	MedianRelStddev float64
-	// Loss, over the flows with a result record (Reported of them).
+	// Loss, over the flows with a result record that gives a loss
+	// (Reported of them); LossWithheld records withhold it (null:
+	// capture drops, delays beyond the hold window).
 	Reported       int
+	LossWithheld   int
 	LossFlows      int     // reported flows with true loss > 0
 	MeanAbsLossErr float64 // mean |est loss - true loss|, packets
 	FalseLoss      int     // true loss 0, estimate >= threshold
@@ -285,6 +288,7 @@ type flowEval struct {
 	stdFrom  string
 	p        [3]*float64 // p50, p90, p99
 	loss     float64
+	hasLoss  bool // false: the record withholds its loss (null)
 }
 
 // evalRun joins one run to the truth and aggregates it per bin and, when
@@ -304,7 +308,10 @@ func evalRun(label string, truth []truth.Record, idx map[join.FlowID]int, recs [
 			continue
 		}
 		rr.Matched++
-		e := flowEval{has: true, loss: r.Loss}
+		e := flowEval{has: true}
+		if r.Loss != nil {
+			e.loss, e.hasLoss = *r.Loss, true
+		}
 		if r.DelayNS != nil && !math.IsNaN(*r.DelayNS) {
 			e.delay, e.hasDelay = *r.DelayNS, true
 		}
@@ -375,7 +382,10 @@ func binStats(b Bin, truth []truth.Record, fe []flowEval, opt Options, cls []int
 		}
 		bs.Flows++
 		e := fe[i]
-		if e.has {
+		if e.has && !e.hasLoss {
+			bs.LossWithheld++
+		}
+		if e.has && e.hasLoss {
 			bs.Reported++
 			lossErrSum += math.Abs(e.loss - float64(t.Lost))
 			if t.Lost > 0 {
@@ -532,7 +542,7 @@ func GlobalAverage(truth []truth.Record) []results.FlowRecord {
 		r := results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Key: k, Packets: float64(t.Sent),
 			Estimator: BaselineLabel}
 		if a.sent > 0 {
-			r.Loss = float64(a.lost) / float64(a.sent) * float64(t.Sent)
+			r.Loss = results.Float(float64(a.lost) / float64(a.sent) * float64(t.Sent))
 		}
 		if a.n > 0 {
 			r.DelayNS = results.Float(a.mean)

@@ -36,7 +36,7 @@ func est(t truth.Record, delay, std *float64, loss float64) results.FlowRecord {
 	if err != nil {
 		panic(err)
 	}
-	return results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Key: k, DelayNS: delay, StddevNS: std, Loss: loss, Packets: float64(t.Sent)}
+	return results.FlowRecord{Interval: t.Interval, StartNS: t.StartNS, Key: k, DelayNS: delay, StddevNS: std, Loss: &loss, Packets: float64(t.Sent)}
 }
 
 func binOf(t *testing.T, rep Report, run, bin string) BinStats {
@@ -168,7 +168,7 @@ func TestGlobalAverage(t *testing.T) {
 	want := []struct{ delay, std, loss float64 }{{200, 100, 0}, {200, 100, 0}, {50, 5, 1}}
 	for i, w := range want {
 		b := base[i]
-		if b.DelayNS == nil || !near(*b.DelayNS, w.delay) || b.StddevNS == nil || !near(*b.StddevNS, w.std) || !near(b.Loss, w.loss) {
+		if b.DelayNS == nil || !near(*b.DelayNS, w.delay) || b.StddevNS == nil || !near(*b.StddevNS, w.std) || b.Loss == nil || !near(*b.Loss, w.loss) {
 			t.Errorf("flow %d: baseline %v/%v/%v, want %+v", i, b.DelayNS, b.StddevNS, b.Loss, w)
 		}
 	}
@@ -200,7 +200,7 @@ func TestReadResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(recs) != 2 || recs[0].DelayNS == nil || *recs[0].DelayNS != 412345.5 || recs[0].StddevNS != nil ||
-		recs[1].DelayNS != nil || recs[1].Key.Proto != 1 || recs[0].Loss != 2 || recs[0].Key.SrcAddr().String() != "2001:db8::1" {
+		recs[1].DelayNS != nil || recs[1].Key.Proto != 1 || recs[0].LossOr(0) != 2 || recs[0].Key.SrcAddr().String() != "2001:db8::1" {
 		t.Fatalf("got %+v", recs)
 	}
 	for _, bad := range []string{"{", `{"interval": "x"}`, `{"interval": 1}`, `{"src": "10.0.0.1", "dst": "2001:db8::7"}`, `{"src": "10.0.0.1", "dst": "x"}`} {

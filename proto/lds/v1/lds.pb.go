@@ -641,10 +641,14 @@ func (x *Totals) GetClassPackets() []uint64 {
 }
 
 type Drops struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kernel        uint64                 `protobuf:"varint,1,opt,name=kernel,proto3" json:"kernel,omitempty"` // ring drops during the interval
-	Interface     uint64                 `protobuf:"varint,2,opt,name=interface,proto3" json:"interface,omitempty"`
-	Parse         map[string]uint64      `protobuf:"bytes,3,rep,name=parse,proto3" json:"parse,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // skipped packets by reason
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Kernel    uint64                 `protobuf:"varint,1,opt,name=kernel,proto3" json:"kernel,omitempty"` // ring drops read when the interval closed, since the previous interval's read
+	Interface uint64                 `protobuf:"varint,2,opt,name=interface,proto3" json:"interface,omitempty"`
+	Parse     map[string]uint64      `protobuf:"bytes,3,rep,name=parse,proto3" json:"parse,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // skipped packets by reason
+	// Kernel and interface drops of every read whose time span reaches into
+	// the interval: the drops that may have removed its packets (a read can
+	// reach into several intervals; docs/protocol.md, "Capture drops").
+	Affecting     uint64 `protobuf:"varint,4,opt,name=affecting,proto3" json:"affecting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -698,6 +702,13 @@ func (x *Drops) GetParse() map[string]uint64 {
 		return x.Parse
 	}
 	return nil
+}
+
+func (x *Drops) GetAffecting() uint64 {
+	if x != nil {
+		return x.Affecting
+	}
+	return 0
 }
 
 type FlowKey struct {
@@ -1154,11 +1165,12 @@ const file_lds_v1_lds_proto_rawDesc = "" +
 	"\x06Totals\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x12#\n" +
-	"\rclass_packets\x18\x03 \x03(\x04R\fclassPackets\"\xa7\x01\n" +
+	"\rclass_packets\x18\x03 \x03(\x04R\fclassPackets\"\xc5\x01\n" +
 	"\x05Drops\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\x04R\x06kernel\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\x04R\tinterface\x12.\n" +
-	"\x05parse\x18\x03 \x03(\v2\x18.lds.v1.Drops.ParseEntryR\x05parse\x1a8\n" +
+	"\x05parse\x18\x03 \x03(\v2\x18.lds.v1.Drops.ParseEntryR\x05parse\x12\x1c\n" +
+	"\taffecting\x18\x04 \x01(\x04R\taffecting\x1a8\n" +
 	"\n" +
 	"ParseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

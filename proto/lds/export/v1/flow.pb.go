@@ -40,7 +40,7 @@ type FlowRecord struct {
 	Dport             uint32                 `protobuf:"varint,8,opt,name=dport,proto3" json:"dport,omitempty"`                            // ICMP: identifier
 	Proto             uint32                 `protobuf:"varint,9,opt,name=proto,proto3" json:"proto,omitempty"`                            // IP protocol number
 	Packets           float64                `protobuf:"fixed64,10,opt,name=packets,proto3" json:"packets,omitempty"`                      // estimated packets sent
-	Loss              float64                `protobuf:"fixed64,11,opt,name=loss,proto3" json:"loss,omitempty"`                            // estimated lost packets (docs/decode.md, "Loss and packets")
+	Loss              *float64               `protobuf:"fixed64,11,opt,name=loss,proto3,oneof" json:"loss,omitempty"`                      // estimated lost packets (docs/decode.md, "Loss and packets"); absent where withheld
 	Samples           float64                `protobuf:"fixed64,12,opt,name=samples,proto3" json:"samples,omitempty"`                      // effective sample size of the delay estimate
 	DelayNs           *float64               `protobuf:"fixed64,13,opt,name=delay_ns,json=delayNs,proto3,oneof" json:"delay_ns,omitempty"` // mean one-way delay; absent where none
 	StddevNs          *float64               `protobuf:"fixed64,14,opt,name=stddev_ns,json=stddevNs,proto3,oneof" json:"stddev_ns,omitempty"`
@@ -165,8 +165,8 @@ func (x *FlowRecord) GetPackets() float64 {
 }
 
 func (x *FlowRecord) GetLoss() float64 {
-	if x != nil {
-		return x.Loss
+	if x != nil && x.Loss != nil {
+		return *x.Loss
 	}
 	return 0
 }
@@ -308,7 +308,7 @@ var File_lds_export_v1_flow_proto protoreflect.FileDescriptor
 
 const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\n" +
-	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\xe6\a\n" +
+	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\xf4\a\n" +
 	"\n" +
 	"FlowRecord\x12\x1a\n" +
 	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x19\n" +
@@ -321,31 +321,33 @@ const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\x05dport\x18\b \x01(\rR\x05dport\x12\x14\n" +
 	"\x05proto\x18\t \x01(\rR\x05proto\x12\x18\n" +
 	"\apackets\x18\n" +
-	" \x01(\x01R\apackets\x12\x12\n" +
-	"\x04loss\x18\v \x01(\x01R\x04loss\x12\x18\n" +
+	" \x01(\x01R\apackets\x12\x17\n" +
+	"\x04loss\x18\v \x01(\x01H\x00R\x04loss\x88\x01\x01\x12\x18\n" +
 	"\asamples\x18\f \x01(\x01R\asamples\x12\x1e\n" +
-	"\bdelay_ns\x18\r \x01(\x01H\x00R\adelayNs\x88\x01\x01\x12 \n" +
-	"\tstddev_ns\x18\x0e \x01(\x01H\x01R\bstddevNs\x88\x01\x01\x12\x1c\n" +
-	"\aci95_ns\x18\x0f \x01(\x01H\x02R\x06ci95Ns\x88\x01\x01\x12\x1a\n" +
-	"\x06p50_ns\x18\x10 \x01(\x01H\x03R\x05p50Ns\x88\x01\x01\x12\x1a\n" +
-	"\x06p90_ns\x18\x11 \x01(\x01H\x04R\x05p90Ns\x88\x01\x01\x12\x1a\n" +
-	"\x06p99_ns\x18\x12 \x01(\x01H\x05R\x05p99Ns\x88\x01\x01\x12#\n" +
+	"\bdelay_ns\x18\r \x01(\x01H\x01R\adelayNs\x88\x01\x01\x12 \n" +
+	"\tstddev_ns\x18\x0e \x01(\x01H\x02R\bstddevNs\x88\x01\x01\x12\x1c\n" +
+	"\aci95_ns\x18\x0f \x01(\x01H\x03R\x06ci95Ns\x88\x01\x01\x12\x1a\n" +
+	"\x06p50_ns\x18\x10 \x01(\x01H\x04R\x05p50Ns\x88\x01\x01\x12\x1a\n" +
+	"\x06p90_ns\x18\x11 \x01(\x01H\x05R\x05p90Ns\x88\x01\x01\x12\x1a\n" +
+	"\x06p99_ns\x18\x12 \x01(\x01H\x06R\x05p99Ns\x88\x01\x01\x12#\n" +
 	"\rdelay_samples\x18\x13 \x01(\rR\fdelaySamples\x12\x16\n" +
 	"\x06status\x18\x14 \x01(\tR\x06status\x12\x1c\n" +
 	"\testimator\x18\x15 \x01(\tR\testimator\x12\x18\n" +
 	"\apartial\x18\x16 \x01(\bR\apartial\x12%\n" +
 	"\x0eclock_unsynced\x18\x17 \x01(\bR\rclockUnsynced\x124\n" +
-	"\x14clock_error_bound_ns\x18\x18 \x01(\x01H\x06R\x11clockErrorBoundNs\x88\x01\x01\x12\x14\n" +
+	"\x14clock_error_bound_ns\x18\x18 \x01(\x01H\aR\x11clockErrorBoundNs\x88\x01\x01\x12\x14\n" +
 	"\x05spike\x18\x19 \x01(\bR\x05spike\x12\"\n" +
 	"\n" +
-	"loss_point\x18\x1a \x01(\x01H\aR\tlossPoint\x88\x01\x01\x12\x19\n" +
-	"\x05bytes\x18\x1b \x01(\x01H\bR\x05bytes\x88\x01\x01\x12\"\n" +
+	"loss_point\x18\x1a \x01(\x01H\bR\tlossPoint\x88\x01\x01\x12\x19\n" +
+	"\x05bytes\x18\x1b \x01(\x01H\tR\x05bytes\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"loss_bound\x18\x1c \x01(\x01H\tR\tlossBound\x88\x01\x01\x12\x1d\n" +
+	"loss_bound\x18\x1c \x01(\x01H\n" +
+	"R\tlossBound\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"delay_from\x18\x1d \x01(\tR\tdelayFrom\x12\x1d\n" +
 	"\n" +
-	"loss_spike\x18\x1e \x01(\bR\tlossSpikeB\v\n" +
+	"loss_spike\x18\x1e \x01(\bR\tlossSpikeB\a\n" +
+	"\x05_lossB\v\n" +
 	"\t_delay_nsB\f\n" +
 	"\n" +
 	"_stddev_nsB\n" +

@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/tools/join"
+)
+
+// pairStall is the defaults pair with the daemons' default capture ring.
+var pairStall = RealPair{Name: "stall", Interval: time.Second, DefaultRing: true}
+
+// TestRealStall: real traffic through the congested bottleneck (tail
+// drop), one daemon stopped (SIGSTOP) for 1 s and, later, for 3 s, as a
+// process starved of CPU is; one run stalls the receiver, another the
+// sender. tcpdump at the same taps keeps every packet: the truth.
+//   - The 1 s stop drops nothing with the default ring.
+//   - The 3 s stop overflows it; every record of the intervals it
+//     overlaps says capture_drops and withholds its loss.
+//   - No flow-interval that lost nothing on the wire reports loss >= 1.
+//   - Of the flow-intervals outside the capture_drops intervals that lost
+//     >= 3 packets, >= 95 % report loss >= 1.
+func TestRealStall(t *testing.T) {
+	needLive(t, realTools...)
+	for _, daemon := range []string{"receiver", "sender"} {
+		t.Run(daemon, func(t *testing.T) {
+			opt := realOptions(t, pairStall)
+			if os.Getenv("LDS_REAL_SECONDS") == "" {
+				opt.Duration = 25 * time.Second
+			}
+			opt.WorkDir += "/" + daemon
+			// The short stop first; the long one well inside the
+			// traffic, so that its intervals and the ones after it are
+			// evaluated.
+			opt.Stalls = []Stall{{Pair: 0, Daemon: daemon, At: 5 * time.Second, For: time.Second},
+				{Pair: 0, Daemon: daemon, At: opt.Duration/2 + 2*time.Second, For: 3 * time.Second}}
+			res := runReal(t, opt, "stall of the "+daemon)
+			congestedPrecondition(t, res)
+			checkStall(t, res, res.Pairs[0])
+		})
+	}
+}
+
+// stallScore is what TestRealStall asserts, over the evaluated intervals.
+type stallScore struct {
+	falseLoss        []string // loss-free on the wire, loss >= 1 reported
+	stalledIvs       int      // intervals overlapped by a stall that dropped packets
+	stalledRecs      int      // their records
+	stalledFlagged   int      // of those, status capture_drops with loss null
+	flaggedIvs       int      // intervals with capture_drops records
+	lossy3, found3   int      // outside flagged intervals: lost >= 3, reported with loss >= 1
+	withheld3        int      // of lossy3, loss withheld (delay_beyond_window)
+	missed3          []string // lossy3 not found
+	nonNullFlagged   int      // capture_drops records with a loss
+	lossyInFlagged   int      // truth records with loss inside flagged intervals
+	truthInStalled   int      // truth records in stalled intervals
+	recordsByStatusF map[string]int
+}
+
+func scoreStall(pr RealPairResult, stalls []StallResult) stallScore {
+	T := pr.Pair.Interval
+	s := stallScore{recordsByStatusF: map[string]int{}}
+	stalled := map[int64]bool{}
+	for _, st := range stalls {
+		if st.Drops() <= 0 {
+			continue
+		}
+		first, last := st.Intervals(T)
+		for id := first; id <= last; id++ {
+			if id >= pr.FirstIv && id <= pr.LastIv {
+				stalled[id] = true
+			}
+		}
+	}
+	s.stalledIvs = len(stalled)
+	recs := map[join.FlowID]*results.FlowRecord{}
+	flagged := map[int64]bool{}
+	for i := range pr.Results {
+		r := &pr.Results[i]
+		recs[join.FlowID{Interval: r.Interval, Key: r.Key}] = r
+		if r.Status == results.StatusCaptureDrops {
+			flagged[r.Interval] = true
+			if r.Loss != nil || r.LossBound != nil || r.LossPoint != nil {
+				s.nonNullFlagged++
+			}
+		}
+		if stalled[r.Interval] {
+			s.stalledRecs++
+			s.recordsByStatusF[r.Status]++
+			if r.Status == results.StatusCaptureDrops && r.Loss == nil {
+				s.stalledFlagged++
+			}
+		}
+	}
+	s.flaggedIvs = len(flagged)
+	for _, tr := range pr.Truth {
+		k, _ := tr.Key()
+		r := recs[join.FlowID{Interval: tr.Interval, Key: k}]
+		desc := func() string {
+			st, loss := "no record", "-"
+			if r != nil {
+				st, loss = r.Status, fmtLoss(r.Loss)
+			}
+			return fmt.Sprintf("interval %d %s: sent %d lost %d, loss %s status %q", tr.Interval, capture.FlowKey(k), tr.Sent, tr.Lost, loss, st)
+		}
+		if stalled[tr.Interval] {
+			s.truthInStalled++
+		}
+		if tr.Lost == 0 {
+			if r != nil && r.LossOr(0) >= 1 {
+				s.falseLoss = append(s.falseLoss, desc())
+			}
+			continue
+		}
+		if flagged[tr.Interval] {
+			s.lossyInFlagged++
+			continue
+		}
+		if tr.Lost >= 3 {
+			s.lossy3++
+			switch {
+			case r != nil && r.LossOr(0) >= 1:
+				s.found3++
+			default:
+				if r != nil && r.Status == results.StatusBeyondWindow {
+					s.withheld3++
+				}
+				s.missed3 = append(s.missed3, desc())
+			}
+		}
+	}
+	return s
+}
+
+func fmtLoss(v *float64) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
+
+func checkStall(t *testing.T, res *RealResult, pr RealPairResult) {
+	t.Helper()
+	if len(res.Stalls) != 2 {
+		t.Fatalf("%d stalls carried out, want 2", len(res.Stalls))
+	}
+	short, long := res.Stalls[0], res.Stalls[1]
+	for _, st := range res.Stalls {
+		first, last := st.Intervals(pr.Pair.Interval)
+		t.Logf("%s stopped %v (intervals %d-%d, evaluated %d-%d): kernel ring drops %d (%d before, %d after)",
+			st.Daemon, st.Cont.Sub(st.Stop).Round(time.Millisecond), first, last, pr.FirstIv, pr.LastIv, st.Drops(), st.DropsBefore, st.DropsAfter)
+	}
+	c := config.DefaultCommon().Capture.Source
+	hold := capture.RingHold(c.BlockSize, c.NumBlocks, c.BlockTimeout, 0)
+	if short.Drops() != 0 {
+		t.Errorf("a %v stop dropped %d packets with the default ring (it holds %v at low rates)", short.For, short.Drops(), hold)
+	}
+	if long.Drops() <= 0 {
+		t.Fatalf("a %v stop dropped nothing with the default ring (it holds %v at low rates): nothing to judge", long.For, hold)
+	}
+	s := scoreStall(pr, res.Stalls)
+	t.Logf("intervals overlapped by a stall with drops %d (%d records: %v); intervals with capture_drops records %d; "+
+		"truth records in stalled intervals %d, lossy truth records in flagged intervals %d",
+		s.stalledIvs, s.stalledRecs, s.recordsByStatusF, s.flaggedIvs, s.truthInStalled, s.lossyInFlagged)
+	if s.stalledIvs == 0 || s.stalledRecs == 0 {
+		t.Fatalf("no record in the intervals the %v stop overlapped: nothing to judge", long.For)
+	}
+	if s.stalledFlagged != s.stalledRecs {
+		t.Errorf("%d of %d records of the stalled intervals say capture_drops with loss null (%v)", s.stalledFlagged, s.stalledRecs, s.recordsByStatusF)
+	}
+	if s.nonNullFlagged != 0 {
+		t.Errorf("%d capture_drops records carry a loss, loss_point or loss_bound", s.nonNullFlagged)
+	}
+	if len(s.falseLoss) != 0 {
+		t.Errorf("%d flow-intervals that lost nothing on the wire report loss >= 1:\n%v", len(s.falseLoss), s.falseLoss)
+	}
+	if s.lossy3 == 0 {
+		t.Fatalf("no flow-interval lost >= 3 packets outside the capture_drops intervals: nothing to judge")
+	}
+	t.Logf("flow-intervals that lost >= 3 packets outside the capture_drops intervals: %d found of %d (%d withheld as delay_beyond_window)", s.found3, s.lossy3, s.withheld3)
+	if float64(s.found3) < 0.95*float64(s.lossy3) {
+		t.Errorf("only %d of %d flow-intervals that lost >= 3 packets outside the capture_drops intervals report loss >= 1, want >= 95 %%:\n%v", s.found3, s.lossy3, s.missed3)
+	}
+}
