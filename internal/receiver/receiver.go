@@ -266,12 +266,17 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
 		}
 	}
-	lis = wire.LimitConnections(lis, r.cfg.Receiver.MaxConnections)
 	creds, err := r.serverCreds(lis.Addr().String())
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(wire.ServerOptions(creds, r.cfg.Receiver.MaxFrameBytes)...)
+	r.metrics.RefusalReasons(wire.ConnectionRefusalReasons(), wire.SenderRefusalReasons())
+	refusals := &wire.Refusals{Log: wire.NewLimitedLog(r.log, 0), Connection: r.metrics.ConnectionRefusal, Sender: r.metrics.SenderRefusal}
+	gate := wire.NewGate(wire.GateConfig{MaxAuthenticated: r.cfg.Receiver.MaxConnections, Refusals: refusals})
+	if lis, err = gate.Listener(lis); err != nil {
+		return fmt.Errorf("receiver.listen: %w", err)
+	}
+	srv := grpc.NewServer(wire.ServerOptions(gate.Creds(creds), r.cfg.Receiver.MaxFrameBytes)...)
 	senders := map[string]bool{}
 	for _, e := range r.cfg.Receiver.Senders {
 		senders[e.ID] = true
@@ -287,7 +292,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
 		Fingerprint: r.cfg.Fingerprint(), Seed: r.cfg.Sketch.Seed, Params: r.params, Senders: senders, Version: r.opt.Version,
-		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew,
+		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew, Refusals: refusals,
 		Limits: wire.Limits{MaxSketchBytes: r.cfg.Receiver.MaxSketchBytes, MaxCells: r.params.Sketch.Rows*r.params.Sketch.Columns + 1<<22,
 			MaxClasses: r.params.Classes},
 	}, r, r.log))
