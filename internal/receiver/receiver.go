@@ -186,6 +186,29 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	return r, nil
 }
 
+// watchMatchers counts and logs what each sender entry's matcher refuses,
+// and (live: clock not nil) makes it hold sender intervals ahead of the
+// receiver's clock: more than two intervals and the largest hold window,
+// further than any honest sender's interval can be (a sender seals an
+// interval after its end; its shutdown trailers reach at most a window
+// ahead).
+func (r *Receiver) watchMatchers(clock func() time.Time, log *wire.LimitedLog) {
+	for _, s := range r.senders {
+		if clock != nil {
+			s.m.HoldAhead(clock, time.Duration(2*r.params.T+r.params.MaxDelay))
+		}
+		s.m.OnRefuse(func(reason string, id int64) {
+			name := s.name()
+			r.metrics.IntervalRefusal(name, reason, 1)
+			if reason == interval.RefusedDuplicate {
+				r.metrics.IntervalOutcome(name, results.OutcomeDuplicate)
+			}
+			log.Warn("interval\x00"+reason+"\x00"+name, "refused an interval half", "sender", name, "interval", id,
+				"interval_start", time.Unix(0, id*r.params.T).UTC(), "reason", reason)
+		})
+	}
+}
+
 // pieceKeep bounds the sample pieces a sender entry holds: a live
 // interval is final (and its pieces joined) within receiver.lateness, so
 // a few more than lateness / interval suffice; a replay's capture may run
@@ -290,6 +313,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	default:
 		now = time.Now
 	}
+	r.watchMatchers(now, refusals.Log)
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
 		Fingerprint: r.cfg.Fingerprint(), Seed: r.cfg.Sketch.Seed, Params: r.params, Senders: senders, Version: r.opt.Version,
 		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew, Refusals: refusals,
