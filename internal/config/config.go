@@ -132,7 +132,7 @@ type ReceiverSection struct {
 	// MaxIntervalSkew: a sender's interval starting further than this from
 	// the receiver's clock is refused and counted (live daemons only).
 	MaxIntervalSkew time.Duration `yaml:"max_interval_skew"`
-	MaxConnections  int           `yaml:"max_connections"` // concurrent sender connections (TCP) accepted
+	MaxConnections  int           `yaml:"max_connections"` // authenticated sender connections open at once
 }
 
 // Sender is the whole lds-sender file.

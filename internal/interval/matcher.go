@@ -110,6 +110,75 @@ type Matcher struct {
 
 	// Duplicates counts sender intervals that arrived after their interval was final.
 	Duplicates uint64
+
+	// clock is the receiver's clock for interval ids (nil: no id is
+	// ahead); an id starting more than aheadGuard after it is held.
+	clock      func() time.Time
+	aheadGuard int64
+	nHeld      int // sender intervals held ahead of the clock
+	onRefuse   func(reason string, id int64)
+}
+
+// Reasons the matcher refuses or replaces an interval half
+// (lds_interval_refusals_total{reason}).
+const (
+	// RefusedDuplicate: a sender interval whose interval is already final,
+	// or that a sender interval in time already fills.
+	RefusedDuplicate = "duplicate"
+	// RefusedSupersededEarly: a sender interval that arrived ahead of the
+	// receiver's clock, replaced by one of the same id that arrived in time.
+	RefusedSupersededEarly = "superseded_early"
+	// RefusedEarlyOverflow: a sender interval ahead of the receiver's
+	// clock, refused because max_pending such intervals are already held.
+	RefusedEarlyOverflow = "early_overflow"
+	// RefusedReceiverAfterFinal: the receiver's own interval, sealed
+	// after the interval was final (not used).
+	RefusedReceiverAfterFinal = "receiver_after_final"
+)
+
+// RefusalReasons lists every reason the matcher refuses an interval half.
+func RefusalReasons() []string {
+	return []string{RefusedDuplicate, RefusedSupersededEarly, RefusedEarlyOverflow, RefusedReceiverAfterFinal}
+}
+
+// HoldAhead makes the matcher hold a sender interval whose id starts more
+// than guard after clock() (the receiver's clock; a sender's clock
+// stepped forward, or a buggy or hostile sender): it is not given up
+// before the clock is guard past the interval's end, and from then it is
+// given up or matched as if it had arrived then; if a sender interval of the same id
+// arrives in time meanwhile, that one replaces it. A held interval is
+// matched with the receiver's only if none arrives in time within
+// lateness of the receiver's. At most max_pending intervals are held.
+// Without HoldAhead (replays: the captures carry their own time) no id
+// is ahead.
+func (m *Matcher) HoldAhead(clock func() time.Time, guard time.Duration) {
+	m.clock, m.aheadGuard = clock, int64(guard)
+}
+
+// OnRefuse sets what is told of every interval half refused or replaced
+// (reason: one of RefusalReasons).
+func (m *Matcher) OnRefuse(f func(reason string, id int64)) { m.onRefuse = f }
+
+func (m *Matcher) refuse(reason string, id int64) {
+	if m.onRefuse != nil {
+		m.onRefuse(reason, id)
+	}
+}
+
+// ahead reports whether interval id starts more than the guard after the
+// receiver's clock (compared in interval units: a hostile id cannot
+// overflow).
+func (m *Matcher) ahead(id int64) bool {
+	if m.clock == nil {
+		return false
+	}
+	return id > (m.clock().UnixNano()+m.aheadGuard)/m.p.T
+}
+
+// due reports whether the receiver's clock is the guard past the end of
+// interval id: both ends' halves of it in time have come by then.
+func (m *Matcher) due(id int64) bool {
+	return m.clock == nil || id < (m.clock().UnixNano()-m.aheadGuard)/m.p.T
 }
 
 // ivState is what the matcher holds for one interval id.
@@ -121,6 +190,9 @@ type ivState struct {
 	// fn is the sender's boundary function of this interval, kept until
 	// boundary id+1 (the interval's end) is split.
 	fn *retrieval.Func
+	// early: the sender's side arrived ahead of the receiver's clock;
+	// held while it still is.
+	early, held bool
 	// first: the sender's first interval since it started: interval id-1
 	// will never come, so boundary id holds only this interval's packets.
 	first bool
@@ -224,7 +296,11 @@ func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
 	}
 	s.HeldPrev, s.HeldNext = nil, nil
 	if m.isDone(s.ID) {
-		return // sealed after being given up (cannot happen in order, kept safe)
+		// Sealed after the interval was given up: its sender side was
+		// final without it (or a bug); counted, never silently dropped.
+		m.refuse(RefusedReceiverAfterFinal, s.ID)
+		s.Release()
+		return
 	}
 	st := m.iv(s.ID)
 	if st.rx == nil {
@@ -249,19 +325,41 @@ func (m *Matcher) addHeld(b int64, h *HeldSet, now time.Time) {
 	bs.w = h.W
 }
 
-// AddSender takes the sender's interval; it reports false for a duplicate
-// (already final) so that the caller acknowledges without using it.
+// AddSender takes the sender's interval; it reports false when the
+// interval is refused (a duplicate of one final or in time, or ahead of
+// the receiver's clock beyond what may be held) so that the caller
+// acknowledges without using it. Every refusal is told to OnRefuse.
 func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, emit func(*Matched)) bool {
 	// Without a boundary function (it failed to build: cannot happen with
 	// distinct hashes) the boundary waits and is placed by receive time.
 	splitOK := si.Finish() == nil
-	if st := m.ivs[si.ID]; st != nil && (st.done || st.snd != nil) {
+	early := m.ahead(si.ID)
+	st := m.ivs[si.ID]
+	switch {
+	case st != nil && st.done, st != nil && st.snd != nil && (early || !st.early):
 		m.Duplicates++
+		m.refuse(RefusedDuplicate, si.ID)
+		return false
+	case st != nil && st.snd != nil:
+		// In time, where one ahead of the clock waits: this one is the
+		// genuine interval.
+		m.refuse(RefusedSupersededEarly, si.ID)
+		if st.held {
+			m.nHeld--
+		}
+		st.snd, st.early, st.held, st.fn = nil, false, false, nil
+		m.nSnd--
+	case early && m.nHeld >= m.maxPending:
+		m.refuse(RefusedEarlyOverflow, si.ID)
 		return false
 	}
-	st := m.iv(si.ID)
+	st = m.iv(si.ID)
 	st.snd, st.sndSince = &senderEntry{si: si, meta: meta}, now
 	m.nSnd++
+	if early {
+		st.early, st.held = true, true
+		m.nHeld++
+	}
 	if splitOK {
 		st.fn = si.Split
 	}
@@ -295,7 +393,13 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 	m.resolve(now)
 	ids := make([]int64, 0, m.nRx+m.nSnd)
 	for id, st := range m.ivs {
-		if st.rx != nil || st.snd != nil {
+		if st.held && m.due(id) {
+			// The clock passed it: from now on it waits as if it had
+			// arrived now.
+			st.held, st.sndSince = false, now
+			m.nHeld--
+		}
+		if st.rx != nil || st.snd != nil && !st.held {
 			ids = append(ids, id)
 		}
 	}
@@ -305,6 +409,9 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 		st := m.ivs[id]
 		switch {
 		case st.rx != nil && st.snd != nil:
+			if st.early && !over && !m.senderGone && !m.expired(st.rxSince, now) {
+				continue // a sender interval in time may still replace it
+			}
 			if over || m.expired(st.rxSince, now) {
 				m.forceResolve(id)
 				m.finish(id, results.OutcomeMatched, emit)
@@ -491,7 +598,11 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 	if st.snd != nil {
 		m.nSnd--
 	}
+	if st.held {
+		m.nHeld--
+	}
 	st.rx, st.rxSince, st.snd, st.sndSince = nil, time.Time{}, nil, time.Time{}
+	st.early, st.held = false, false
 	st.done = true
 	m.doneOrder = append(m.doneOrder, id)
 	if !quiet {

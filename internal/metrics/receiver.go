@@ -58,6 +58,9 @@ type Receiver struct {
 	exp         *exportSeries
 	resErrs     *prometheus.CounterVec
 	resDropped  prometheus.Counter
+	connRefused *prometheus.CounterVec
+	sndRefused  *prometheus.CounterVec
+	ivRefused   *prometheus.CounterVec
 
 	mu       sync.Mutex
 	senders  map[string]*senderState
@@ -229,10 +232,16 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 			Help: "Failed writes of the results file, by reason (no_space, io, open, fsync, rotate, other)."}, []string{"reason"}),
 		resDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "lds_results_dropped_records_total",
 			Help: "Flow records left out of the results file because their interval's write failed (never written in part)."}),
+		connRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_connection_refusals_total",
+			Help: "Connections to the sender port closed before a stream could open, by reason (handshake_timeout, handshake_failed, pending_evicted, max_connections)."}, []string{"reason"}),
+		sndRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_sender_refusals_total",
+			Help: "Sender streams refused at Hello, by reason (hello_timeout, no_hello, bad_sender_id, identity_mismatch, unknown_sender, config_mismatch, not_served)."}, []string{"reason"}),
+		ivRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_interval_refusals_total",
+			Help: "Interval halves the matcher refused or replaced, by reason (duplicate, superseded_early, early_overflow, receiver_after_final)."}, []string{"sender", "reason"}),
 	}
 	for _, c := range append([]prometheus.Collector{
 		r.intervals, r.spikes, r.lossSpikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
-		r.misassigned, r.window,
+		r.misassigned, r.window, r.connRefused, r.sndRefused, r.ivRefused,
 		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -508,6 +517,34 @@ func (r *Receiver) BoundaryWindow(sender string, w time.Duration) {
 // FrameError counts a refused frame; reason must come from a fixed set.
 func (r *Receiver) FrameError(sender, reason string) {
 	r.frameErrs.WithLabelValues(sender, reason).Inc()
+}
+
+// RefusalReasons creates the connection and sender refusal series of the
+// given reasons at 0, so that rate() and increase() work from the first.
+func (r *Receiver) RefusalReasons(connection, sender []string) {
+	for _, reason := range connection {
+		r.connRefused.WithLabelValues(reason)
+	}
+	for _, reason := range sender {
+		r.sndRefused.WithLabelValues(reason)
+	}
+}
+
+// ConnectionRefusal counts a connection refused before a stream opened;
+// reason comes from a fixed set (wire.ConnectionRefusalReasons).
+func (r *Receiver) ConnectionRefusal(reason string) { r.connRefused.WithLabelValues(reason).Inc() }
+
+// SenderRefusal counts a sender refused at Hello; reason comes from a
+// fixed set (wire.SenderRefusalReasons). No sender label: the id of a
+// refused sender is only claimed.
+func (r *Receiver) SenderRefusal(reason string) { r.sndRefused.WithLabelValues(reason).Inc() }
+
+// IntervalRefusal counts n interval halves of sender the matcher refused
+// or replaced; reason comes from a fixed set (interval.RefusalReasons).
+func (r *Receiver) IntervalRefusal(sender, reason string, n uint64) {
+	if n > 0 {
+		r.ivRefused.WithLabelValues(sender, reason).Add(float64(n))
+	}
 }
 
 // CaptureHealth is the capture interface's oversize-frame and link series.

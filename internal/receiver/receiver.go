@@ -186,6 +186,29 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	return r, nil
 }
 
+// watchMatchers counts and logs what each sender entry's matcher refuses,
+// and (live: clock not nil) makes it hold sender intervals ahead of the
+// receiver's clock: more than two intervals and the largest hold window,
+// further than any honest sender's interval can be (a sender seals an
+// interval after its end; its shutdown trailers reach at most a window
+// ahead).
+func (r *Receiver) watchMatchers(clock func() time.Time, log *wire.LimitedLog) {
+	for _, s := range r.senders {
+		if clock != nil {
+			s.m.HoldAhead(clock, time.Duration(2*r.params.T+r.params.MaxDelay))
+		}
+		s.m.OnRefuse(func(reason string, id int64) {
+			name := s.name()
+			r.metrics.IntervalRefusal(name, reason, 1)
+			if reason == interval.RefusedDuplicate {
+				r.metrics.IntervalOutcome(name, results.OutcomeDuplicate)
+			}
+			log.Warn("interval\x00"+reason+"\x00"+name, "refused an interval half", "sender", name, "interval", id,
+				"interval_start", time.Unix(0, id*r.params.T).UTC(), "reason", reason)
+		})
+	}
+}
+
 // pieceKeep bounds the sample pieces a sender entry holds: a live
 // interval is final (and its pieces joined) within receiver.lateness, so
 // a few more than lateness / interval suffice; a replay's capture may run
@@ -266,12 +289,17 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
 		}
 	}
-	lis = wire.LimitConnections(lis, r.cfg.Receiver.MaxConnections)
 	creds, err := r.serverCreds(lis.Addr().String())
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(wire.ServerOptions(creds, r.cfg.Receiver.MaxFrameBytes)...)
+	r.metrics.RefusalReasons(wire.ConnectionRefusalReasons(), wire.SenderRefusalReasons())
+	refusals := &wire.Refusals{Log: wire.NewLimitedLog(r.log, 0), Connection: r.metrics.ConnectionRefusal, Sender: r.metrics.SenderRefusal}
+	gate := wire.NewGate(wire.GateConfig{MaxAuthenticated: r.cfg.Receiver.MaxConnections, Refusals: refusals})
+	if lis, err = gate.Listener(lis); err != nil {
+		return fmt.Errorf("receiver.listen: %w", err)
+	}
+	srv := grpc.NewServer(wire.ServerOptions(gate.Creds(creds), r.cfg.Receiver.MaxFrameBytes)...)
 	senders := map[string]bool{}
 	for _, e := range r.cfg.Receiver.Senders {
 		senders[e.ID] = true
@@ -285,9 +313,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 	default:
 		now = time.Now
 	}
+	r.watchMatchers(now, refusals.Log)
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
 		Fingerprint: r.cfg.Fingerprint(), Seed: r.cfg.Sketch.Seed, Params: r.params, Senders: senders, Version: r.opt.Version,
-		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew,
+		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew, Refusals: refusals,
 		Limits: wire.Limits{MaxSketchBytes: r.cfg.Receiver.MaxSketchBytes, MaxCells: r.params.Sketch.Rows*r.params.Sketch.Columns + 1<<22,
 			MaxClasses: r.params.Classes},
 	}, r, r.log))

@@ -86,9 +86,7 @@ func (r *Receiver) matchStage(ctx context.Context, s *senderState, est *estStage
 				continue
 			}
 			r.metrics.SketchBytes(s.name(), int(msg.meta.SketchBytes))
-			if !s.m.AddSender(msg.si, msg.meta, time.Now(), emit) {
-				r.metrics.IntervalOutcome(s.name(), results.OutcomeDuplicate)
-			}
+			s.m.AddSender(msg.si, msg.meta, time.Now(), emit) // a refusal is counted by the matcher's OnRefuse
 		case <-tick.C:
 			s.m.Tick(time.Now(), emit)
 			est.submit(&estJob{sender: s.name(), tick: true, final: time.Now()})

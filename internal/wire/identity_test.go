@@ -226,24 +226,29 @@ func TestHelloDeadline(t *testing.T) {
 	}
 }
 
-// TestConnectionCap: with a cap of one connection, a second sender's
-// stream is not served while the first connection is open, and is served
-// once it closes.
+// TestConnectionCap: with a cap of one (plaintext, so authenticated at
+// once) connection, a second sender's stream is not served while the
+// first connection is open, and is served once it closes.
 func TestConnectionCap(t *testing.T) {
 	h := newRecHandler()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := startServer(t, LimitConnections(lis, 1), serverConfig(), h, nil, 1<<20)
+	g := NewGate(GateConfig{MaxAuthenticated: 1})
+	gl, err := g.Listener(lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startServer(t, gl, serverConfig(), h, g.Creds(nil), 1<<20)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	first := rawStream(t, ctx, addr, nil)
 	if f, err := first.Recv(); err != nil || f.GetChallenge() == nil {
 		t.Fatalf("first connection: %v", err)
 	}
-	// The second connection waits in the backlog: its Challenge cannot
-	// come while the first connection is open.
+	// The second connection is refused at the cap and retries: its
+	// Challenge cannot come while the first connection is open.
 	c2, err := NewClient(clientConfig(addr, "s2"), testLog(t))
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -74,6 +73,9 @@ type ServerConfig struct {
 	// further than this from Now is refused (not buffered, not matched),
 	// acknowledged so that the sender forgets it, and counted.
 	MaxSkew time.Duration
+	// Refusals counts and logs every sender refused at Hello (nil: only
+	// Handler.FrameError counts them).
+	Refusals *Refusals
 }
 
 // DefaultHelloTimeout is how long a new stream may take to send Hello.
@@ -162,7 +164,8 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	case <-t.C:
-		s.h.FrameError("", "hello_timeout")
+		s.h.FrameError("", SenderHelloTimeout)
+		s.cfg.Refusals.sender(SenderHelloTimeout, "", "refused a stream that sent no Hello", "peer", peerAddr(ctx), "hello_timeout", s.cfg.HelloTimeout)
 		return status.Errorf(codes.DeadlineExceeded, "no Hello within %v of opening the stream", s.cfg.HelloTimeout)
 	}
 	hello, err := s.checkHello(ctx, first, challenge)
@@ -177,6 +180,8 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 	defer s.release(id, me)
 	have, err := s.h.Connected(id, hello.Instance)
 	if err != nil {
+		s.cfg.Refusals.sender(SenderNotServed, id, "refused a sender: no receiver.senders entry can serve it now",
+			"sender", id, "peer", peerAddr(ctx), "err", err)
 		return status.Errorf(codes.Unavailable, "sender %q: %v", id, err)
 	}
 	if err := st.Send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_HelloAck{HelloAck: &ldsv1.HelloAck{
@@ -203,28 +208,29 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 // once its id is established: an id a client merely claims never becomes
 // a metric label.
 func (s *Server) checkHello(ctx context.Context, first *ldsv1.SenderFrame, challenge []byte) (*ldsv1.Hello, error) {
+	addr := peerAddr(ctx)
+	refuse := func(reason, label, id string, err error, args ...any) error {
+		s.h.FrameError(label, reason)
+		s.cfg.Refusals.sender(reason, id, "refused a sender", append([]any{"sender", id, "peer", addr, "err", status.Convert(err).Message()}, args...)...)
+		return err
+	}
 	hello := first.GetHello()
 	if hello == nil || first.Seq != 0 {
-		s.h.FrameError("", "no_hello")
-		return nil, status.Errorf(codes.InvalidArgument, "the first frame must be Hello with seq 0 (got seq %d, %T)", first.Seq, first.Body)
+		return nil, refuse(SenderNoHello, "", "", status.Errorf(codes.InvalidArgument, "the first frame must be Hello with seq 0 (got seq %d, %T)", first.Seq, first.Body))
 	}
 	id := hello.SenderId
 	if id == "" || len(id) > 128 {
-		s.h.FrameError("", "bad_sender_id")
-		return nil, status.Error(codes.InvalidArgument, "Hello.sender_id must be 1-128 characters")
+		return nil, refuse(SenderBadID, "", "", status.Error(codes.InvalidArgument, "Hello.sender_id must be 1-128 characters"))
 	}
 	if err := checkIdentity(peerCertificate(ctx), id); err != nil {
-		s.h.FrameError("", "identity_mismatch")
-		s.log.Warn("refused a sender whose id its certificate does not name", "err", err)
-		return nil, status.Error(codes.PermissionDenied, err.Error())
+		return nil, refuse(SenderIdentityMismatch, "", id, status.Error(codes.PermissionDenied, err.Error()))
 	}
 	if len(s.cfg.Senders) > 0 && !s.cfg.Senders[id] {
-		s.h.FrameError("", "unknown_sender")
-		return nil, status.Errorf(codes.PermissionDenied, "sender %q is not in receiver.senders", id)
+		return nil, refuse(SenderUnknown, "", id, status.Errorf(codes.PermissionDenied, "sender %q is not in receiver.senders", id))
 	}
 	if len(hello.SeedProof) == 0 || len(hello.Nonce) != NonceBytes {
-		s.h.FrameError(id, "config_mismatch")
-		return nil, status.Errorf(codes.FailedPrecondition, "sender %q sent no seed proof with a %d-byte nonce (an older lds sender): %v", id, NonceBytes, ErrIncompatible)
+		return nil, refuse(SenderConfigMismatch, id, id, status.Errorf(codes.FailedPrecondition,
+			"sender %q sent no seed proof with a %d-byte nonce (an older lds sender): %v", id, NonceBytes, ErrIncompatible))
 	}
 	d := DiffFingerprints(s.cfg.Fingerprint, hello.Fingerprint)
 	if !hmac.Equal(hello.SeedProof, SeedProof(s.cfg.Seed, challenge, hello.Nonce, id)) {
@@ -232,10 +238,48 @@ func (s *Server) checkHello(ctx context.Context, first *ldsv1.SenderFrame, chall
 		slices.Sort(d)
 	}
 	if len(d) > 0 {
-		s.h.FrameError(id, "config_mismatch")
-		return nil, status.Errorf(codes.FailedPrecondition, "configuration of sender %q differs from the receiver's in: %s (both ends must use the same values)", id, strings.Join(d, ", "))
+		diff := describeDiff(d, s.cfg.Fingerprint, hello.Fingerprint)
+		return nil, refuse(SenderConfigMismatch, id, id, status.Errorf(codes.FailedPrecondition,
+			"configuration of sender %q differs from the receiver's in: %s (both ends must use the same values; %s)", id, strings.Join(d, ", "), diff),
+			"differing_keys", strings.Join(d, ","))
 	}
 	return hello, nil
+}
+
+// maxDiffValue bounds a fingerprint value quoted in a refusal: the
+// sender's values are what a peer claims.
+const maxDiffValue = 64
+
+// describeDiff names each differing key with the receiver's and the
+// sender's value ("absent" when one side lacks it); the seed is never
+// shown, only said to differ.
+func describeDiff(keys []string, rx, snd map[string]string) string {
+	val := func(m map[string]string, k string) string {
+		v, ok := m[k]
+		if !ok {
+			return "absent"
+		}
+		if len(v) > maxDiffValue {
+			v = v[:maxDiffValue] + "..."
+		}
+		return fmt.Sprintf("%q", v)
+	}
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if k == "sketch.seed" {
+			parts = append(parts, "sketch.seed differs (never shown)")
+			continue
+		}
+		k2 := k
+		if len(k2) > maxDiffValue {
+			k2 = k2[:maxDiffValue] + "..."
+		}
+		parts = append(parts, fmt.Sprintf("%s: receiver %s, sender %s", k2, val(rx, k), val(snd, k)))
+	}
+	if len(parts) > 16 {
+		parts = append(parts[:16], fmt.Sprintf("and %d more keys", len(parts)-16))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // claim makes this stream the sender's current one. An earlier stream of
@@ -381,15 +425,15 @@ func InWindow(id, t int64, now time.Time, maxSkew time.Duration) bool {
 }
 
 // ServerOptions builds the grpc.Server options: credentials, frame limit,
-// at most MaxStreamsPerConn streams on one connection, a TLS handshake
-// deadline, connections without a stream closed after MaxConnIdle, and the
+// at most MaxStreamsPerConn streams on one connection, a handshake
+// deadline (DefaultHandshakeTimeout; a Gate sets its own), connections without a stream closed after MaxConnIdle, and the
 // keepalive pings accepted from senders (at most one per 10 s: a sender's
 // sender.keepalive must be >= 10s; more frequent pings end the connection).
 func ServerOptions(creds credentials.TransportCredentials, maxFrame int) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxFrame),
 		grpc.MaxConcurrentStreams(MaxStreamsPerConn),
-		grpc.ConnectionTimeout(DefaultHelloTimeout),
+		grpc.ConnectionTimeout(DefaultHandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: MaxConnIdle}),
 	}
@@ -398,11 +442,6 @@ func ServerOptions(creds credentials.TransportCredentials, maxFrame int) []grpc.
 	}
 	return opts
 }
-
-// LimitConnections caps the connections served at once from lis
-// (receiver.max_connections): Accept waits while n are open, so further
-// senders wait in the kernel's listen backlog until one closes.
-func LimitConnections(lis net.Listener, n int) net.Listener { return netutil.LimitListener(lis, n) }
 
 // MaxStreamsPerConn bounds the streams of one connection: a sender uses
 // one at a time (a reconnect's new stream may briefly overlap the old).
