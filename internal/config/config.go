@@ -342,6 +342,24 @@ func (c *Common) SecretSeed() error {
 	return nil
 }
 
+// WeakSeed returns why a seed the daemons accept is still easy to guess
+// (shorter than 16 characters, or fewer than 6 distinct ones), or "". The
+// daemons warn at start and in --check-config; the example seeds and an
+// empty one are refused by SecretSeed.
+func WeakSeed(seed string) string {
+	distinct := map[rune]bool{}
+	for _, r := range seed {
+		distinct[r] = true
+	}
+	switch n := len([]rune(seed)); {
+	case n < 16:
+		return fmt.Sprintf("%d characters: short enough to guess, after which anyone can steer packets into chosen cells", n)
+	case len(distinct) < 6:
+		return fmt.Sprintf("only %d distinct characters: easy to guess, after which anyone can steer packets into chosen cells", len(distinct))
+	}
+	return ""
+}
+
 // Validate checks the sender file for the daemon: ValidateReplay's checks
 // and a secret seed.
 func (c *Sender) Validate() error {
