@@ -184,7 +184,7 @@ func checkPort(r *Report, key, addr string) {
 		r.add(Fail, key, addr, "cannot listen: "+err.Error(), fix)
 		return
 	}
-	l.Close()
+	_ = l.Close()
 	r.add(OK, key, addr, "free to listen on", "")
 }
 
@@ -264,7 +264,7 @@ func ptpChecks(r *Report, a account, c *config.Common) {
 			"start ptp4l (systemctl restart ptp4l@IFACE)")
 		return
 	}
-	conn.Close()
+	_ = conn.Close()
 	r.add(OK, "ptp.socket", p.Socket, "ptp4l's socket is reachable and usable by user "+a.name, "")
 	if strings.HasPrefix(p.PHC, "/") {
 		if dfi, err := os.Stat(p.PHC); err != nil {

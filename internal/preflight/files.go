@@ -142,12 +142,12 @@ func checkFile(r *Report, a account, key, path string, secret bool) bool {
 		r.add(Fail, key, path, fmt.Sprintf("not readable by user %s: %s", a.name, why), a.accessFix(blocker, path, accR))
 		return false
 	}
-	if f, err := os.Open(path); err != nil { // what the mode bits do not show: ACLs, LSMs, read errors
+	f, err := os.Open(path) // what the mode bits do not show: ACLs, LSMs, read errors
+	if err != nil {
 		r.add(Fail, key, path, "cannot be opened: "+err.Error(), "check the file")
 		return false
-	} else {
-		f.Close()
 	}
+	_ = f.Close()
 	if secret && fi.Mode().Perm()&0o004 != 0 {
 		r.add(Warn, key, path, fmt.Sprintf("a secret readable by every user of this host (%s %s)", fi.Mode().Perm(), owner(fi)),
 			fmt.Sprintf("chgrp %s %s && chmod 0640 %s", a.group(), path, path))
