@@ -109,6 +109,7 @@ func DefaultConfig() Config {
 		},
 		Source: SourceConfig{
 			Kind:         "file",
+			Promiscuous:  true, // a tap or mirror port delivers frames addressed to other hosts
 			Snaplen:      65535,
 			Workers:      1,
 			BlockSize:    1 << 20,

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,12 +229,25 @@ func load(path string, into any) error {
 	return Decode(bytes.NewReader(b), into, path)
 }
 
-// Decode decodes YAML over the defaults already in into, refusing unknown keys.
+// Decode decodes YAML over the defaults already in into, refusing unknown
+// keys: each is named by its dotted path and line, with the keys its
+// section has.
 func Decode(r io.Reader, into any, name string) error {
-	dec := yaml.NewDecoder(r)
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	if errs := unknownKeys(&doc, reflect.TypeOf(into)); len(errs) > 0 {
+		return fmt.Errorf("config %s: %w\n(%s)", name, errors.Join(errs...), docHint)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(into); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w (see configs/*.yaml for every key)", name, err)
+		return fmt.Errorf("config %s: %w (%s)", name, err, docHint)
 	}
 	return nil
 }
