@@ -237,17 +237,27 @@ func Decode(r io.Reader, into any, name string) error {
 	if err != nil {
 		return fmt.Errorf("config %s: %w", name, err)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
+	if err := DecodeStrict(raw, into, docHint); err != nil {
 		return fmt.Errorf("config %s: %w", name, err)
 	}
+	return nil
+}
+
+// DecodeStrict decodes YAML into into (over what it holds), refusing
+// unknown keys by dotted path and line; docs says where the keys are
+// documented and ends each error.
+func DecodeStrict(raw []byte, into any, docs string) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return err
+	}
 	if errs := unknownKeys(&doc, reflect.TypeOf(into)); len(errs) > 0 {
-		return fmt.Errorf("config %s: %w\n(%s)", name, errors.Join(errs...), docHint)
+		return fmt.Errorf("%w\n(%s)", errors.Join(errs...), docs)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(into); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w (%s)", name, err, docHint)
+		return fmt.Errorf("%w (%s)", err, docs)
 	}
 	return nil
 }
