@@ -7,18 +7,56 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # golangci-lint, built from its Go module into bin/tools by `make lint`.
 GOLANGCI_LINT_VERSION      := v2.15.0
 GOLANGCI_LINT              := $(BIN)/tools/golangci-lint
+# nfpm (goreleaser's packager), built from its Go module into bin/tools by
+# `make deb`. v2.44.1: the newer releases need modules the Go module proxy
+# does not serve (go.digitalxero.dev/...).
+NFPM_VERSION               := v2.44.1
+NFPM                       := $(BIN)/tools/nfpm
+# The version the binaries print (--version) and the package carries: from
+# `git describe`, or 0.1.0-dev outside a git checkout.
+VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+LDFLAGS     := -X github.com/lds-net/lds/internal/version.Version=$(VERSION)
+# Debian's version of it: scripts/deb-version.sh.
+DEB_VERSION := $(shell sh scripts/deb-version.sh '$(VERSION)')
+DEB_ARCH    := $(shell $(GO) env GOARCH)
+DEB         := dist/lds_$(DEB_VERSION)-1_$(DEB_ARCH).deb
 # Packages whose code runs goroutines of its own: `make test` runs them again
 # under the race detector (cgo: gcc).
 RACE_PKGS := ./internal/sketch/ ./internal/export/ ./internal/receiver/ ./internal/sender/ ./internal/interval/ ./internal/replay/ ./internal/capture/ ./internal/wire/ ./internal/tap/
 # Debian packages the tests use for real components (installed when run as root).
-DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl iperf3 iputils-ping jq
+DEB_PKGS  := gcc libpcap-dev protobuf-compiler linuxptp prometheus tcpdump iproute2 util-linux systemd ethtool openssl nfdump pmacct debootstrap systemd-container curl iperf3 iputils-ping jq lintian
 
-.PHONY: all build demo test test-short bench bench-live bench-replay bench-memory lint lint-tool generate deps install clean eval-paper e2e-live e2e-deploy e2e-real
+.PHONY: deb nfpm-tool all build demo test test-short bench bench-live bench-replay bench-memory lint lint-tool generate deps install clean eval-paper e2e-live e2e-deploy e2e-real
 
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# deb: the Debian package dist/lds_<version>_<arch>.deb, made by nfpm from
+# packaging/deb/nfpm.yaml (docs/operations.md, "Debian package"). The units
+# and the ptp4l drop-in are staged with the package's paths (/usr/bin,
+# /usr/lib/lds) instead of make install's /usr/local ones.
+deb: nfpm-tool
+	rm -rf dist/pkgroot && mkdir -p dist/pkgroot/bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o dist/pkgroot/bin/ ./cmd/...
+	for f in lds-sender.service lds-receiver.service; do \
+		sed -e 's|/usr/local/bin/|/usr/bin/|g' deploy/systemd/$$f > dist/pkgroot/$$f; done
+	sed -e 's|/usr/local/lib/lds/|/usr/lib/lds/|g' -e 's|Installed by lds (`make install`)|Installed by the lds package|' \
+		-e 's|/etc/systemd/system/ptp4l@.service.d/|/lib/systemd/system/ptp4l@.service.d/|g' \
+		deploy/systemd/ptp4l@.service.d/lds.conf > dist/pkgroot/ptp4l-lds.conf
+	printf 'lds (%s-1) unstable; urgency=medium\n\n  * Built from %s with make deb.\n\n -- lds maintainers <maintainers@users.noreply.a-seed-fe031387.example>  %s\n' \
+		'$(DEB_VERSION)' '$(VERSION)' "$$(date -R -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s))" \
+		| gzip -9n > dist/pkgroot/changelog.Debian.gz
+	rm -f dist/lds_*.deb
+	LDS_DEB_VERSION='$(DEB_VERSION)' LDS_DEB_ARCH='$(DEB_ARCH)' $(NFPM) package --config packaging/deb/nfpm.yaml --packager deb --target $(DEB)
+	@echo "$(DEB)"
+
+nfpm-tool:
+	@$(NFPM) --version 2>/dev/null | grep -q "GitVersion: *$(patsubst v%,%,$(NFPM_VERSION))$$" || { \
+		echo "building nfpm $(NFPM_VERSION) into $(BIN)/tools"; \
+		GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION) || { \
+		echo "make deb: cannot build nfpm $(NFPM_VERSION); it needs the Go module proxy (GOPROXY=$$($(GO) env GOPROXY)) or the module in the module cache"; exit 1; }; }
 
 # deps installs what the tests need: Debian packages when root, Go modules always.
 deps:
@@ -121,4 +159,4 @@ bench-memory: build
 	@GO=$(GO) bash scripts/bench-memory.sh
 
 clean:
-	rm -rf $(BIN) out
+	rm -rf $(BIN) out dist

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lds-net/lds/internal/cli"
 	"github.com/lds-net/lds/internal/config"
+	"github.com/lds-net/lds/internal/preflight"
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/version"
 )
@@ -27,14 +28,15 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run is lds-receiver with its arguments and output: it returns the exit
 // code (0, cli.ExitUsage for a bad flag or configuration, cli.ExitFailed
-// when the pipeline stops on an error). --version and --check-config's
-// verdict go to stdout; flag and configuration errors and the log to
+// when the pipeline stops on an error; --check-config exits
+// cli.ExitUsage when its preflight fails). --version and --check-config's
+// report go to stdout; flag and configuration errors and the log to
 // stderr. SIGHUP (reopen the results file) is the pipeline's own.
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("lds-receiver", flag.ContinueOnError, usage)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "/etc/lds/receiver.yaml", "configuration file (see configs/receiver.yaml for every key)")
-	check := fs.Bool("check-config", false, "validate the configuration and exit")
+	check := fs.Bool("check-config", false, "validate the configuration and check it against this host (files, certificates, ports, interface, ptp4l), then exit: non-zero if the daemon would not run")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	common := config.CommonFlags(fs)
 	listen := fs.String("listen", "", "gRPC listen address for senders (overrides receiver.listen)")
@@ -63,11 +65,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.ExitUsage
 	}
 	if *check {
-		fmt.Fprintln(stdout, "configuration OK")
+		rep := preflight.Receiver(&cfg, preflight.Options{})
+		rep.Print(stdout, "lds-receiver")
+		if rep.Failed() {
+			return cli.ExitUsage
+		}
 		return 0
 	}
 
 	log := cfg.Log.Logger(stderr)
+	preflight.LogStartWarnings(log, &cfg.Common, map[string]string{"receiver.tls.key": cfg.Receiver.TLS.Key,
+		"export.kafka.tls.key": cfg.Export.Kafka.TLS.Key})
 	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()
 	r, err := receiver.New(cfg, receiver.Options{Version: version.Version}, log)

@@ -28,12 +28,21 @@ capture: {source: {kind: file, file: ` + filepath.Join(dir, "none.pcap") + `}}
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The same with a capture file that exists: the preflight passes.
+	present := filepath.Join(dir, "present.yaml")
+	if err := os.WriteFile(present, []byte(strings.Replace(yaml, "none.pcap", "present.pcap", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "present.pcap"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	missing := filepath.Join(dir, "missing.yaml")
 	for _, tc := range []struct {
 		name string
 		args []string
 		code int
-		// All of stdout; parts of stderr ("" none: stderr empty).
+		// All of stdout (a leading "..." : its last line); parts of stderr
+		// ("" none: stderr empty).
 		stdout string
 		stderr []string
 	}{
@@ -42,10 +51,11 @@ capture: {source: {kind: file, file: ` + filepath.Join(dir, "none.pcap") + `}}
 			"-interface string", "-listen string", "-log-level string", "-results string", "-version"}},
 		{"bad flag", []string{"--nope"}, cli.ExitUsage, "", []string{"flag provided but not defined: -nope\nUsage: lds-receiver"}},
 		{"version", []string{"--version", "--config", missing}, 0, "lds-receiver " + version.Version + "\n", nil},
-		{"check", []string{"--config", cfg, "--check-config"}, 0, "configuration OK\n", nil},
+		{"check: the preflight fails on a missing capture file", []string{"--config", cfg, "--check-config"}, cli.ExitUsage, "...lds-receiver would not run as configured: 1 failed, ", nil},
+		{"check", []string{"--config", present, "--check-config"}, 0, "...configuration OK: ", nil},
 		{"missing file", []string{"--config", missing, "--check-config"}, cli.ExitUsage, "", []string{"lds-receiver: configuration " + missing + ": "}},
 		{"a flag over the file fails validation", []string{"--config", cfg, "--log-level", "loud"}, cli.ExitUsage, "", []string{"lds-receiver: configuration " + cfg + ": ", "log.level"}},
-		{"flags over the file", []string{"--config", cfg, "--listen", "127.0.0.1:0", "--results", filepath.Join(dir, "r.jsonl"), "--interface", "lo", "--log-level", "debug", "--check-config"}, 0, "configuration OK\n", nil},
+		{"flags over the file", []string{"--config", present, "--listen", "127.0.0.1:0", "--results", filepath.Join(dir, "r.jsonl"), "--interface", "lo", "--log-level", "debug", "--check-config"}, 0, "...configuration OK: ", nil},
 		{"run fails", []string{"--config", cfg}, cli.ExitFailed, "", []string{`msg="lds-receiver stopped"`, "none.pcap"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +63,12 @@ capture: {source: {kind: file, file: ` + filepath.Join(dir, "none.pcap") + `}}
 			if code := run(tc.args, &stdout, &stderr); code != tc.code {
 				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
 			}
-			if stdout.String() != tc.stdout {
+			if last, ok := strings.CutPrefix(tc.stdout, "..."); ok {
+				lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+				if !strings.HasPrefix(lines[len(lines)-1], last) {
+					t.Errorf("stdout ends with %q, want %q...", lines[len(lines)-1], last)
+				}
+			} else if stdout.String() != tc.stdout {
 				t.Errorf("stdout %q, want %q", stdout.String(), tc.stdout)
 			}
 			if len(tc.stderr) == 0 && stderr.Len() > 0 {

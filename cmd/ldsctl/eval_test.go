@@ -84,3 +84,45 @@ capture:
 		t.Error("class section without weight rules")
 	}
 }
+
+// TestEvalRefusesSwappedFiles: a results file given as --truth, a truth
+// file given as --results, and an empty truth are refused with what to
+// give instead, never turned into a report of NaNs.
+func TestEvalRefusesSwappedFiles(t *testing.T) {
+	dir := t.TempDir()
+	d := func(v float64) *float64 { return &v }
+	tr := truth.Record{Interval: 1, StartNS: 1e9, Src: "10.1.0.1", Dst: "192.0.2.1", SPort: 1, DPort: 80, Proto: 6, Sent: 5, Received: 5, DelayNS: d(1000)}
+	tb, err := json.Marshal(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := tr.Key()
+	line, err := results.MarshalLine(nil, &results.FlowRecord{Interval: 1, StartNS: 1e9, Key: k, DelayNS: d(1000), Packets: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	truthPath, resPath, empty := filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "results.jsonl"), filepath.Join(dir, "empty.jsonl")
+	for p, b := range map[string][]byte{truthPath: append(tb, '\n'), resPath: line, empty: nil} {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "r.md")
+	for _, tc := range []struct {
+		name       string
+		truth, res string
+		want       string
+	}{
+		{"results as truth", resPath, resPath, "is this a results file?"},
+		{"truth as results", truthPath, truthPath, "is this a truth file?"},
+		{"empty truth", empty, resPath, "no records"},
+	} {
+		err := cmdEval([]string{"--truth", tc.truth, "--results", "x=" + tc.res, "--out", out})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	if err := cmdEval([]string{"--truth", truthPath, "--results", "x=" + resPath, "--out", out}); err != nil {
+		t.Errorf("the right files: %v", err)
+	}
+}

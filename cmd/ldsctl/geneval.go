@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -84,6 +85,9 @@ func cmdEval(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--truth: %w", err)
 	}
+	if len(tr) == 0 {
+		return fmt.Errorf("--truth %s: no records: give the file of `ldsctl gen --truth` or `ldsctl join --out`", *truth)
+	}
 	rs := map[string][]results.FlowRecord{}
 	for _, r := range runs {
 		label, file, ok := strings.Cut(r, "=")
@@ -93,6 +97,9 @@ func cmdEval(args []string) error {
 		recs, err := eval.ReadResultsFile(file)
 		if err != nil {
 			return fmt.Errorf("--results %s: %w", r, err)
+		}
+		if !slices.ContainsFunc(recs, func(f results.FlowRecord) bool { return f.Packets > 0 }) {
+			return fmt.Errorf("--results %s: %d records and none counts a packet: is this a truth file? give the results JSONL of `ldsctl replay --out` or lds-receiver's receiver.results_file", r, len(recs))
 		}
 		rs[label] = recs
 	}

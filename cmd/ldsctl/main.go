@@ -5,6 +5,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/lds-net/lds/internal/version"
 )
 
 const usage = `Usage: ldsctl <command> [flags]
@@ -18,7 +20,7 @@ Commands:
   eval      compare results JSONL with ground truth: accuracy report and plots
   join      exact per-packet join of two captures: ground truth for eval
 
-Run 'ldsctl <command> -h' for a command's flags.
+Run 'ldsctl <command> -h' for a command's flags; 'ldsctl --version' prints the version.
 `
 
 func main() {
@@ -33,6 +35,10 @@ func main() {
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {
 		fmt.Print(usage)
+		return
+	}
+	if name == "-version" || name == "--version" || name == "version" {
+		fmt.Println("ldsctl", version.Version)
 		return
 	}
 	run, ok := cmds[name]

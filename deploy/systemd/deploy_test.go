@@ -32,8 +32,9 @@ const (
 )
 
 // TestTwoHostDeployment runs the README's deployment on two Debian 12 hosts
-// booted with systemd (systemd-nspawn): `make install DESTDIR=`, `useradd
-// --system lds`, the README's openssl certificates, configs edited as the
+// booted with systemd (systemd-nspawn): the package of `make deb` installed
+// with `dpkg -i` (which must create user lds and start nothing), the
+// README's openssl certificates, configs edited as the
 // README says, Debian's ptp4l@eth0 on both (slaves of a grandmaster on the
 // management bridge; software timestamps, free_running 1, no CAP_SYS_TIME
 // anywhere), `systemctl enable --now lds-receiver` / `lds-sender`. It
@@ -58,12 +59,12 @@ func TestTwoHostDeployment(t *testing.T) {
 		work = d
 	}
 
-	// The binaries and the image in parallel: both take tens of seconds.
+	// The package and the image in parallel: both take tens of seconds.
 	built := make(chan error, 1)
 	go func() {
-		out, err := exec.Command("make", "-C", repo, "build").CombinedOutput()
+		out, err := exec.Command("make", "-C", repo, "deb").CombinedOutput()
 		if err != nil {
-			err = fmt.Errorf("make build: %w\n%s", err, out)
+			err = fmt.Errorf("make deb: %w\n%s", err, out)
 		}
 		built <- err
 	}()
@@ -71,6 +72,8 @@ func TestTwoHostDeployment(t *testing.T) {
 	if err := <-built; err != nil {
 		t.Fatal(err)
 	}
+	deb := builtDeb(t, repo)
+	describe := strings.TrimSpace(mustOut(t, "git", "-C", repo, "describe", "--tags", "--always", "--dirty"))
 	t.Logf("image and build ready after %s", time.Since(began).Round(time.Second))
 
 	net := newDeployNet(t)
@@ -86,10 +89,6 @@ func TestTwoHostDeployment(t *testing.T) {
 	a := newHost(t, cache, roots, "lds-a", net.a)
 	b := newHost(t, cache, roots, "lds-b", net.b)
 	for _, h := range []*host{a, b} {
-		// README "Install": make install DESTDIR= puts the same files a host gets.
-		if out, err := exec.Command("make", "-C", repo, "install", "DESTDIR="+h.root).CombinedOutput(); err != nil {
-			t.Fatalf("make install DESTDIR=%s: %v\n%s", h.root, err, out)
-		}
 		// ptp4l@eth0 as a slave; software timestamps, L2; free_running 1:
 		// it measures and never touches the clock.
 		setConfKeys(t, h.path("/etc/linuxptp/ptp4l.conf"), append([][2]string{
@@ -108,15 +107,16 @@ func TestTwoHostDeployment(t *testing.T) {
 	b.assertNoSysTime()
 	t.Logf("hosts up after %s", time.Since(began).Round(time.Second))
 
+	// README "Install": the package, on the running hosts.
+	for _, h := range []*host{a, b} {
+		installDeb(t, h, deb, describe)
+	}
 	pki := makePKI(t, work)
 	seed := strings.TrimSpace(mustOut(t, "openssl", "rand", "-hex", "16"))
-	for _, h := range []*host{a, b} {
-		h.must("useradd", "--system", "lds")
-	}
 	installPKI(t, a, pki, "sender")
 	installPKI(t, b, pki, "receiver")
 	configure(t, a, b, seed)
-	reinstall(t, repo, a, "/etc/lds/sender.yaml", seed)
+	reinstall(t, a, deb, "/etc/lds/sender.yaml", seed)
 	for _, h := range []*host{a, b} {
 		h.must("systemctl", "enable", "--now", "ptp4l@eth0")
 		// The drop-in handed ptp4l's socket to group lds.
@@ -221,7 +221,7 @@ func needDeploy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIPPED in -short mode: the two-host deployment boots two Debian containers (about 2 minutes; `go test -run TestTwoHostDeployment ./deploy/systemd/`)")
 	}
-	for _, tool := range []string{"debootstrap", "systemd-nspawn", "nsenter", "ip", "ethtool", "tcpdump", "openssl", "curl", "make", "ptp4l", "setpriv"} {
+	for _, tool := range []string{"debootstrap", "systemd-nspawn", "nsenter", "ip", "ethtool", "tcpdump", "openssl", "curl", "make", "ptp4l", "setpriv", "dpkg-deb"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testutil.SkipOrFail(t, "%s not found (apt-get install -y debootstrap systemd-container util-linux iproute2 ethtool tcpdump openssl curl make linuxptp)", tool)
 		}
@@ -356,16 +356,68 @@ func configure(t *testing.T, a, b *host, seed string) {
 	b.must("lds-receiver", "--config", "/etc/lds/receiver.yaml", "--check-config")
 }
 
-// reinstall runs make install again over a configured host (an upgrade):
-// the edited configuration must survive it.
-func reinstall(t *testing.T, repo string, h *host, file, seed string) {
+// builtDeb is the one package `make deb` left in dist/.
+func builtDeb(t *testing.T, repo string) string {
 	t.Helper()
-	if out, err := exec.Command("make", "-C", repo, "install", "DESTDIR="+h.root).CombinedOutput(); err != nil {
-		t.Fatalf("make install DESTDIR=%s again: %v\n%s", h.root, err, out)
+	debs, _ := filepath.Glob(filepath.Join(repo, "dist", "lds_*.deb"))
+	if len(debs) != 1 {
+		t.Fatalf("make deb left %d packages in dist/ (%v), want 1", len(debs), debs)
 	}
+	return debs[0]
+}
+
+// installDeb copies the package into the host and installs it with dpkg
+// -i, as README "Install" says. The maintainer scripts must create the
+// system user lds and its directories, and enable and start nothing;
+// every unit's Documentation= must name a file the package installed, and
+// the binaries must print the version the package was built from.
+func installDeb(t *testing.T, h *host, deb, describe string) {
+	t.Helper()
+	b, err := os.ReadFile(deb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.write("/root/lds.deb", string(b), 0o644)
+	h.must("dpkg", "-i", "/root/lds.deb")
+	if out := h.must("getent", "passwd", "lds"); !strings.Contains(out, ":/nonexistent:/usr/sbin/nologin") {
+		t.Errorf("%s: the package's user lds: %q, want a system user without a home or shell", h.name, out)
+	}
+	for _, want := range [][2]string{{"/etc/lds/tls", "root:lds 750"}, {"/var/lib/lds", "lds:lds 750"},
+		{"/etc/lds/sender.yaml", "root:lds 640"}, {"/etc/lds/receiver.yaml", "root:lds 640"}} {
+		if got := strings.TrimSpace(h.must("stat", "-c", "%U:%G %a", want[0])); got != want[1] {
+			t.Errorf("%s: after dpkg -i, %s is %s, want %s", h.name, want[0], got, want[1])
+		}
+	}
+	for _, unit := range []string{"lds-sender", "lds-receiver"} {
+		if st, _ := h.run("systemctl", "is-enabled", unit); strings.TrimSpace(st) != "disabled" {
+			t.Errorf("%s: after dpkg -i, %s is %q, want disabled (nothing starts before it is configured)", h.name, unit, strings.TrimSpace(st))
+		}
+		if st := h.prop(unit, "ActiveState"); st != "inactive" {
+			t.Errorf("%s: after dpkg -i, %s is %s, want inactive", h.name, unit, st)
+		}
+		doc := h.prop(unit, "Documentation")
+		path, ok := strings.CutPrefix(doc, "file://")
+		if !ok {
+			t.Errorf("%s: %s Documentation=%q is not a file:// URL", h.name, unit, doc)
+		} else if _, err := os.Stat(h.path(path)); err != nil {
+			t.Errorf("%s: %s Documentation=%s: %v", h.name, unit, doc, err)
+		}
+	}
+	for _, bin := range []string{"lds-sender", "lds-receiver", "ldsctl"} {
+		if out, want := strings.TrimSpace(h.must(bin, "--version")), bin+" "+describe; out != want {
+			t.Errorf("%s: %s --version says %q, want %q (git describe of the tree the package was built from)", h.name, bin, out, want)
+		}
+	}
+}
+
+// reinstall installs the package again over a configured host (an
+// upgrade): the edited configuration (a conffile) must survive it.
+func reinstall(t *testing.T, h *host, deb, file, seed string) {
+	t.Helper()
+	h.must("dpkg", "-i", "/root/lds.deb")
 	b, err := os.ReadFile(h.path(file))
 	if err != nil || !strings.Contains(string(b), seed) {
-		t.Fatalf("make install over a configured host replaced %s (err %v)", file, err)
+		t.Fatalf("dpkg -i %s over a configured host replaced %s (err %v)", filepath.Base(deb), file, err)
 	}
 	h.must("systemctl", "daemon-reload")
 }

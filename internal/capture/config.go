@@ -108,9 +108,10 @@ func DefaultConfig() Config {
 			},
 		},
 		Source: SourceConfig{
-			Kind:    "file",
-			Snaplen: 65535,
-			Workers: 1,
+			Kind:        "file",
+			Promiscuous: true, // a tap or mirror port delivers frames addressed to other hosts
+			Snaplen:     65535,
+			Workers:     1,
 			// 256 blocks of 256 KiB: 64 MiB, and 2.56 s of traffic at
 			// low packet rates, where the kernel retires a block every
 			// block_timeout however little it holds (RingHold).

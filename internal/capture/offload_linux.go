@@ -83,3 +83,7 @@ func OffloadOffCommand(ifname string, on []string) string {
 	}
 	return strings.Join(args, " ")
 }
+
+// CoalescingOffloads returns the ethtool -K names of the receive offloads
+// that coalesce packets and are on at ifname (the daemons' preflight).
+func CoalescingOffloads(ifname string) ([]string, error) { return coalescingOn(ifname) }

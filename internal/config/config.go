@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,12 +229,35 @@ func load(path string, into any) error {
 	return Decode(bytes.NewReader(b), into, path)
 }
 
-// Decode decodes YAML over the defaults already in into, refusing unknown keys.
+// Decode decodes YAML over the defaults already in into, refusing unknown
+// keys: each is named by its dotted path and line, with the keys its
+// section has.
 func Decode(r io.Reader, into any, name string) error {
-	dec := yaml.NewDecoder(r)
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	if err := DecodeStrict(raw, into, docHint); err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	return nil
+}
+
+// DecodeStrict decodes YAML into into (over what it holds), refusing
+// unknown keys by dotted path and line; docs says where the keys are
+// documented and ends each error.
+func DecodeStrict(raw []byte, into any, docs string) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return err
+	}
+	if errs := unknownKeys(&doc, reflect.TypeOf(into)); len(errs) > 0 {
+		return fmt.Errorf("%w\n(%s)", errors.Join(errs...), docs)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(into); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w (see configs/*.yaml for every key)", name, err)
+		return fmt.Errorf("%w (%s)", err, docs)
 	}
 	return nil
 }
@@ -340,6 +364,24 @@ func (c *Common) SecretSeed() error {
 			"generate a secret with `openssl rand -hex 16` and set the same value at both ends", c.Sketch.Seed)
 	}
 	return nil
+}
+
+// WeakSeed returns why a seed the daemons accept is still easy to guess
+// (shorter than 16 characters, or fewer than 6 distinct ones), or "". The
+// daemons warn at start and in --check-config; the example seeds and an
+// empty one are refused by SecretSeed.
+func WeakSeed(seed string) string {
+	distinct := map[rune]bool{}
+	for _, r := range seed {
+		distinct[r] = true
+	}
+	switch n := len([]rune(seed)); {
+	case n < 16:
+		return fmt.Sprintf("%d characters: short enough to guess, after which anyone can steer packets into chosen cells", n)
+	case len(distinct) < 6:
+		return fmt.Sprintf("only %d distinct characters: easy to guess, after which anyone can steer packets into chosen cells", len(distinct))
+	}
+	return ""
 }
 
 // Validate checks the sender file for the daemon: ValidateReplay's checks

@@ -219,3 +219,37 @@ func TestExampleSeedRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownKeyNamesThePath: an unknown key is named by its dotted path
+// and line, with the keys its section has, never by a Go type, and the
+// message points at documentation an installed host has.
+func TestUnknownKeyNamesThePath(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"in a section", "sketch:\n  rows: 3\n  rowz: 4\n", []string{"sketch.rowz (line 3): unknown key; sketch has: alpha, bytes, columns"}},
+		{"at the top", "interval: 1s\nintervall: 2s\n", []string{"intervall (line 2): unknown key; the top level has: capture"}},
+		{"in a list", "receiver:\n  senders: [{id: a, selct: []}]\n", []string{"receiver.senders[0].selct (line 2): unknown key; receiver.senders[0] has: id, select"}},
+		{"deep", "capture:\n  source:\n    promisc: true\n", []string{"capture.source.promisc (line 3): unknown key; capture.source has:", "promiscuous"}},
+		{"two at once", "foo: 1\nptp: {enabld: true}\n", []string{"foo (line 1)", "ptp.enabld (line 2)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultReceiver()
+			err := Decode(strings.NewReader(tc.yaml), &c, "r.yaml")
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range append(tc.want, "/usr/share/doc/lds/docs/config.md") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			for _, bad := range []string{"not found in type", "config.Sketch", "configs/"} {
+				if strings.Contains(err.Error(), bad) {
+					t.Errorf("error %q says %q: a Go type, or a directory installed hosts do not have", err, bad)
+				}
+			}
+		})
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/lds-net/lds/internal/config"
 )
 
 // Scenario describes one synthetic two-tap trace. Every field has a default
@@ -255,8 +257,8 @@ func ParseScenario(b []byte) (Scenario, error) {
 	if probe.Classes != nil {
 		sc.Classes = nil // replaced whole, not merged element-wise
 	}
-	if err := yaml.Unmarshal(b, &sc); err != nil {
-		return Scenario{}, fmt.Errorf("parse scenario YAML: %w", err)
+	if err := config.DecodeStrict(b, &sc, "every scenario key: docs/gen-eval.md"); err != nil {
+		return Scenario{}, fmt.Errorf("scenario: %w", err)
 	}
 	if err := sc.Validate(); err != nil {
 		return Scenario{}, err

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +195,18 @@ func FuzzParseScenario(f *testing.F) {
 			t.Fatalf("parsed scenario fails Validate: %v", err)
 		}
 	})
+}
+
+// TestScenarioUnknownKey: a misspelt scenario key is refused by its path
+// and line, never ignored (which would generate the default scenario).
+func TestScenarioUnknownKey(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"flowz: 10\n", "flowz (line 1): unknown key; the top level has:"},
+		{"classes:\n  - name: a\n    delay_modle: {}\n", "classes[0].delay_modle (line 3): unknown key"},
+	} {
+		_, err := ParseScenario([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "docs/gen-eval.md") {
+			t.Errorf("%q: %v, want an error naming %q and docs/gen-eval.md", tc.yaml, err, tc.want)
+		}
+	}
 }

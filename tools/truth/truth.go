@@ -6,6 +6,7 @@
 package truth
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -69,9 +70,14 @@ func (r *Record) SetKey(k capture.FlowKey) {
 }
 
 // Read reads a ground-truth JSONL stream; a line whose counts disagree
-// (lost != sent - received) is an error.
+// (lost != sent - received), or that counts no sent packet (a results
+// record read as truth has none), is an error.
 func Read(r io.Reader) ([]Record, error) {
 	return jsonl.Read(r, "truth", 1<<20, func(t *Record) error {
+		if t.Sent == 0 {
+			return errors.New("sent is 0 or missing, and every truth record counts the packets its flow sent: " +
+				"is this a results file? give --truth the file of `ldsctl gen --truth` or `ldsctl join --out`")
+		}
 		if t.Sent < 0 || t.Received < 0 || t.Received > t.Sent || t.Lost != t.Sent-t.Received {
 			return fmt.Errorf("inconsistent counts sent=%d received=%d lost=%d", t.Sent, t.Received, t.Lost)
 		}
