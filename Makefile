@@ -68,7 +68,10 @@ demo: build
 
 test: deps lint
 	CGO_ENABLED=0 $(GO) build ./...
-	$(GO) test -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -v '/deploy/systemd$$')
+	$(GO) test -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -v -e '/deploy/systemd$$' -e '/test/e2e$$')
+	# The real-traffic testbeds on their own: their truth checks need a
+	# machine that no CPU-heavy package test is loading at the same time.
+	$(GO) test -count=1 -timeout 25m ./test/e2e/
 	# The two-host deployment (two systemd-booted containers) on its own, so
 	# that its load does not overlap the timing-sensitive live tests.
 	$(GO) test -count=1 -timeout 15m ./deploy/systemd/
