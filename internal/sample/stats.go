@@ -48,7 +48,7 @@ type Summary struct {
 	// order statistic P99LowRank (NaN below MinP99).
 	P99Low float64
 	Stddev float64 // NaN below MinStddev
-	Lost          int
+	Lost   int
 }
 
 // Summarize applies the minimums to a flow's joined samples.
