@@ -73,10 +73,11 @@ type SqueezeResult struct {
 	LossFired             map[capture.FlowKey]time.Time // LDSFlowLossSpike
 	PromAlertsPolls       int
 	JoinUnmatched, JoinDu uint64
-	// TruthP99, TruthMean: each (interval, flow)'s exact p99 and mean
-	// one-way delay (ns) from the tcpdump join.
-	TruthP99, TruthMean map[join.FlowID]float64
-	mu                  sync.Mutex // Fired, LossFired, PromAlertsPolls while the poll runs
+	// TruthP10, TruthP99, TruthMean: each (interval, flow)'s exact
+	// 10th and 99th percentile and mean one-way delay (ns) from the
+	// tcpdump join.
+	TruthP10, TruthP99, TruthMean map[join.FlowID]float64
+	mu                            sync.Mutex // Fired, LossFired, PromAlertsPolls while the poll runs
 }
 
 // Squeezed says whether a flow is in the priority class (UDP to the
@@ -208,7 +209,8 @@ func RunSqueeze(ctx context.Context, opt SqueezeOptions) (res *SqueezeResult, er
 	return res, err
 }
 
-// truthTails fills res.TruthP99 and res.TruthMean from the per-packet join.
+// truthTails fills res.TruthP10, TruthP99 and TruthMean from the
+// per-packet join.
 func truthTails(res *SqueezeResult, pcapA, pcapB string, c config.Common, T int64) error {
 	p, err := capture.NewParser(c.CaptureConfig())
 	if err != nil {
@@ -229,14 +231,14 @@ func truthTails(res *SqueezeResult, pcapA, pcapB string, c config.Common, T int6
 	if err != nil {
 		return err
 	}
-	res.TruthP99, res.TruthMean = map[join.FlowID]float64{}, map[join.FlowID]float64{}
+	res.TruthP10, res.TruthP99, res.TruthMean = map[join.FlowID]float64{}, map[join.FlowID]float64{}, map[join.FlowID]float64{}
 	for id, d := range delays {
 		slices.Sort(d)
 		var sum float64
 		for _, x := range d {
 			sum += x
 		}
-		res.TruthP99[id], res.TruthMean[id] = sample.Quantile(d, 0.99), sum/float64(len(d))
+		res.TruthP10[id], res.TruthP99[id], res.TruthMean[id] = sample.Quantile(d, 0.1), sample.Quantile(d, 0.99), sum/float64(len(d))
 	}
 	return nil
 }
