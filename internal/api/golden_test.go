@@ -23,11 +23,11 @@ func goldenStore() *Store {
 		DelayNS: f(1234.5), StddevNS: f(1e-7), Loss: nil, Packets: 40, Samples: 39.25, CI95NS: f(88), Sender: "edge-a",
 		Bytes: f(52000), Estimator: "decode", Partial: true, Unsynced: true, ErrorNS: f(250), Spike: true,
 		Status: results.StatusBeyondWindow, LossPoint: f(1), P50NS: f(1200), P90NS: f(1500), P99NS: f(2e21),
-		DelaySamples: 30, StddevFrom: "samples", SampledLost: 2, LossBound: f(4.5)}
+		DelaySamples: 30, StddevFrom: "samples", SampledLost: 2, LossBound: f(4.5), DelayFrom: results.DelayFromBoth, LossSpike: true}
 	flows := []results.FlowRecord{
 		all,
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.9", "192.0.2.1", 6, 40000, 443),
-			DelayNS: f(400_000), StddevNS: f(12.25), Loss: f(0), Packets: 40, Samples: 40, CI95NS: f(3.5), Estimator: "paper"},
+			DelayNS: f(400_000), StddevNS: f(12.25), Loss: f(0), Packets: 40, Samples: 40, CI95NS: f(3.5), Estimator: "paper", DelayFrom: results.DelayFromSamples},
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 6, 40000, 443),
 			DelayNS: f(400_000), Packets: 40, Loss: f(1.5), Samples: 12, Estimator: "paper", StddevFrom: "sketch"},
 		{Interval: 7, StartNS: 7e9, Key: capture.MustParseFlowKey("10.0.0.10", "192.0.2.1", 6, 40000, 80),
@@ -40,7 +40,7 @@ func goldenStore() *Store {
 	s := NewStore(10)
 	s.Add(&results.Interval{Sender: "edge-a", Interval: 7, StartNS: 7e9, Outcome: results.OutcomeMatched, Flows: flows,
 		Links: []results.LinkRecord{{Interval: 7, StartNS: 7e9, Class: "all", Sent: 166, Received: 160, LossRatio: f(6.0 / 166),
-			DelayNS: f(300_000), StddevNS: f(9), Samples: 100, CI95NS: f(2), P50NS: f(290_000), DelaySamples: 50}},
+			DelayNS: f(300_000), StddevNS: f(9), Samples: 100, CI95NS: f(2), P50NS: f(290_000), DelaySamples: 50, DelayFrom: results.DelayFromSketch}},
 		UsableCellRatio: 0.875, SenderDrops: 1, ReceiverDrops: 2, SketchBytes: 8192})
 	s.Add(&results.Interval{Sender: "edge-b", Interval: 6, StartNS: 6e9, Outcome: results.OutcomeVoidedGap})
 	s.Add(&results.Interval{Sender: "edge-b", Interval: 7, StartNS: 7e9, Outcome: results.OutcomeMatched,

@@ -216,6 +216,7 @@ func applySamples(r *results.FlowRecord, d *sample.FlowDist) {
 	sm := d.Summarize()
 	r.DelaySamples = sm.N
 	r.P50NS, r.P90NS, r.P99NS = results.Float(sm.P50), results.Float(sm.P90), results.Float(sm.P99)
+	r.P99LowNS = results.Float(sm.P99Low)
 	if !math.IsNaN(sm.Stddev) {
 		r.StddevNS, r.StddevFrom = results.Float(sm.Stddev), "samples"
 	}

@@ -78,6 +78,10 @@ type FlowRecord struct {
 	DelayFrom string
 	// LossSpike: the flow's loss ratio spiked against its own baseline.
 	LossSpike bool
+	// P99LowNS is a one-sided 95 % lower confidence bound of P99NS from
+	// the same samples (an order statistic, sample.P99LowRank): the p99's
+	// counterpart of delay − ci95 for the spike rule. Null with P99NS.
+	P99LowNS *float64
 }
 
 // Sources of a flow's or link's mean delay (FlowRecord.DelayFrom).
@@ -130,6 +134,7 @@ type flowJSON struct {
 	LossBound    *float64 `json:"loss_bound,omitempty"`
 	DelayFrom    string   `json:"delay_from,omitempty"`
 	LossSpike    bool     `json:"loss_spike,omitempty"`
+	P99LowNS     *float64 `json:"p99_low_ns,omitempty"`
 }
 
 // MarshalJSON writes the record's results line (without the newline).
@@ -160,7 +165,7 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 		Estimator: j.Estimator, Partial: j.Partial, Unsynced: j.Unsynced, ErrorNS: j.ErrorNS, Spike: j.Spike,
 		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
 		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
-		LossBound: j.LossBound, DelayFrom: j.DelayFrom, LossSpike: j.LossSpike}
+		LossBound: j.LossBound, DelayFrom: j.DelayFrom, LossSpike: j.LossSpike, P99LowNS: j.P99LowNS}
 	return nil
 }
 
@@ -417,6 +422,10 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	}
 	if r.LossSpike {
 		b = append(b, `,"loss_spike":true`...)
+	}
+	if r.P99LowNS != nil {
+		b = append(b, `,"p99_low_ns":`...)
+		b = appendFloatPtr(b, r.P99LowNS)
 	}
 	return append(b, "}\n"...), nil
 }

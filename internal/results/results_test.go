@@ -21,7 +21,7 @@ func toJSON(r *FlowRecord) flowJSON {
 		Estimator: r.Estimator, Partial: r.Partial, Unsynced: r.Unsynced, ErrorNS: r.ErrorNS, Spike: r.Spike,
 		Status: r.Status, LossPoint: r.LossPoint, P50NS: r.P50NS, P90NS: r.P90NS, P99NS: r.P99NS,
 		DelaySamples: r.DelaySamples, StddevFrom: r.StddevFrom, SampledLost: r.SampledLost, LossBound: r.LossBound,
-		DelayFrom: r.DelayFrom, LossSpike: r.LossSpike}
+		DelayFrom: r.DelayFrom, LossSpike: r.LossSpike, P99LowNS: r.P99LowNS}
 }
 
 // TestFlowJSONHasEveryField: every FlowRecord field but the key is in the
@@ -75,7 +75,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 			Loss: pf(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
 			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf(),
-			DelayFrom: s(), LossSpike: rng.IntN(2) == 0}
+			DelayFrom: s(), LossSpike: rng.IntN(2) == 0, P99LowNS: pf()}
 		want, err := json.Marshal(toJSON(&r))
 		if err != nil {
 			t.Fatal(err)

@@ -320,3 +320,55 @@ func TestSamplerRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestMeanDelay: the mean of joined delays with Student's t half-width,
+// by hand; nothing below MinMean.
+func TestMeanDelay(t *testing.T) {
+	d := FlowDist{Delays: []float64{1, 2, 3, 4, 5}}
+	m := d.MeanDelay()
+	// s = √2.5, s/√5 = √0.5, t(0.975, 4) = 2.776.
+	if m.N != 5 || m.Mean != 3 || math.Abs(m.CI95-2.776*math.Sqrt(0.5)) > 1e-12 || math.Abs(m.Var-0.5) > 1e-12 {
+		t.Fatalf("mean %+v, want 3 ± %v", m, 2.776*math.Sqrt(0.5))
+	}
+	short := FlowDist{Delays: []float64{1, 2, 3, 4}}
+	if m := short.MeanDelay(); !math.IsNaN(m.Mean) || !math.IsNaN(m.CI95) {
+		t.Fatalf("4 samples: %+v, want NaN", m)
+	}
+	for _, tc := range []struct {
+		df   int
+		want float64
+	}{{1, 12.706}, {30, 2.042}, {40, 2.021}, {60, 2.000}, {120, 1.980}, {1000, 1.962}} {
+		if got := T975(tc.df); math.Abs(got-tc.want) > 1.5e-3 {
+			t.Errorf("T975(%d) = %v, want %v", tc.df, got, tc.want)
+		}
+	}
+}
+
+// TestP99LowRank: the rank is a 95 % lower bound of the p99 (checked
+// against the exact binomial tail) and never the largest sample.
+func TestP99LowRank(t *testing.T) {
+	// P(Binomial(n, 0.99) >= k) = P(at most n−k failures of p = 0.01).
+	atLeast := func(n, k int) float64 {
+		var p float64
+		for f := 0; f <= n-k; f++ {
+			p += math.Exp(lgamma(n+1)-lgamma(f+1)-lgamma(n-f+1)) * math.Pow(0.01, float64(f)) * math.Pow(0.99, float64(n-f))
+		}
+		return p
+	}
+	for _, n := range []int{MinP99, 83, 100, 160, 1000} {
+		k := P99LowRank(n)
+		if k >= n || atLeast(n, k) < 0.95 {
+			t.Errorf("n %d: rank %d covers the p99 with probability %.3f, want >= 0.95 and below the largest", n, k, atLeast(n, k))
+		}
+	}
+	d := FlowDist{Delays: make([]float64, 50)}
+	for i := range d.Delays {
+		d.Delays[i] = float64(i)
+	}
+	d.Delays[49] = 1e9 // one slow packet moves the p99, not its bound
+	if s := d.Summarize(); s.P99Low != 47 || !(s.P99 > 1e8) {
+		t.Fatalf("p99 %v, bound %v; want above 1e8 and 47", s.P99, s.P99Low)
+	}
+}
+
+func lgamma(n int) float64 { v, _ := math.Lgamma(float64(n)); return v }

@@ -11,9 +11,9 @@
 // baseline is an EWMA of the flow's mean delay, dev an EWMA of its absolute
 // deviation from the baseline (the RTTVAR idea of TCP), and no record alarms
 // before the flow has warmup intervals of history. The p99 (where joined
-// samples give one) follows the same rule without a ci95 (its noise is in
-// dev); the loss ratio follows it with the Wilson lower bound of the ratio
-// for delay − ci95 and its own smallest margins (loss_min_abs, loss_rel).
+// samples give one) follows the same rule with its lower confidence bound
+// (p99_low_ns) for delay − ci95; the loss ratio with the Wilson lower
+// bound of the ratio and its own smallest margins (loss_min_abs, loss_rel).
 // Memory is bounded: at most max_flows baselines are kept, the least
 // recently seen evicted first.
 package spike
@@ -206,8 +206,14 @@ func (d *Detector) Observe(iv *results.Interval, tracked func(*results.FlowRecor
 			}
 		}
 		if !math.IsNaN(p99) {
+			// Like a delay without a ci95, a p99 without its lower bound
+			// never alarms.
+			low := math.Inf(-1)
+			if v := finitePtr(r.P99LowNS); !math.IsNaN(v) {
+				low = v
+			}
 			ev.Signal = "p99"
-			if d.observe(&b.p99, p99, p99, d.margin(&b.p99), &ev) && !r.Spike {
+			if d.observe(&b.p99, p99, low, d.margin(&b.p99), &ev) && !r.Spike {
 				r.Spike = true
 				events = append(events, ev)
 			}

@@ -353,7 +353,7 @@ func TestP99Spike(t *testing.T) {
 	d := newDetector(t, nil)
 	p99 := func(id int64, delay, p float64) *results.Interval {
 		r := rec("10.0.0.1", delay, 0.1*ms)
-		r.P99NS = results.Float(p)
+		r.P99NS, r.P99LowNS = results.Float(p), results.Float(p-0.5*ms)
 		return interval(id, r)
 	}
 	for i := range 5 {
@@ -373,13 +373,27 @@ func TestP99Spike(t *testing.T) {
 	if ev := d.Observe(iv, nil); len(ev) != 1 || ev[0].Signal != "delay" {
 		t.Fatalf("mean and p99 both up: events %+v, want one (delay)", ev)
 	}
+	// One slow packet makes the p99, not its lower bound (the third
+	// largest of 50 samples): no alarm.
+	r := rec("10.0.0.1", 1*ms, 0.1*ms)
+	r.P99NS, r.P99LowNS = results.Float(30*ms), results.Float(3.1*ms)
+	if ev := d.Observe(interval(8, r), nil); len(ev) != 0 {
+		t.Fatalf("p99 30 ms with its lower bound at 3.1 ms: events %+v, want none", ev)
+	}
+	// Without a lower bound the p99 never alarms.
+	r = rec("10.0.0.1", 1*ms, 0.1*ms)
+	r.P99NS = results.Float(90 * ms)
+	if ev := d.Observe(interval(9, r), nil); len(ev) != 0 {
+		t.Fatalf("p99 without p99_low_ns: events %+v, want none", ev)
+	}
 }
 
 // TestThresholdTradeoffs measures recall and false alarms of the rules on
 // synthetic flows (docs/operations.md, "Spikes"): 2,000 flows of 500
 // packets an interval over 60 intervals, delay 2 ms with per-packet
 // spread 1 ms (interval mean noise ±45 µs, ci95 from it), background loss
-// 0.5 % (binomial), p99 of 100 samples of the same spread; from interval
+// 0.5 % (binomial), p99 of 100 samples of the same spread (noise ±0.25 ms,
+// its lower bound about 0.3 ms below); from interval
 // 30 to 34 half of the flows get a step of the delay (× delayX, the p99
 // moving with it) and of the loss (+ lossUp). Recall: stepped flows
 // flagged in at least one stepped interval; false alarms: flagged
@@ -411,7 +425,8 @@ func TestThresholdTradeoffs(t *testing.T) {
 				r := lossRec("10.0.0.1", n, lost)
 				r.Key.SPort = uint16(f)
 				r.DelayNS, r.CI95NS = results.Float(mean+rng.NormFloat64()*se), results.Float(1.96*se)
-				r.P99NS = results.Float(mean + 2.33*ms + rng.NormFloat64()*0.25*ms)
+				p99 := mean + 2.33*ms + rng.NormFloat64()*0.25*ms
+				r.P99NS, r.P99LowNS = results.Float(p99), results.Float(p99-math.Abs(0.3*ms+rng.NormFloat64()*0.1*ms))
 				recs[f] = r
 			}
 			iv := interval(id, recs...)
