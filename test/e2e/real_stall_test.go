@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -137,6 +138,25 @@ func scoreStall(pr RealPairResult, stalls []StallResult) stallScore {
 	return s
 }
 
+// packetsBetween counts the measured packets of a capture file with
+// timestamps in [from, to].
+func packetsBetween(path string, from, to time.Time) (int, error) {
+	c := config.DefaultCommon()
+	c.Capture.Select = nil // the file holds only what tcpdump's filter kept
+	p, err := capture.NewParser(c.CaptureConfig())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = capture.EachPacket(path, p, func(pk *capture.Packet) bool {
+		if pk.TS >= from.UnixNano() && pk.TS <= to.UnixNano() {
+			n++
+		}
+		return true
+	})
+	return n, err
+}
+
 func fmtLoss(v *float64) string {
 	if v == nil {
 		return "null"
@@ -152,8 +172,20 @@ func checkStall(t *testing.T, res *RealResult, pr RealPairResult) {
 	short, long := res.Stalls[0], res.Stalls[1]
 	for _, st := range res.Stalls {
 		first, last := st.Intervals(pr.Pair.Interval)
-		t.Logf("%s stopped %v (intervals %d-%d, evaluated %d-%d): kernel ring drops %d (%d before, %d after)",
-			st.Daemon, st.Cont.Sub(st.Stop).Round(time.Millisecond), first, last, pr.FirstIv, pr.LastIv, st.Drops(), st.DropsBefore, st.DropsAfter)
+		// tcpdump at the same tap: the packets that came while the daemon
+		// was stopped, and so how long its ring held them.
+		pcap := filepath.Join(res.Dir, "tap-b.pcap")
+		if st.Daemon == "sender" {
+			pcap = filepath.Join(res.Dir, "tap-a.pcap")
+		}
+		n, err := packetsBetween(pcap, st.Stop, st.Cont)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := st.Cont.Sub(st.Stop)
+		held := time.Duration(float64(stopped) * (1 - float64(st.Drops())/float64(max(1, n))))
+		t.Logf("%s stopped %v (intervals %d-%d, evaluated %d-%d): kernel ring drops %d (%d before, %d after) of %d packets at its tap meanwhile: the ring held ~%v",
+			st.Daemon, stopped.Round(time.Millisecond), first, last, pr.FirstIv, pr.LastIv, st.Drops(), st.DropsBefore, st.DropsAfter, n, held.Round(10*time.Millisecond))
 	}
 	c := config.DefaultCommon().Capture.Source
 	hold := capture.RingHold(c.BlockSize, c.NumBlocks, c.BlockTimeout, 0)
