@@ -13,8 +13,10 @@ import (
 	"github.com/lds-net/lds/tools/join"
 )
 
-// pairStall is the defaults pair with the daemons' default capture ring.
-var pairStall = RealPair{Name: "stall", Interval: time.Second, DefaultRing: true}
+// pairStall is the defaults pair with the daemons' default capture ring and
+// lateness: a sender stopped for 3 s still delivers the interval it was
+// shipping when it stopped.
+var pairStall = RealPair{Name: "stall", Interval: time.Second, Defaults: true}
 
 // TestRealStall: real traffic through the congested bottleneck (tail
 // drop), one daemon stopped (SIGSTOP) for 1 s and, later, for 3 s, as a
