@@ -54,6 +54,13 @@ func (l *DropLedger) Read(id int64, total uint64, now int64) (delta, affecting u
 		l.prev = total
 	}
 	if delta > 0 {
+		if len(l.reads) == maxDropReads {
+			// Bounded memory (a wall clock far from the packets' time
+			// keeps every read open): the two oldest become one that
+			// reaches as far as either, so nothing is flagged less.
+			l.reads[1] = dropRead{last: max(l.reads[0].last, l.reads[1].last), n: l.reads[0].n + l.reads[1].n}
+			l.reads = append(l.reads[:0], l.reads[1:]...)
+		}
 		l.reads = append(l.reads, dropRead{last: max(id, floorDiv(now+l.Reach, l.T)), n: delta})
 	}
 	keep := l.reads[:0]
@@ -67,6 +74,9 @@ func (l *DropLedger) Read(id int64, total uint64, now int64) (delta, affecting u
 	l.reads = keep
 	return delta, affecting
 }
+
+// maxDropReads bounds the reads a ledger remembers.
+const maxDropReads = 64
 
 // floorDiv is ⌊a/b⌋ for b > 0, also for negative a.
 func floorDiv(a, b int64) int64 {

@@ -73,6 +73,26 @@ func TestDropLedger(t *testing.T) {
 	}
 }
 
+// TestDropLedgerBounded: a wall clock far ahead of the packets' time keeps
+// every read open; the ledger stays bounded and still flags every interval
+// with all the drops.
+func TestDropLedgerBounded(t *testing.T) {
+	const T = int64(1e9)
+	l := DropLedger{T: T}
+	ahead := int64(1e6) * T // the wall clock 11 days past the packets
+	var total uint64
+	for id := int64(0); id < 1000; id++ {
+		total += 2
+		_, a := l.Read(id, total, ahead+id*T)
+		if a != total {
+			t.Fatalf("interval %d: affecting %d, want every drop so far (%d)", id, a, total)
+		}
+	}
+	if len(l.reads) > maxDropReads {
+		t.Fatalf("%d reads remembered, want at most %d", len(l.reads), maxDropReads)
+	}
+}
+
 // TestDropLedgerNeverUnderFlags: every drop, whatever interval its packet
 // belongs to between the previous read and the wall clock of the read that
 // counts it (plus the reach), flags that interval when it is closed.

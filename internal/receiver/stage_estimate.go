@@ -118,6 +118,11 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	if iv != nil {
 		iv.FlagCaptureDrops(j.drops)
 	}
+	// A surplus where the sender's capture dropped packets is those
+	// packets (the receiver counted what the sender missed), not packets
+	// slower than the hold window: no beyond-window flag, count or window
+	// growth for it (its loss is withheld as capture_drops already).
+	j.beyond = j.beyond && j.drops.Sender == 0
 	r.metrics.EstimationDuration(j.sender, took)
 	if !r.opt.Replay && took > time.Duration(r.params.T) {
 		// Live intervals come one an interval: estimation slower than

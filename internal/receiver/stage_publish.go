@@ -25,10 +25,8 @@ func (r *Receiver) publishJob(s *senderState, j *estJob) {
 		return
 	}
 	mt := j.mt
-	// The window follows the delays this interval vouches for. A surplus
-	// where the sender's capture dropped packets is those packets (the
-	// receiver counted what the sender missed), not evidence of delays.
-	s.plan.Observe(mt.ID, j.chk.Delay, j.beyond && j.drops.Sender == 0)
+	// The window follows the delays this interval vouches for.
+	s.plan.Observe(mt.ID, j.chk.Delay, j.beyond)
 	r.metrics.BoundaryWindow(j.sender, time.Duration(s.plan.Target()))
 	if j.err != nil {
 		r.log.Error("estimation failed: interval not published", "sender", j.sender, "interval", mt.ID, "err", j.err)

@@ -126,7 +126,7 @@ func TestReplayHeaderOnly(t *testing.T) {
 			differ := 0
 			for id, w := range whole {
 				r, ok := recs[id]
-				if !ok || !same(r.DelayNS, w.DelayNS) || !same(r.StddevNS, w.StddevNS) || r.Loss != w.Loss || r.Packets != w.Packets {
+				if !ok || !same(r.DelayNS, w.DelayNS) || !same(r.StddevNS, w.StddevNS) || !same(r.Loss, w.Loss) || r.Packets != w.Packets {
 					differ++
 					if differ <= 5 {
 						t.Errorf("flow %v interval %d: %+v, whole-packet replay %+v", id.Key, id.Interval, r, w)

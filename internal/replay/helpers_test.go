@@ -37,7 +37,7 @@ func checkSchema(t *testing.T, path string) int {
 		}
 		for key, kind := range map[string]string{
 			"interval": "int", "start_ns": "int", "src": "addr", "dst": "addr", "sport": "port", "dport": "port",
-			"proto": "proto", "delay_ns": "num?", "stddev_ns": "num?", "loss": "num", "packets": "num",
+			"proto": "proto", "delay_ns": "num?", "stddev_ns": "num?", "loss": "num0?", "packets": "num",
 			"samples": "num", "ci95_ns": "num?",
 		} {
 			v, ok := m[key]
@@ -49,6 +49,10 @@ func checkSchema(t *testing.T, path string) int {
 			case "num?":
 				if v != nil && !isNum {
 					t.Fatalf("line %d: %s = %v is neither a number nor null", i+1, key, v)
+				}
+			case "num0?": // null where withheld, else >= 0
+				if v != nil && (!isNum || f < 0) {
+					t.Fatalf("line %d: %s = %v is neither a non-negative number nor null", i+1, key, v)
 				}
 			case "num":
 				if !isNum || f < 0 {

@@ -235,6 +235,12 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		d := si.Drops.Sub(prevDrops)
 		prevDrops = si.Drops
 		meta.KernelDrops, meta.IfDrops, meta.DropsAffecting = d.Kernel, d.Interface, si.DropsAffecting
+		if n := d.Kernel + d.Interface; n > 0 {
+			s.log.Warn("the capture dropped packets: the receiver withholds the loss of the intervals they can touch (status capture_drops)",
+				"interval", si.ID, "drops", n, "kernel", d.Kernel, "interface", d.Interface,
+				"fix", "give lds-sender CPU (a core of its own, a higher priority, no CPU quota) or a longer capture ring "+
+					"(capture.source.num_blocks × block_timeout at low rates, block_size × num_blocks at high ones; ldsctl memory shows how long it holds)")
+		}
 		meta.ParseDrops = si.Counters.ByReason()
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	"github.com/lds-net/lds/tools/join"
 )
 
-// pairStall is the defaults pair with the daemons' default capture ring.
-var pairStall = RealPair{Name: "stall", Interval: time.Second, DefaultRing: true}
+// pairStall is the defaults pair with the daemons' default capture ring and
+// lateness: a sender stopped for 3 s still delivers the interval it was
+// shipping when it stopped.
+var pairStall = RealPair{Name: "stall", Interval: time.Second, Defaults: true}
 
 // TestRealStall: real traffic through the congested bottleneck (tail
 // drop), one daemon stopped (SIGSTOP) for 1 s and, later, for 3 s, as a
@@ -36,9 +39,13 @@ func TestRealStall(t *testing.T) {
 			opt.WorkDir += "/" + daemon
 			// The short stop first; the long one well inside the
 			// traffic, so that its intervals and the ones after it are
-			// evaluated.
+			// evaluated. The long one lasts 3 s, and at least a second
+			// longer than the default ring holds at low rates, so that it
+			// overflows whatever the kernel's timer granularity.
+			c := config.DefaultCommon().Capture.Source
+			long := max(3*time.Second, capture.RingHold(c.BlockSize, c.NumBlocks, c.BlockTimeout, 0)+time.Second)
 			opt.Stalls = []Stall{{Pair: 0, Daemon: daemon, At: 5 * time.Second, For: time.Second},
-				{Pair: 0, Daemon: daemon, At: opt.Duration/2 + 2*time.Second, For: 3 * time.Second}}
+				{Pair: 0, Daemon: daemon, At: opt.Duration/2 + 2*time.Second, For: long}}
 			res := runReal(t, opt, "stall of the "+daemon)
 			congestedPrecondition(t, res)
 			checkStall(t, res, res.Pairs[0])
@@ -137,6 +144,25 @@ func scoreStall(pr RealPairResult, stalls []StallResult) stallScore {
 	return s
 }
 
+// packetsBetween counts the measured packets of a capture file with
+// timestamps in [from, to].
+func packetsBetween(path string, from, to time.Time) (int, error) {
+	c := config.DefaultCommon()
+	c.Capture.Select = nil // the file holds only what tcpdump's filter kept
+	p, err := capture.NewParser(c.CaptureConfig())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = capture.EachPacket(path, p, func(pk *capture.Packet) bool {
+		if pk.TS >= from.UnixNano() && pk.TS <= to.UnixNano() {
+			n++
+		}
+		return true
+	})
+	return n, err
+}
+
 func fmtLoss(v *float64) string {
 	if v == nil {
 		return "null"
@@ -152,8 +178,20 @@ func checkStall(t *testing.T, res *RealResult, pr RealPairResult) {
 	short, long := res.Stalls[0], res.Stalls[1]
 	for _, st := range res.Stalls {
 		first, last := st.Intervals(pr.Pair.Interval)
-		t.Logf("%s stopped %v (intervals %d-%d, evaluated %d-%d): kernel ring drops %d (%d before, %d after)",
-			st.Daemon, st.Cont.Sub(st.Stop).Round(time.Millisecond), first, last, pr.FirstIv, pr.LastIv, st.Drops(), st.DropsBefore, st.DropsAfter)
+		// tcpdump at the same tap: the packets that came while the daemon
+		// was stopped, and so how long its ring held them.
+		pcap := filepath.Join(res.Dir, "tap-b.pcap")
+		if st.Daemon == "sender" {
+			pcap = filepath.Join(res.Dir, "tap-a.pcap")
+		}
+		n, err := packetsBetween(pcap, st.Stop, st.Cont)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := st.Cont.Sub(st.Stop)
+		held := time.Duration(float64(stopped) * (1 - float64(st.Drops())/float64(max(1, n))))
+		t.Logf("%s stopped %v (intervals %d-%d, evaluated %d-%d): kernel ring drops %d (%d before, %d after) of %d packets into its tap meanwhile: the ring held at least ~%v (tcpdump -Q in leaves out the packets going out of the tap, which share the ring and its drops)",
+			st.Daemon, stopped.Round(time.Millisecond), first, last, pr.FirstIv, pr.LastIv, st.Drops(), st.DropsBefore, st.DropsAfter, n, held.Round(10*time.Millisecond))
 	}
 	c := config.DefaultCommon().Capture.Source
 	hold := capture.RingHold(c.BlockSize, c.NumBlocks, c.BlockTimeout, 0)

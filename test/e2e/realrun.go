@@ -43,9 +43,11 @@ type RealPair struct {
 	Name     string        // names the files and the processes
 	Interval time.Duration // interval
 	MaxDelay time.Duration // max_delay; 0 leaves the key out (the daemons' default)
-	// DefaultRing leaves the capture ring's keys out: the daemons' default
-	// ring instead of the testbed's longer one.
-	DefaultRing bool
+	// Defaults leaves the capture ring's keys and receiver.lateness out:
+	// the daemons' default ring instead of the testbed's longer one, and
+	// their default wait for the other end's sketch (10 s) instead of the
+	// testbed's 3 s.
+	Defaults bool
 }
 
 // RealOptions of a real-traffic run (RunReal).
@@ -320,7 +322,7 @@ func startRealPair(ctx context.Context, ps *procSet, topo *RealTopology, pki *PK
 // writes it: only the keys that matter here.
 func realCommon(opt RealOptions, pr RealPair, iface, metrics string) map[string]any {
 	source := map[string]any{"kind": "afpacket", "interface": iface, "block_size": 65536, "num_blocks": 1024}
-	if pr.DefaultRing {
+	if pr.Defaults {
 		source = map[string]any{"kind": "afpacket", "interface": iface}
 	}
 	m := map[string]any{
@@ -332,7 +334,7 @@ func realCommon(opt RealOptions, pr RealPair, iface, metrics string) map[string]
 			// at these rates the kernel retires a block every block_timeout
 			// (10 ms), so the ring holds num_blocks × 10 ms of traffic:
 			// ~10 s instead of 2.56 s, for the loaded machine the tests
-			// share (docs/testbed.md). DefaultRing pairs keep the default.
+			// share (docs/testbed.md). Defaults pairs keep the default.
 			"source": source,
 		},
 		"ptp":     map[string]any{"enabled": false},
@@ -358,8 +360,10 @@ func writeRealConfigs(opt RealOptions, p *PKI, i int, pr RealPair, senderPath, r
 		"listen":       net.JoinHostPort(DstCtl.String(), port),
 		"tls":          map[string]any{"cert": p.ServerCert, "key": p.ServerKey, "client_ca": p.CA},
 		"senders":      []map[string]any{{"id": realSenderID(pr)}},
-		"lateness":     "3s",
 		"results_file": realResultsPath(filepath.Dir(senderPath), pr),
+	}
+	if !pr.Defaults {
+		r["receiver"].(map[string]any)["lateness"] = "3s"
 	}
 	if err := writeYAML(senderPath, s); err != nil {
 		return err
