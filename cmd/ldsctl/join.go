@@ -36,6 +36,9 @@ func cmdJoin(args []string) error {
 	if err != nil {
 		return err
 	}
+	for _, te := range res.Truncated {
+		fmt.Fprintf(os.Stderr, "warning: %v\n", te)
+	}
 	f, err := os.Create(*out)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)

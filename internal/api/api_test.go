@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,11 +195,11 @@ func TestIntervals(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []IntervalSummary{
-		{Sender: "a", Interval: 101, StartNS: 101e9, Outcome: results.OutcomeVoidedGap},
-		{Sender: "a", Interval: 100, StartNS: 100e9, Outcome: results.OutcomeMatched, Flows: 3, Links: 1, UsableCellRatio: 0.9, SketchBytes: 4096},
-		{Sender: "b", Interval: 100, StartNS: 100e9, Outcome: results.OutcomeMatched, Flows: 1},
+		{Sender: "a", Interval: 101, StartNS: 101e9, Outcome: results.OutcomeVoidedGap, UsableCellRatio: f(0)},
+		{Sender: "a", Interval: 100, StartNS: 100e9, Outcome: results.OutcomeMatched, Flows: 3, Links: 1, UsableCellRatio: f(0.9), SketchBytes: 4096},
+		{Sender: "b", Interval: 100, StartNS: 100e9, Outcome: results.OutcomeMatched, Flows: 1, UsableCellRatio: f(0)},
 	}
-	if !slices.Equal(ans.Intervals, want) {
+	if !reflect.DeepEqual(ans.Intervals, want) {
 		t.Fatalf("intervals =\n%+v\nwant\n%+v", ans.Intervals, want)
 	}
 }

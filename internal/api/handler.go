@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/netip"
@@ -13,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/heapq"
@@ -25,10 +28,38 @@ const (
 	// MaxLimit caps limit: an answer holds at most this many flows
 	// (~30 MB of JSON), whatever the store holds.
 	MaxLimit = 100_000
-	// MaxConcurrent requests are answered at once; more get 503 with
-	// Retry-After (each holds up to MaxLimit flows while it answers).
+	// MaxConcurrent answers are computed at once (each selects up to
+	// MaxLimit flows); one more request gets 503 with Retry-After. The
+	// slot is released before the answer is written: a client that does
+	// not read cannot hold it.
 	MaxConcurrent = 4
+	// MaxWriting answers are written at once, each holding its selection
+	// (at most MaxLimit record pointers) until written; one more gets 503.
+	MaxWriting = 64
+	// WriteIdle is the per-request write deadline: an answer whose client
+	// has taken nothing for this long is abandoned (each write that
+	// progresses sets it anew, so a slow link still gets a large answer).
+	WriteIdle = 10 * time.Second
 )
+
+// answer writes one computed answer's JSON body to w.
+type answer func(w io.Writer) error
+
+// endpoint is one API path: the parameters it takes, and how its answer
+// is computed from them.
+type endpoint struct {
+	params  []string
+	compute func(q url.Values) (answer, *paramError)
+}
+
+// endpoints are the API's paths.
+func (s *Store) endpoints() map[string]endpoint {
+	return map[string]endpoint{
+		"/api/v1/flows":     {[]string{"interval", "sender", "prefix", "min_packets", "sort", "limit"}, s.flows},
+		"/api/v1/links":     {[]string{"interval", "sender"}, s.links},
+		"/api/v1/intervals": {[]string{"sender"}, s.intervals},
+	}
+}
 
 // Handler serves the API:
 //
@@ -36,34 +67,93 @@ const (
 //	GET /api/v1/links?interval=latest|<id>&sender=
 //	GET /api/v1/intervals?sender=
 //
-// Bad parameters get 400 with {"error": ..., "parameter": ...}; more than
-// MaxConcurrent requests at once get 503.
+// The query is parsed strictly (ParseQuery): a bad escape, a semicolon,
+// an unknown, repeated or empty parameter, or more parameters than the
+// endpoint takes get 400 with {"error": ..., "parameter": ...}. More than
+// MaxConcurrent answers being computed, or MaxWriting being written, get
+// 503 with Retry-After. Answers are streamed under a per-request write
+// deadline (WriteIdle).
 func (s *Store) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/flows", s.flows)
-	mux.HandleFunc("GET /api/v1/links", s.links)
-	mux.HandleFunc("GET /api/v1/intervals", s.intervals)
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/api/v1/flows", "/api/v1/links", "/api/v1/intervals":
+	eps := s.endpoints()
+	paths := make([]string, 0, len(eps))
+	for p := range eps {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	compute := make(chan struct{}, MaxConcurrent)
+	writing := make(chan struct{}, MaxWriting)
+	busy := func(w http.ResponseWriter, what string) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", what+"; retry in a second")
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ep, ok := eps[r.URL.Path]
+		switch {
+		case !ok:
+			writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s %s; try GET %s", r.Method, r.URL.Path, strings.Join(paths, ", ")))
+			return
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "", r.Method+" is not allowed here; use GET")
 			return
 		}
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s %s; try GET /api/v1/flows, /api/v1/links or /api/v1/intervals", r.Method, r.URL.Path))
-	})
-	sem := make(chan struct{}, MaxConcurrent)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case sem <- struct{}{}:
-			defer func() { <-sem }()
-			mux.ServeHTTP(w, r)
-		default:
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, "", fmt.Sprintf("%d requests are being answered already; retry in a second", MaxConcurrent))
+		q, qe := ParseQuery(r.URL.RawQuery, ep.params...)
+		if qe != nil {
+			writeParamError(w, paramErrorOf(qe))
+			return
 		}
+		select {
+		case writing <- struct{}{}:
+			defer func() { <-writing }()
+		default:
+			busy(w, fmt.Sprintf("%d answers are being written already", MaxWriting))
+			return
+		}
+		select {
+		case compute <- struct{}{}:
+		default:
+			busy(w, fmt.Sprintf("%d answers are being computed already", MaxConcurrent))
+			return
+		}
+		ans, e := ep.compute(q)
+		<-compute
+		if e != nil {
+			writeParamError(w, e)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodHead {
+			return
+		}
+		s.writing.Add(1)
+		defer s.writing.Add(-1)
+		bw := bufio.NewWriterSize(&deadlineWriter{w: w, rc: http.NewResponseController(w)}, 32<<10)
+		if err := ans(bw); err != nil {
+			if errors.Is(err, errEncode) {
+				// The client sees a broken connection, never a
+				// well-formed but truncated answer.
+				panic(http.ErrAbortHandler)
+			}
+			return // the client went away or stopped reading
+		}
+		_ = bw.Flush()
 	})
 }
+
+// deadlineWriter sets the response's write deadline WriteIdle ahead of
+// every write (where the ResponseWriter supports deadlines).
+type deadlineWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(WriteIdle))
+	return d.w.Write(p)
+}
+
+// errEncode marks a record that cannot be encoded (the answer is aborted).
+var errEncode = errors.New("encoding the answer")
 
 // apiError is the body of every error answer.
 type apiError struct {
@@ -92,30 +182,17 @@ func writeError(w http.ResponseWriter, status int, param, msg string) {
 
 func writeParamError(w http.ResponseWriter, e *paramError) { writeError(w, e.status, e.param, e.msg) }
 
-// writeJSON encodes v whole before writing, so that an encoding failure is a
-// clean 500 instead of a truncated 200.
-func writeJSON(w http.ResponseWriter, v any) {
+// jsonAnswer encodes v whole when computed, so that an encoding failure
+// is a clean 500 instead of a truncated 200.
+func jsonAnswer(v any) (answer, *paramError) {
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(v); err != nil {
-		writeError(w, http.StatusInternalServerError, "", "encoding the answer: "+err.Error())
-		return
+		return nil, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(buf.Bytes())
-}
-
-// checkParams refuses parameters the endpoint does not know (typos would
-// otherwise silently return unfiltered data) and repeated ones.
-func checkParams(q url.Values, allowed ...string) *paramError {
-	for k, v := range q {
-		if !slices.Contains(allowed, k) {
-			return badParam(k, "unknown parameter; this endpoint takes %s", strings.Join(allowed, ", "))
-		}
-		if len(v) > 1 {
-			return badParam(k, "given %d times; give it once", len(v))
-		}
-	}
-	return nil
+	return func(w io.Writer) error {
+		_, err := w.Write(buf.Bytes())
+		return err
+	}, nil
 }
 
 // IntervalRef names one stored interval.
@@ -170,12 +247,7 @@ type FlowsAnswer struct {
 	Flows     []*results.FlowRecord `json:"flows"`     // same JSON as a results JSONL line
 }
 
-func (s *Store) flows(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if e := checkParams(q, "interval", "sender", "prefix", "min_packets", "sort", "limit"); e != nil {
-		writeParamError(w, e)
-		return
-	}
+func (s *Store) flows(q url.Values) (answer, *paramError) {
 	var prefix netip.Prefix
 	if p := q.Get("prefix"); p != "" {
 		var err error
@@ -187,8 +259,7 @@ func (s *Store) flows(w http.ResponseWriter, r *http.Request) {
 			prefix = netip.PrefixFrom(a, a.BitLen())
 		}
 		if err != nil {
-			writeParamError(w, badParam("prefix", "%q is not a CIDR prefix like 10.0.0.0/8 or 2001:db8::/32", p))
-			return
+			return nil, badParam("prefix", "%q is not a CIDR prefix like 10.0.0.0/8 or 2001:db8::/32", p)
 		}
 		prefix = netip.PrefixFrom(prefix.Addr().Unmap(), prefix.Bits()).Masked()
 	}
@@ -196,29 +267,25 @@ func (s *Store) flows(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("min_packets"); v != "" {
 		var err error
 		if minPackets, err = strconv.ParseFloat(v, 64); err != nil || minPackets < 0 || math.IsNaN(minPackets) {
-			writeParamError(w, badParam("min_packets", "%q is not a number >= 0", v))
-			return
+			return nil, badParam("min_packets", "%q is not a number >= 0", v)
 		}
 	}
 	sortBy := cmp.Or(q.Get("sort"), "packets")
 	less, ok := flowOrders()[sortBy]
 	if !ok {
-		writeParamError(w, badParam("sort", "%q: sort by packets, delay or loss", sortBy))
-		return
+		return nil, badParam("sort", "%q: sort by packets, delay or loss", sortBy)
 	}
 	limit := DefaultLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxLimit {
-			writeParamError(w, badParam("limit", "%q is not an integer in 1..%d", v, MaxLimit))
-			return
+			return nil, badParam("limit", "%q is not an integer in 1..%d", v, MaxLimit)
 		}
 		limit = n
 	}
 	ivs, e := s.pickIntervals(q)
 	if e != nil {
-		writeParamError(w, e)
-		return
+		return nil, e
 	}
 	refs := []IntervalRef{}
 	// The first limit flows in order, kept in a heap whose top is the
@@ -247,39 +314,43 @@ func (s *Store) flows(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.SortFunc(top, less)
-	streamFlows(w, refs, total, top)
-}
-
-// streamFlows writes a FlowsAnswer record by record as it encodes them,
-// never the whole answer in memory. A record that cannot be encoded
-// aborts the response (the client sees a broken connection, never a
-// well-formed but truncated answer).
-func streamFlows(w http.ResponseWriter, refs []IntervalRef, total int, flows []*results.FlowRecord) {
 	head, err := json.Marshal(struct {
 		Intervals []IntervalRef `json:"intervals"`
 		Total     int           `json:"total"`
 	}{refs, total})
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "encoding the answer: "+err.Error())
-		return
+		return nil, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	bw := bufio.NewWriterSize(w, 32<<10)
-	bw.Write(head[:len(head)-1]) // without the closing brace
-	bw.WriteString(`,"flows":[`)
+	return func(w io.Writer) error { return streamFlows(w, head, top) }, nil
+}
+
+// streamFlows writes a FlowsAnswer (head: its intervals and total) record
+// by record as it encodes them, never the whole answer in memory. A record
+// that cannot be encoded ends it with errEncode.
+func streamFlows(w io.Writer, head []byte, flows []*results.FlowRecord) error {
+	if _, err := w.Write(head[:len(head)-1]); err != nil { // without the closing brace
+		return err
+	}
+	if _, err := io.WriteString(w, `,"flows":[`); err != nil {
+		return err
+	}
 	var rec []byte
 	for i, f := range flows {
 		var err error
 		if rec, err = results.MarshalLine(rec[:0], f); err != nil {
-			panic(http.ErrAbortHandler)
+			return fmt.Errorf("%w: %w", errEncode, err)
 		}
 		if i > 0 {
-			bw.WriteByte(',')
+			if _, err := io.WriteString(w, ","); err != nil {
+				return err
+			}
 		}
-		bw.Write(rec[:len(rec)-1]) // without the newline
+		if _, err := w.Write(rec[:len(rec)-1]); err != nil { // without the newline
+			return err
+		}
 	}
-	bw.WriteString("]}\n")
-	_ = bw.Flush()
+	_, err := io.WriteString(w, "]}\n")
+	return err
 }
 
 // flowOrders: all descending (the worst or heaviest first); flows without a
@@ -329,16 +400,10 @@ type LinksAnswer struct {
 	Links     []*results.LinkRecord `json:"links"`
 }
 
-func (s *Store) links(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if e := checkParams(q, "interval", "sender"); e != nil {
-		writeParamError(w, e)
-		return
-	}
+func (s *Store) links(q url.Values) (answer, *paramError) {
 	ivs, e := s.pickIntervals(q)
 	if e != nil {
-		writeParamError(w, e)
-		return
+		return nil, e
 	}
 	ans := LinksAnswer{Intervals: []IntervalRef{}, Links: []*results.LinkRecord{}}
 	for _, iv := range ivs {
@@ -351,21 +416,23 @@ func (s *Store) links(w http.ResponseWriter, r *http.Request) {
 			ans.Links = append(ans.Links, &l)
 		}
 	}
-	writeJSON(w, ans)
+	return jsonAnswer(ans)
 }
 
 // IntervalSummary is one entry of /api/v1/intervals.
 type IntervalSummary struct {
-	Sender          string  `json:"sender"`
-	Interval        int64   `json:"interval"`
-	StartNS         int64   `json:"start_ns"`
-	Outcome         string  `json:"outcome"`
-	Flows           int     `json:"flows"`
-	Links           int     `json:"links"`
-	UsableCellRatio float64 `json:"usable_cell_ratio"`
-	SenderDrops     uint64  `json:"sender_drops"`
-	ReceiverDrops   uint64  `json:"receiver_drops"`
-	SketchBytes     uint64  `json:"sketch_bytes"`
+	Sender   string `json:"sender"`
+	Interval int64  `json:"interval"`
+	StartNS  int64  `json:"start_ns"`
+	Outcome  string `json:"outcome"`
+	Flows    int    `json:"flows"`
+	Links    int    `json:"links"`
+	// UsableCellRatio is null where no cell was used at either end (an
+	// idle interval): a ratio without a denominator.
+	UsableCellRatio *float64 `json:"usable_cell_ratio"`
+	SenderDrops     uint64   `json:"sender_drops"`
+	ReceiverDrops   uint64   `json:"receiver_drops"`
+	SketchBytes     uint64   `json:"sketch_bytes"`
 	// CaptureDrops: the drops at each end that may have removed packets
 	// of this interval; its records withhold their loss (status
 	// capture_drops). Absent where neither end dropped any.
@@ -377,24 +444,18 @@ type IntervalsAnswer struct {
 	Intervals []IntervalSummary `json:"intervals"`
 }
 
-func (s *Store) intervals(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if e := checkParams(q, "sender"); e != nil {
-		writeParamError(w, e)
-		return
-	}
+func (s *Store) intervals(q url.Values) (answer, *paramError) {
 	sender := q.Get("sender")
 	snap := s.snapshot(sender)
 	if sender != "" && len(snap) == 0 {
-		writeError(w, http.StatusNotFound, "sender", fmt.Sprintf("no intervals stored for sender %q", sender))
-		return
+		return nil, &paramError{status: http.StatusNotFound, param: "sender", msg: fmt.Sprintf("no intervals stored for sender %q", sender)}
 	}
 	ans := IntervalsAnswer{Intervals: []IntervalSummary{}}
 	for _, list := range snap {
 		for _, iv := range list {
 			ans.Intervals = append(ans.Intervals, IntervalSummary{
 				Sender: iv.Sender, Interval: iv.Interval, StartNS: iv.StartNS, Outcome: iv.Outcome,
-				Flows: len(iv.Flows), Links: len(iv.Links), UsableCellRatio: iv.UsableCellRatio,
+				Flows: len(iv.Flows), Links: len(iv.Links), UsableCellRatio: results.Float(iv.UsableCellRatio),
 				SenderDrops: iv.SenderDrops, ReceiverDrops: iv.ReceiverDrops, SketchBytes: iv.SketchBytes,
 				CaptureDrops: iv.CaptureDrops,
 			})
@@ -403,7 +464,7 @@ func (s *Store) intervals(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(ans.Intervals, func(a, b IntervalSummary) int {
 		return cmp.Or(cmp.Compare(a.Sender, b.Sender), cmp.Compare(b.Interval, a.Interval))
 	})
-	writeJSON(w, ans)
+	return jsonAnswer(ans)
 }
 
 // orNeg is *v, or -1 for nil (withheld): below every loss.

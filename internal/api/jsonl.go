@@ -113,7 +113,8 @@ func OpenJSONL(path string, opt JSONLOptions) (*JSONLWriter, error) {
 // open opens (or creates) path, cuts a torn last line, and records the
 // file's identity, size and age origin.
 func (j *JSONLWriter) open() error {
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	// Owner and group only: the records name flows (addresses, ports).
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return fmt.Errorf("results file: %w (check that the directory exists and is writable by the daemon)", err)
 	}

@@ -320,3 +320,21 @@ func testNoSpace(t *testing.T, chunk int) {
 	}
 	t.Logf("%d intervals written, %d dropped on ENOSPC (%v)", len(written), len(failed), fmt.Sprint(failed))
 }
+
+// TestJSONLNotWorldReadable: the results file names flows (addresses and
+// ports): it is created readable by its owner and group only.
+func TestJSONLNotWorldReadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "results.jsonl")
+	w, err := OpenJSONL(path, JSONLOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o007 != 0 || perm&0o600 != 0o600 {
+		t.Errorf("results file created %v, want no access for others (0640 before the umask)", perm)
+	}
+}

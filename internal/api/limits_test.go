@@ -1,9 +1,12 @@
 package api
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -11,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lds-net/lds/internal/results"
 )
@@ -101,13 +105,13 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestConcurrencyCap: while MaxConcurrent answers are being written, one
-// more request gets 503 with Retry-After; once they finish it is served.
-func TestConcurrencyCap(t *testing.T) {
+// TestWritingCap: while MaxWriting answers are being written, one more
+// request gets 503 with Retry-After; once they finish it is served.
+func TestWritingCap(t *testing.T) {
 	h := testStore().Handler()
 	release := make(chan struct{})
 	var wg sync.WaitGroup
-	for range MaxConcurrent {
+	for range MaxWriting {
 		w := &blockingWriter{ResponseRecorder: *httptest.NewRecorder(), writing: make(chan struct{}), release: release}
 		wg.Add(1)
 		go func() {
@@ -125,5 +129,70 @@ func TestConcurrencyCap(t *testing.T) {
 	wg.Wait()
 	if code, _ := do(t, h, http.MethodGet, "/api/v1/flows"); code != http.StatusOK {
 		t.Errorf("after the others finished: %d", code)
+	}
+}
+
+// TestSlowReadersDoNotStall reproduces the stall on loopback: clients ask
+// for a 100k-flow answer (tens of MB, more than the sockets buffer) and
+// never read it. While they hold their answers, other clients' requests to
+// every endpoint are answered 200, not 503; the held answers end once
+// their clients go.
+func TestSlowReadersDoNotStall(t *testing.T) {
+	s, _ := bigStore(MaxLimit)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	for _, slow := range []int{MaxConcurrent, 2 * MaxConcurrent, 3*MaxConcurrent + 1} {
+		t.Run(fmt.Sprint(slow, " slow readers"), func(t *testing.T) {
+			var conns []net.Conn
+			for range slow {
+				c, err := net.Dial("tcp", srv.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if tc, ok := c.(*net.TCPConn); ok {
+					_ = tc.SetReadBuffer(4096) // as little as the kernel allows: the server blocks early
+				}
+				fmt.Fprintf(c, "GET /api/v1/flows?limit=%d&sort=delay HTTP/1.1\r\nHost: x\r\n\r\n", MaxLimit)
+				// The answer has begun (its status line came): the
+				// request is past computing, in its write; then nothing
+				// more is read.
+				line, err := bufio.NewReaderSize(c, 16).ReadString('\n')
+				if err != nil || !strings.Contains(line, "200") {
+					t.Fatalf("slow reader's status line %q: %v", line, err)
+				}
+				conns = append(conns, c)
+			}
+			if n := s.Writing(); n != slow {
+				t.Fatalf("%d answers being written, want the %d slow readers'", n, slow)
+			}
+			cl := &http.Client{Timeout: 20 * time.Second}
+			for _, path := range []string{"/api/v1/flows?limit=10", "/api/v1/links", "/api/v1/intervals", "/api/v1/flows?limit=5000&sort=loss"} {
+				for range 3 {
+					resp, err := cl.Get(srv.URL + path)
+					if err != nil {
+						t.Fatalf("%s while %d slow readers hold answers: %v", path, slow, err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != http.StatusOK || !json.Valid(body) {
+						t.Fatalf("%s while %d slow readers hold answers: %d %.200s (%v)", path, slow, resp.StatusCode, body, err)
+					}
+				}
+			}
+			if n := s.Writing(); n != slow {
+				t.Errorf("%d answers being written after the others were served, want the %d slow readers' still held", n, slow)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			deadline := time.Now().Add(2 * WriteIdle)
+			for s.Writing() > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d answers still being written %v after their clients left", s.Writing(), 2*WriteIdle)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lds-net/lds/internal/results"
 )
@@ -30,7 +31,12 @@ type Store struct {
 	mu         sync.RWMutex
 	senders    map[string][]*results.Interval // ascending interval id
 	records    int                            // flow and link records stored
+
+	writing atomic.Int64 // answers being written (Writing)
 }
+
+// Writing is the number of API answers being written to their clients.
+func (s *Store) Writing() int { return int(s.writing.Load()) }
 
 // NewStore returns a Store keeping keep intervals per sender (at least 1)
 // without a cap on records.

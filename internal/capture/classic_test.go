@@ -78,7 +78,8 @@ func readBoth(t testing.TB, b []byte) (got, want []rec) {
 		for {
 			data, ts, orig, err := c.next()
 			if err != nil {
-				return append(out, rec{err: true, finalEOF: errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)})
+				var te *TruncatedError
+				return append(out, rec{err: true, finalEOF: errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &te)})
 			}
 			out = append(out, rec{data: bytes.Clone(data), ts: ts, orig: orig})
 		}

@@ -26,10 +26,34 @@ type fileSource struct {
 	snaplen int
 	ng      *pcapgo.NgReader
 	path    string
+	n       int // records read (pcapgo's readers)
 }
 
 // pcapng section header block type; pcap magics are checked by pcapgo.
 var pcapngMagic = []byte{0x0a, 0x0d, 0x0d, 0x0a}
+
+// TruncatedError ends a capture file whose last record is cut short (the
+// common end of a capture stopped mid-write): every complete record before
+// it was read; the cut one is dropped. It matches io.EOF (errors.Is), so a
+// reader ends there as at a clean end; callers that can warn find it with
+// errors.As.
+type TruncatedError struct {
+	Path       string
+	Record     int // the cut record's number (1-based); the ones before it are complete
+	Have, Want int // bytes of the cut record present and announced (0, 0: unknown)
+}
+
+func (e *TruncatedError) Error() string {
+	cut := ""
+	if e.Want > 0 {
+		cut = fmt.Sprintf(" (%d of its %d bytes present)", e.Have, e.Want)
+	}
+	return fmt.Sprintf("capture file %s ends inside record %d%s, cut short (a capture stopped mid-write?): the %d complete records before it were used, 1 record dropped",
+		e.Path, e.Record, cut, e.Record-1)
+}
+
+// Is makes a TruncatedError an io.EOF: the end of the usable records.
+func (e *TruncatedError) Is(target error) bool { return target == io.EOF }
 
 // OpenFile opens a pcap or pcapng file, told apart by its magic number.
 func OpenFile(path string) (Source, error) {
@@ -68,7 +92,7 @@ func OpenFile(path string) (Source, error) {
 	}
 	s.read, s.link, s.snaplen = r.ZeroCopyReadPacketData, r.LinkType(), int(r.Snaplen())
 	if maxCap := max(s.snaplen, minRecordCap); classic && maxCap <= br.Size()-pcapRecordHeader {
-		s.classic = &classicReader{br: br, order: order, nanos: nanos, maxCap: maxCap}
+		s.classic = &classicReader{br: br, order: order, nanos: nanos, maxCap: maxCap, path: path}
 		// A regular file is read through a read-only mapping where the
 		// system has one: records are then read where the page cache
 		// holds them, without the read(2) copy (~7 % of a replay's CPU).
@@ -116,6 +140,7 @@ type classicReader struct {
 	maxCap  int
 	pending int // bytes of the record returned last, discarded on the next call
 	n       int // records read
+	path    string
 	// mm is the whole file when mapped (then br is not used), off the
 	// next record's offset in it, dropped how much of it has been handed
 	// back (see next).
@@ -165,7 +190,7 @@ func (c *classicReader) next() ([]byte, int64, int, error) {
 		if errors.Is(err, io.EOF) && len(h) == 0 {
 			return nil, 0, 0, io.EOF
 		}
-		return nil, 0, 0, fmt.Errorf("capture: capture file ends inside the header of record %d (cut short?): %w", c.n+1, io.ErrUnexpectedEOF)
+		return nil, 0, 0, &TruncatedError{Path: c.path, Record: c.n + 1, Have: len(h), Want: pcapRecordHeader}
 	}
 	incl, orig := int(c.order.Uint32(h[8:])), int(c.order.Uint32(h[12:]))
 	if incl > c.maxCap {
@@ -176,7 +201,7 @@ func (c *classicReader) next() ([]byte, int64, int, error) {
 	}
 	rec, err := c.peek(pcapRecordHeader + incl)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("capture: capture file ends inside record %d (cut short?): %w", c.n+1, io.ErrUnexpectedEOF)
+		return nil, 0, 0, &TruncatedError{Path: c.path, Record: c.n + 1, Have: len(rec), Want: pcapRecordHeader + incl}
 	}
 	frac := int64(c.order.Uint32(rec[4:]))
 	if !c.nanos {
@@ -198,10 +223,11 @@ func (s *fileSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	data, ci, err := s.read()
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, 0, 0, fmt.Errorf("capture: capture file ends inside a packet (cut short?): %w", err)
+			return nil, 0, 0, &TruncatedError{Path: s.path, Record: s.n + 1}
 		}
 		return nil, 0, 0, err
 	}
+	s.n++
 	if s.ng != nil {
 		if ci.InterfaceIndex >= len(s.links) {
 			s.refreshLinks()

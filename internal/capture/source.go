@@ -399,6 +399,9 @@ func CloseReaders(rs []*Reader) error {
 
 // EachPacket calls fn for every measured packet of a capture file, in file
 // order, until fn returns false (ground-truth joins, evaluation, tools).
+// A file whose last record is cut short has every complete record passed
+// to fn and returns the *TruncatedError (errors.As) for the caller to warn
+// of, or to refuse.
 func EachPacket(path string, p *Parser, fn func(*Packet) bool) error {
 	src, err := OpenFile(path)
 	if err != nil {
@@ -409,6 +412,9 @@ func EachPacket(path string, p *Parser, fn func(*Packet) bool) error {
 	var pk Packet
 	for {
 		err := rd.Next(&pk)
+		if te := (*TruncatedError)(nil); errors.As(err, &te) {
+			return te
+		}
 		if errors.Is(err, io.EOF) {
 			return nil
 		}

@@ -73,6 +73,7 @@ type Receiver struct {
 	cfg     config.Receiver
 	opt     Options
 	log     *slog.Logger
+	limited *wire.LimitedLog // rate-limited lines: refusals, repeated write failures
 	params  interval.Params
 	cc      capture.Config
 	est     Estimation
@@ -146,7 +147,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	if opt.Replay {
 		estWorkers, estConc = runtime.GOMAXPROCS(0), runtime.GOMAXPROCS(0)
 	}
-	r := &Receiver{cfg: cfg, opt: opt, log: log, params: p, cc: cc,
+	r := &Receiver{cfg: cfg, opt: opt, log: log, limited: wire.NewLimitedLog(log, 0), params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
 			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy,
 			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}},
@@ -192,7 +193,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 // further than any honest sender's interval can be (a sender seals an
 // interval after its end; its shutdown trailers reach at most a window
 // ahead).
-func (r *Receiver) watchMatchers(clock func() time.Time, log *wire.LimitedLog) {
+func (r *Receiver) watchMatchers(clock func() time.Time) {
 	for _, s := range r.senders {
 		if clock != nil {
 			s.m.HoldAhead(clock, time.Duration(2*r.params.T+r.params.MaxDelay))
@@ -203,7 +204,7 @@ func (r *Receiver) watchMatchers(clock func() time.Time, log *wire.LimitedLog) {
 			if reason == interval.RefusedDuplicate {
 				r.metrics.IntervalOutcome(name, results.OutcomeDuplicate)
 			}
-			log.Warn("interval\x00"+reason+"\x00"+name, "refused an interval half", "sender", name, "interval", id,
+			r.limited.Warn("interval\x00"+reason+"\x00"+name, "refused an interval half", "sender", name, "interval", id,
 				"interval_start", time.Unix(0, id*r.params.T).UTC(), "reason", reason)
 		})
 	}
@@ -294,7 +295,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return err
 	}
 	r.metrics.RefusalReasons(wire.ConnectionRefusalReasons(), wire.SenderRefusalReasons())
-	refusals := &wire.Refusals{Log: wire.NewLimitedLog(r.log, 0), Connection: r.metrics.ConnectionRefusal, Sender: r.metrics.SenderRefusal}
+	refusals := &wire.Refusals{Log: r.limited, Connection: r.metrics.ConnectionRefusal, Sender: r.metrics.SenderRefusal}
 	gate := wire.NewGate(wire.GateConfig{MaxAuthenticated: r.cfg.Receiver.MaxConnections, Refusals: refusals})
 	if lis, err = gate.Listener(lis); err != nil {
 		return fmt.Errorf("receiver.listen: %w", err)
@@ -313,7 +314,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	default:
 		now = time.Now
 	}
-	r.watchMatchers(now, refusals.Log)
+	r.watchMatchers(now)
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
 		Fingerprint: r.cfg.Fingerprint(), Seed: r.cfg.Sketch.Seed, Params: r.params, Senders: senders, Version: r.opt.Version,
 		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew, Refusals: refusals,

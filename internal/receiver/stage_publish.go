@@ -137,7 +137,9 @@ func (r *Receiver) publish(iv *results.Interval) {
 		r.metrics.ObserveInterval(iv, events)
 		if r.jsonl != nil {
 			if err := r.jsonl.Write(iv); err != nil {
-				r.log.Error("writing results file", "err", err)
+				// Rate-limited: a full disk fails every interval; each
+				// failure is counted (lds_results_write_errors_total).
+				r.limited.Error("results-file", "writing results file", "sender", iv.Sender, "interval", iv.Interval, "err", err)
 			}
 		}
 		r.export.Publish(iv) // never blocks the daemon: a full exporter drops and counts

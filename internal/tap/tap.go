@@ -94,6 +94,10 @@ func (l *Loop) Run(ctx context.Context) error {
 		case errors.Is(err, io.EOF):
 			l.Flush()
 			l.poll()
+			if te := (*capture.TruncatedError)(nil); errors.As(err, &te) {
+				l.Log.Warn(l.Name+" capture file cut short: its last record is dropped, every complete one before it used",
+					"file", te.Path, "records_used", te.Record-1, "records_dropped", 1, "bytes_present", te.Have, "bytes_announced", te.Want)
+			}
 			l.Log.Info(l.Name+" capture ended", "packets", n)
 			return nil
 		default:

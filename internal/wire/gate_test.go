@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -281,5 +282,69 @@ func TestLimitedLog(t *testing.T) {
 	}
 	if len(l.keys) > maxLogKeys+1 {
 		t.Errorf("%d keys remembered, bound %d", len(l.keys), maxLogKeys)
+	}
+}
+
+// TestSenderRefusalsLoggedAndCounted: every refused sender is counted by
+// reason and logged at WARN with its claimed id, its address and the
+// reason; a configuration mismatch names each differing key with both
+// values (never the seed's).
+func TestSenderRefusalsLoggedAndCounted(t *testing.T) {
+	gs := startGated(t, GateConfig{MaxAuthenticated: 8})
+	rxFP := serverConfig().Fingerprint
+	tests := []struct {
+		name   string
+		id     string // the sender id sent (the certificate names "s1")
+		fp     map[string]string
+		reason string
+		want   []string // in the log line
+	}{
+		{"configuration differs", "s1", func() map[string]string {
+			m := maps.Clone(rxFP)
+			for k := range m {
+				m[k] = "other-" + k
+				break
+			}
+			m["sketch.columns"] = "2048"
+			return m
+		}(), SenderConfigMismatch, []string{"sketch.columns: receiver", `sender \"2048\"`}},
+		{"id not in the certificate", "s2", rxFP, SenderIdentityMismatch, []string{`sender=s2`}},
+	}
+	cert, key := gs.ca.issue(t, gs.dir, "s1", false)
+	creds, err := ClientTLS(cert, key, gs.ca.file, "lds-receiver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewClient(ClientConfig{Addr: gs.addr, SenderID: tc.id, Fingerprint: tc.fp, ResendBuffer: 4, Creds: creds,
+				BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, RPCTimeout: 5 * time.Second,
+				ChunkBytes: 1024, FailFast: true}, testLog(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := waitErr(t, runClient(ctx, c), 20*time.Second); err == nil {
+				t.Fatal("a sender that must be refused was served")
+			}
+			if n := gs.sndRef.get(tc.reason); n != 1 {
+				t.Errorf("%s counted %d times, want 1", tc.reason, n)
+			}
+			var line string
+			for _, l := range strings.Split(gs.log.String(), "\n") {
+				if strings.Contains(l, "reason="+tc.reason) {
+					line = l
+				}
+			}
+			if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "peer=127.0.0.1:") || !strings.Contains(line, "sender="+tc.id) {
+				t.Fatalf("no WARN line with the sender's id, address and reason %s:\n%s", tc.reason, gs.log.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(line, w) {
+					t.Errorf("log line lacks %q:\n%s", w, line)
+				}
+			}
+		})
 	}
 }

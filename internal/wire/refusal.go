@@ -93,7 +93,7 @@ const DefaultLogEvery = 10 * time.Second
 // peers claim, so more keys share one line.
 const maxLogKeys = 256
 
-// LimitedLog logs at WARN at most one line per key per Every; each line
+// LimitedLog logs at most one line per key per Every; each line
 // says how many lines of its key were held back since the previous one.
 // Safe for concurrent use; a nil *LimitedLog logs nothing.
 type LimitedLog struct {
@@ -121,8 +121,14 @@ func NewLimitedLog(log *slog.Logger, every time.Duration) *LimitedLog {
 	return &LimitedLog{log: log, every: every, now: time.Now, keys: map[string]*limitState{}}
 }
 
-// Warn logs msg with args unless a line of key was logged less than Every ago.
-func (l *LimitedLog) Warn(key, msg string, args ...any) {
+// Warn logs msg with args at WARN unless a line of key was logged less
+// than Every ago.
+func (l *LimitedLog) Warn(key, msg string, args ...any) { l.emit(slog.LevelWarn, key, msg, args) }
+
+// Error is Warn at ERROR.
+func (l *LimitedLog) Error(key, msg string, args ...any) { l.emit(slog.LevelError, key, msg, args) }
+
+func (l *LimitedLog) emit(level slog.Level, key, msg string, args []any) {
 	if l == nil {
 		return
 	}
@@ -157,7 +163,7 @@ func (l *LimitedLog) Warn(key, msg string, args ...any) {
 	if held > 0 {
 		args = append(args, "similar_lines_held_back", held)
 	}
-	l.log.Warn(msg, args...)
+	l.log.Log(context.Background(), level, msg, args...)
 }
 
 // peerAddr is the address of a stream's peer ("" when unknown).

@@ -138,7 +138,8 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 	}
 	// One goroutine reads, so that waiting for a frame can end on a
 	// deadline or on a replacement. It ends with the stream, when the
-	// handler has returned.
+	// handler has returned, sending exactly one error on recvErr: the
+	// receive's, or the stream context's.
 	frames, recvErr := make(chan *ldsv1.SenderFrame), make(chan error, 1)
 	go func() {
 		for {
@@ -150,6 +151,7 @@ func (s *Server) Stream(st ldsv1.SketchExchange_StreamServer) error {
 			select {
 			case frames <- f:
 			case <-ctx.Done():
+				recvErr <- ctx.Err() // the one send: recvErr never blocks
 				return
 			}
 		}
@@ -347,11 +349,17 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 		select {
 		case f = <-frames:
 		case err := <-recvErr:
-			return err
+			return s.recvFailed(id, err)
 		case <-replaced:
 			return errReplaced
 		case <-st.Context().Done():
-			// The reader stops handing frames over once the stream is done.
+			// The reader stops handing frames over once the stream is
+			// done; a receive error that ended it says why better than
+			// the context does (gRPC cancels the stream after refusing a
+			// frame over receiver.max_frame_bytes).
+			if err := <-recvErr; !errors.Is(err, st.Context().Err()) {
+				return s.recvFailed(id, err)
+			}
 			return status.FromContextError(st.Context().Err()).Err()
 		}
 		res, err := a.Frame(f)
@@ -393,6 +401,17 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 			return err
 		}
 	}
+}
+
+// recvFailed counts and logs a receive that failed on the sender's frame
+// (one over receiver.max_frame_bytes: gRPC refuses it before decoding).
+func (s *Server) recvFailed(id string, err error) error {
+	if status.Code(err) == codes.ResourceExhausted {
+		s.h.FrameError(id, "too_large")
+		s.log.Warn("frame over receiver.max_frame_bytes: ending the stream (the sender's sender.chunk_bytes must be below it)",
+			"sender", id, "err", err)
+	}
+	return err
 }
 
 // forwardWindows sends the recent windows, then every new one, until the

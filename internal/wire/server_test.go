@@ -552,6 +552,11 @@ func TestBadStreamsEndWhileAnotherSenderIsServed(t *testing.T) {
 			t.Errorf("frame error reasons %v lack %q", reasons, r)
 		}
 	}
+	// Both the Start over max_sketch_bytes and the gRPC frame over
+	// max_frame_bytes are counted.
+	if n := len(slices.DeleteFunc(slices.Clone(reasons), func(r string) bool { return r != "too_large" })); n != 2 {
+		t.Errorf("too_large counted %d times, want 2 (reasons %v)", n, reasons)
+	}
 }
 
 // TestSeqGapOverStream: a hand-driven sender skips one seq inside an

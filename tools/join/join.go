@@ -6,6 +6,7 @@
 package join
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -35,6 +36,9 @@ type Result struct {
 	Packets    uint64 // sender-tap packets measured
 	Unmatched  uint64 // receiver-tap packets with no sender-tap twin
 	Duplicates uint64 // identities seen twice at one tap (not joinable)
+	// Truncated: the captures whose last record was cut short (each one's
+	// complete records were joined, the cut one dropped).
+	Truncated []*capture.TruncatedError
 }
 
 // FlowID names a flow in an interval.
@@ -55,6 +59,7 @@ type Match struct {
 	sent       map[ident]fate
 	Unmatched  uint64 // receiver-tap packets with no sender-tap twin
 	Duplicates uint64 // identities seen twice at the sender tap (not joinable)
+	Truncated  []*capture.TruncatedError
 }
 
 type fate struct {
@@ -77,6 +82,7 @@ func MatchFiles(senderPcap, receiverPcap string, p *capture.Parser) (*Match, err
 		m.sent[id] = fate{send: pk.TS}
 		return true
 	})
+	err = m.cut(err)
 	if err != nil {
 		return nil, fmt.Errorf("sender capture %s: %w", senderPcap, err)
 	}
@@ -91,10 +97,21 @@ func MatchFiles(senderPcap, receiverPcap string, p *capture.Parser) (*Match, err
 		m.sent[id] = f
 		return true
 	})
+	err = m.cut(err)
 	if err != nil {
 		return nil, fmt.Errorf("receiver capture %s: %w", receiverPcap, err)
 	}
 	return m, nil
+}
+
+// cut records a capture cut short (its complete records were joined) and
+// passes any other error on.
+func (m *Match) cut(err error) error {
+	if te := (*capture.TruncatedError)(nil); errors.As(err, &te) {
+		m.Truncated = append(m.Truncated, te)
+		return nil
+	}
+	return err
 }
 
 // Lookup gives the fate of a sender-tap packet: its receive time and
@@ -131,7 +148,7 @@ func Files(senderPcap, receiverPcap string, cfg capture.Config, t int64) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Flows: map[FlowID]*Flow{}, Unmatched: m.Unmatched, Duplicates: m.Duplicates}
+	res := &Result{Flows: map[FlowID]*Flow{}, Unmatched: m.Unmatched, Duplicates: m.Duplicates, Truncated: m.Truncated}
 	type acc struct {
 		sum, sq  float64
 		shift    float64
