@@ -87,7 +87,8 @@ bench:
 # code. Nothing is skipped: lint-tool builds the pinned golangci-lint from its
 # Go module when bin/tools lacks it, and a failed build fails.
 lint: lint-tool
-	@out="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$out" || { echo "gofmt needed on (run gofmt -w on them):"; echo "$$out"; exit 1; }
+	@files="$$(git ls-files '*.go' 2>/dev/null)"; [ -n "$$files" ] || files="$$(find . -name '*.go' -not -path './bin/*' -not -path './dist/*' -not -path './out/*')"; \
+	out="$$(gofmt -l $$files)"; test -z "$$out" || { echo "gofmt needed on (run gofmt -w on them):"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags pcap ./internal/capture/...
 	$(GOLANGCI_LINT) run ./...
