@@ -83,7 +83,7 @@ func cmdReplay(args []string) error {
 	if *table > 0 {
 		report.Table(os.Stdout, ivs, *table)
 	}
-	fmt.Fprintf(os.Stderr, "replay done in %.2fs: intervals by outcome %v, %d flow records, %d sketch bytes shipped", sum.Elapsed.Seconds(), sum.Intervals, sum.Flows, sum.SketchBytes)
+	fmt.Fprintf(os.Stderr, "replay done in %.2fs: intervals by outcome: %s; %d flow records, %d sketch bytes shipped", sum.Elapsed.Seconds(), report.Outcomes(sum.Intervals), sum.Flows, sum.SketchBytes)
 	if *out != "" {
 		fmt.Fprintf(os.Stderr, "; results in %s", *out)
 	}
