@@ -365,6 +365,9 @@ type IntervalSummary struct {
 	SenderDrops     uint64  `json:"sender_drops"`
 	ReceiverDrops   uint64  `json:"receiver_drops"`
 	SketchBytes     uint64  `json:"sketch_bytes"`
+	// DelayBeyondWindow: packets slower than the hold window moved to a
+	// neighbouring interval, so loss is withheld (docs/operations.md, "Flow status").
+	DelayBeyondWindow bool `json:"delay_beyond_window,omitempty"`
 }
 
 // IntervalsAnswer is the body of /api/v1/intervals: newest first per sender.
@@ -391,6 +394,7 @@ func (s *Store) intervals(w http.ResponseWriter, r *http.Request) {
 				Sender: iv.Sender, Interval: iv.Interval, StartNS: iv.StartNS, Outcome: iv.Outcome,
 				Flows: len(iv.Flows), Links: len(iv.Links), UsableCellRatio: iv.UsableCellRatio,
 				SenderDrops: iv.SenderDrops, ReceiverDrops: iv.ReceiverDrops, SketchBytes: iv.SketchBytes,
+				DelayBeyondWindow: iv.BeyondWindow,
 			})
 		}
 	}
