@@ -66,12 +66,12 @@ func TestDocExamples(t *testing.T) {
 			}
 			continue
 		}
-		real := map[string]bool{}
+		answered := map[string]bool{}
 		for _, m := range keyRe.FindAllStringSubmatch(string(body), -1) {
-			real[m[1]] = true
+			answered[m[1]] = true
 		}
 		for _, m := range keyRe.FindAllStringSubmatch(example, -1) {
-			if !real[m[1]] {
+			if !answered[m[1]] {
 				t.Errorf("%s: docs/operations.md's example has %q, the answer has no such field:\n%s", target, m[1], body)
 			}
 		}
