@@ -53,7 +53,7 @@ deb: nfpm-tool
 	@echo "$(DEB)"
 
 nfpm-tool:
-	@$(NFPM) --version 2>/dev/null | grep -q "GitVersion: *$(patsubst v%,%,$(NFPM_VERSION))$$" || { \
+	@$(GO) version -m $(NFPM) 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+github.com/goreleaser/nfpm/v2[[:space:]]+$(NFPM_VERSION)[[:space:]]" || { \
 		echo "building nfpm $(NFPM_VERSION) into $(BIN)/tools"; \
 		GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION) || { \
 		echo "make deb: cannot build nfpm $(NFPM_VERSION); it needs the Go module proxy (GOPROXY=$$($(GO) env GOPROXY)) or the module in the module cache"; exit 1; }; }
