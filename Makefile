@@ -53,7 +53,7 @@ deb: nfpm-tool
 	@echo "$(DEB)"
 
 nfpm-tool:
-	@$(NFPM) --version 2>/dev/null | grep -q "GitVersion: *$(patsubst v%,%,$(NFPM_VERSION))$$" || { \
+	@$(GO) version -m $(NFPM) 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+github.com/goreleaser/nfpm/v2[[:space:]]+$(NFPM_VERSION)[[:space:]]" || { \
 		echo "building nfpm $(NFPM_VERSION) into $(BIN)/tools"; \
 		GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION) || { \
 		echo "make deb: cannot build nfpm $(NFPM_VERSION); it needs the Go module proxy (GOPROXY=$$($(GO) env GOPROXY)) or the module in the module cache"; exit 1; }; }
@@ -90,7 +90,8 @@ bench:
 # code. Nothing is skipped: lint-tool builds the pinned golangci-lint from its
 # Go module when bin/tools lacks it, and a failed build fails.
 lint: lint-tool
-	@out="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$out" || { echo "gofmt needed on (run gofmt -w on them):"; echo "$$out"; exit 1; }
+	@files="$$(git ls-files '*.go' 2>/dev/null)"; [ -n "$$files" ] || files="$$(find . -name '*.go' -not -path './bin/*' -not -path './dist/*' -not -path './out/*')"; \
+	out="$$(gofmt -l $$files)"; test -z "$$out" || { echo "gofmt needed on (run gofmt -w on them):"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags pcap ./internal/capture/...
 	$(GOLANGCI_LINT) run ./...

@@ -8,9 +8,9 @@
 # lds_capture_drops_total{reason="kernel"}) and CPU per packet
 # (test/e2e/perf.go, TestLivePerfBench).
 #
-# It writes the report into docs/testbed.md between the "bench-live report"
-# markers (section "Live capture performance") and keeps the run's files
-# under $OUT.
+# It writes the report to $OUT/report.md and keeps the run's files under
+# $OUT (default out/bench-live, emptied first); docs/testbed.md ("Live
+# capture performance") cites a run kept in docs/runs/bench-live.md.
 #
 # Needs root, ip(8), tcpdump and go. Knobs (environment):
 #   LDS_PERF_SECONDS (default 5)   blast length per trial
@@ -19,8 +19,7 @@
 #                    (tcpdump gets -B of the same bytes; libpcap always builds 256 KiB
 #                    blocks, lds-sender splits a ring of < 32 blocks: capture.RingGeometry)
 #   THREADS          (default "1 2")   blaster threads (1 leaves a core to the captures)
-#   OUT                            directory for configs, logs, reports
-#   NO_DOC=1                       do not touch docs/testbed.md
+#   OUT                            directory for configs, logs, reports (default out/bench-live)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +32,10 @@ for tool in ip tcpdump go; do
 done
 
 prefix="ldsperf-$$"
-OUT=${OUT:-$(mktemp -d /tmp/lds-bench-live.XXXXXX)}
+if [ -z "${OUT:-}" ]; then
+	OUT=$PWD/out/bench-live
+	rm -rf "$OUT"
+fi
 RINGS=${RINGS:-"1048576x64 262144x4"}
 THREADS=${THREADS:-"1 2"}
 mkdir -p "$OUT"
@@ -86,20 +88,5 @@ for ring in $RINGS; do
 done
 
 cat "$report"
-if [ "${NO_DOC:-}" = 1 ]; then
-	exit "$status"
-fi
-doc=docs/testbed.md
-begin='<!-- bench-live report: begin -->'
-end='<!-- bench-live report: end -->'
-if ! grep -qF "$begin" "$doc"; then
-	printf '\n### Latest bench-live run\n\n%s\n%s\n' "$begin" "$end" >>"$doc"
-fi
-awk -v b="$begin" -v e="$end" -v f="$report" '
-	$0 == b { print; while ((getline l < f) > 0) print l; skip = 1; next }
-	$0 == e { skip = 0 }
-	!skip { print }
-' "$doc" >"$OUT/testbed.md.new"
-mv "$OUT/testbed.md.new" "$doc"
-echo "bench-live: report written into $doc (status $status)"
+echo "bench-live: report in $report (docs/runs/bench-live.md is the run docs/testbed.md cites; copy the new report there to replace it)"
 exit "$status"

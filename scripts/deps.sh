@@ -16,6 +16,13 @@ echo "deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # prometheus pulls in a service; policy-rc.d keeps apt from starting daemons.
-printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
-trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+# An existing policy-rc.d (the host's own policy) is left as it is; only
+# one this script put there is removed.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\n# temporary: lds scripts/deps.sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+else
+  echo "deps: keeping the existing /usr/sbin/policy-rc.d (it decides whether apt may start services)" >&2
+fi
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e-common.sh: what scripts/e2e-live.sh and scripts/e2e-real.sh share
 # (sourced, not run): the preflight checks, the namespace cleanup of an
-# interrupted run, and the splice of a run's report into docs/testbed.md.
+# interrupted run, and the run's directory and report under out/.
 
 # e2e_preflight NAME TOOL...: root and every tool present, or exit 1 saying
 # what is missing.
@@ -25,26 +25,26 @@ e2e_cleanup_on_exit() {
 	trap 'for ns in "${E2E_NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done' EXIT INT TERM
 }
 
-# e2e_splice NAME HEADING HEADER REPORT OUT: replace the text between the
-# "NAME report" markers of docs/testbed.md with HEADER, a blank line and
-# REPORT (its headings demoted to ####), appending the markers under
-# HEADING when they are missing.
-e2e_splice() {
-	local name=$1 heading=$2 header=$3 report=$4 out=$5
-	local doc=docs/testbed.md
-	local begin="<!-- $name report: begin -->" end="<!-- $name report: end -->"
-	if ! grep -qF "$begin" "$doc"; then
-		printf '\n%s\n\n%s\n%s\n' "$heading" "$begin" "$end" >>"$doc"
-	fi
+# e2e_report NAME HEADER BODY OUT: write OUT/report.md, the run's report:
+# HEADER, a blank line, then BODY (the test's own report). Reference pages
+# cite a run's figures from a copy in docs/runs/NAME.md, made by hand.
+e2e_report() {
+	local name=$1 header=$2 body=$3 out=$4
 	{
 		echo "$header"
 		echo
-		sed -e 's/^#\{1,3\} /#### /' "$report"
-	} >"$out/section.md"
-	awk -v b="$begin" -v e="$end" -v f="$out/section.md" '
-		$0 == b { print; while ((getline l < f) > 0) print l; skip = 1; next }
-		$0 == e { skip = 0 }
-		!skip { print }
-	' "$doc" >"$out/testbed.md.new"
-	mv "$out/testbed.md.new" "$doc"
+		cat "$body"
+	} >"$out/report.md"
+	echo "$name: report in $out/report.md (docs/runs/$name.md is the run docs/testbed.md cites; copy the new report there to replace it)"
+}
+
+# e2e_outdir NAME: the run's directory, $OUT or the repository's out/NAME
+# (emptied first; absolute, as go test runs in the package's directory).
+e2e_outdir() {
+	if [ -n "${OUT:-}" ]; then
+		echo "$OUT"
+		return
+	fi
+	rm -rf "$PWD/out/$1"
+	echo "$PWD/out/$1"
 }

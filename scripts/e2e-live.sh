@@ -2,14 +2,14 @@
 # e2e-live.sh runs the long live testbed (test/e2e, TestLiveLong):
 # three network namespaces, the lds-linkem link emulator, lds-sender and
 # lds-receiver as real processes joined by mTLS gRPC, tcpdump at both taps
-# for ground truth. It writes the report into docs/testbed.md between the
-# "e2e-live report" markers (and keeps the run's files under $OUT).
+# for ground truth. It writes the report to $OUT/report.md and keeps the
+# run's files under $OUT (default out/e2e-live, emptied first).
 #
 # Needs root, ip(8) and tcpdump. Knobs (environment):
 #   LDS_TESTBED_INTERVALS (default 20)  measured 1 s intervals
 #   LDS_TESTBED_PPS       (default 10000, at most 25000)
 #   LDS_TESTBED_FLOWS     (default 1000)
-#   OUT                   directory for configs, captures, logs, results
+#   OUT                   directory for configs, captures, logs, results (default out/e2e-live)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 e2e_preflight e2e-live ip tcpdump go
 
 prefix="ldstb-e2e-$$"
-OUT=${OUT:-$(mktemp -d /tmp/lds-e2e-live.XXXXXX)}
-report="$OUT/report.md"
+OUT=$(e2e_outdir e2e-live)
+report="$OUT/test-report.md"
 mkdir -p "$OUT"
 
 e2e_cleanup_on_exit "$prefix-src" "$prefix-mid" "$prefix-dst"
@@ -36,6 +36,5 @@ if [ ! -s "$report" ]; then
 	exit 1
 fi
 
-e2e_splice e2e-live "## Latest long run" "\`scripts/e2e-live.sh\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):" "$report" "$OUT"
-echo "e2e-live: report written into docs/testbed.md (test exit status $status)"
+e2e_report e2e-live "\`scripts/e2e-live.sh\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):" "$report" "$OUT"
 exit "$status"

@@ -8,13 +8,14 @@
 # by side (interval 2s + max_delay 900ms, and the defaults), then a
 # deep-queue run (1450-packet FIFO, delays up to ~0.9 s; interval 3s +
 # max_delay 1400ms, and the defaults), then a low-delay run (50-packet
-# FIFO, rate-held TCP) at the defaults. It writes
-# the report into docs/testbed.md between the "e2e-real report" markers.
+# FIFO, rate-held TCP) at the defaults. It writes the report to
+# $OUT/report.md and keeps the run's files under $OUT (default
+# out/e2e-real, emptied first).
 #
 # Needs root, ip, tc, tcpdump, ethtool, iperf3, curl, ping (make deps).
 # Knobs (environment):
 #   LDS_REAL_SECONDS (default 120)  traffic per run
-#   OUT                             directory for configs, captures, logs, results
+#   OUT                             directory for configs, captures, logs, results (default out/e2e-real)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +23,8 @@ cd "$(dirname "$0")/.."
 e2e_preflight e2e-real ip tc tcpdump ethtool iperf3 curl ping go
 
 prefix="ldsrl-e2e-$$"
-OUT=${OUT:-$(mktemp -d /tmp/lds-e2e-real.XXXXXX)}
-report="$OUT/report.md"
+OUT=$(e2e_outdir e2e-real)
+report="$OUT/test-report.md"
 mkdir -p "$OUT"
 : >"$report"
 
@@ -43,6 +44,5 @@ if [ ! -s "$report" ]; then
 	exit 1
 fi
 
-e2e_splice e2e-real "### Long run" "\`LDS_REAL_SECONDS=$secs make e2e-real\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):" "$report" "$OUT"
-echo "e2e-real: report written into docs/testbed.md (test exit status $status)"
+e2e_report e2e-real "\`LDS_REAL_SECONDS=$secs make e2e-real\` on $(nproc) cores ($(uname -r)), test status: $([ "$status" = 0 ] && echo pass || echo FAIL):" "$report" "$OUT"
 exit "$status"

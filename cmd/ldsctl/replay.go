@@ -27,6 +27,7 @@ func cmdReplay(args []string) error {
 	estimator := fs.String("estimator", "", "override sketch.estimator (decode or paper)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	firstPartial := fs.Bool("first-partial", false, "the captures began mid-traffic: flag the first interval partial (default: a capture is complete from the start of its first interval)")
+	allowReversed := fs.Bool("allow-reversed", false, "replay even when the receiver's capture holds the packets before the sender's (refused by default: the captures look swapped)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
 	_ = fs.Parse(args)
@@ -67,7 +68,7 @@ func cmdReplay(args []string) error {
 	}
 	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()
-	opt := replay.Options{Config: cfg, SenderPcap: *sp, ReceiverPcap: *rp, Out: *out, Version: version.Version, FirstPartial: *firstPartial}
+	opt := replay.Options{Config: cfg, SenderPcap: *sp, ReceiverPcap: *rp, Out: *out, Version: version.Version, FirstPartial: *firstPartial, AllowReversed: *allowReversed}
 	if !*quiet && isTerminal(os.Stderr) {
 		opt.Progress = os.Stderr
 	}
@@ -82,7 +83,7 @@ func cmdReplay(args []string) error {
 	if *table > 0 {
 		report.Table(os.Stdout, ivs, *table)
 	}
-	fmt.Fprintf(os.Stderr, "replay done in %.2fs: intervals by outcome %v, %d flow records, %d sketch bytes shipped", sum.Elapsed.Seconds(), sum.Intervals, sum.Flows, sum.SketchBytes)
+	fmt.Fprintf(os.Stderr, "replay done in %.2fs: intervals by outcome: %s; %d flow records, %d sketch bytes shipped", sum.Elapsed.Seconds(), report.Outcomes(sum.Intervals), sum.Flows, sum.SketchBytes)
 	if *out != "" {
 		fmt.Fprintf(os.Stderr, "; results in %s", *out)
 	}

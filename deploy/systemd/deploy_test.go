@@ -352,8 +352,19 @@ func configure(t *testing.T, a, b *host, seed string) {
 	for _, h := range []*host{a, b} {
 		h.sh("chgrp lds /etc/lds/*.yaml && chmod 0640 /etc/lds/*.yaml") // they hold the seed
 	}
-	a.must("lds-sender", "--config", "/etc/lds/sender.yaml", "--check-config")
-	b.must("lds-receiver", "--config", "/etc/lds/receiver.yaml", "--check-config")
+	t.Logf("lds-a: lds-sender --check-config:\n%s", a.must("lds-sender", "--config", "/etc/lds/sender.yaml", "--check-config"))
+	t.Logf("lds-b: lds-receiver --check-config:\n%s", b.must("lds-receiver", "--config", "/etc/lds/receiver.yaml", "--check-config"))
+	// The preflight on a broken host: a key user lds cannot read, and a
+	// capture interface that is not there. It must fail, naming each.
+	a.must("chmod", "0600", "/etc/lds/tls/sender.key")
+	out, err := a.run("lds-sender", "--config", "/etc/lds/sender.yaml", "--check-config", "--interface", "eth9")
+	a.must("chmod", "0640", "/etc/lds/tls/sender.key")
+	for _, want := range []string{"FAIL sender.tls.key = /etc/lds/tls/sender.key: not readable by user lds", "chmod 0640 /etc/lds/tls/sender.key",
+		"FAIL capture.source.interface = eth9: no such interface", "lds-sender would not run as configured: 2 failed"} {
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("--check-config on a broken host: err %v, output lacks %q:\n%s", err, want, out)
+		}
+	}
 }
 
 // builtDeb is the one package `make deb` left in dist/.

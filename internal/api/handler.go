@@ -437,6 +437,9 @@ type IntervalSummary struct {
 	// of this interval; its records withhold their loss (status
 	// capture_drops). Absent where neither end dropped any.
 	CaptureDrops *results.CaptureDrops `json:"capture_drops,omitempty"`
+	// DelayBeyondWindow: packets slower than the hold window moved to a
+	// neighbouring interval, so loss is withheld (docs/operations.md, "Flow status").
+	DelayBeyondWindow bool `json:"delay_beyond_window,omitempty"`
 }
 
 // IntervalsAnswer is the body of /api/v1/intervals: newest first per sender.
@@ -457,7 +460,8 @@ func (s *Store) intervals(q url.Values) (answer, *paramError) {
 				Sender: iv.Sender, Interval: iv.Interval, StartNS: iv.StartNS, Outcome: iv.Outcome,
 				Flows: len(iv.Flows), Links: len(iv.Links), UsableCellRatio: results.Float(iv.UsableCellRatio),
 				SenderDrops: iv.SenderDrops, ReceiverDrops: iv.ReceiverDrops, SketchBytes: iv.SketchBytes,
-				CaptureDrops: iv.CaptureDrops,
+				CaptureDrops:      iv.CaptureDrops,
+				DelayBeyondWindow: iv.BeyondWindow,
 			})
 		}
 	}

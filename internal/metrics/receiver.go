@@ -482,7 +482,8 @@ func (r *Receiver) SetClock(end, sender, state string, offsetNS int64, errBoundN
 // export it as lds_ptp_state and lds_ptp_offset_seconds with end="receiver",
 // sender="": from start, before any sender connects or any interval is
 // published, so that an operator sees why delays are withheld. It takes
-// the place of SetClock("receiver", "", ...). f must be safe for
+// the place of every SetClock("receiver", ...): the receiver's clock has
+// one series, whichever senders it measures against. f must be safe for
 // concurrent use and must not call back into r.
 func (r *Receiver) SetOwnClock(f func() OwnClock) {
 	r.mu.Lock()
@@ -644,8 +645,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, d.PTPState, 1, "receiver", "", oc.State)
 	}
 	for k, cs := range r.clocks {
-		if own != nil && k == (clockKey{"receiver", ""}) {
-			continue
+		if own != nil && k.end == "receiver" {
+			continue // the own clock has one series, sender="" (above)
 		}
 		gauge(ch, d.PTPOffset, cs.offset, k.end, k.sender)
 		gauge(ch, d.PTPErr, cs.errBound, k.end, k.sender)

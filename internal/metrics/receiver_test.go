@@ -110,6 +110,10 @@ func TestReceiverGolden(t *testing.T) {
 	r.FrameError("a", "bad_seq")
 	r.SetClock("sender", "a", "holdover", 1200, 5000)
 	r.SetClock("receiver", "", "unsynced", 99, 99) // SetOwnClock takes its place
+	// and that of every other receiver-end series: the receiver's clock is
+	// exported once (sender=""), never again per sender or as "unknown".
+	r.SetClock("receiver", "a", "synced", 5, 5)
+	r.SetClock("receiver", "unknown", "unknown", 0, 0)
 	r.SetOwnClock(func() OwnClock { return OwnClock{State: "synced", OffsetNS: -300, HaveOffset: true} })
 	r.CaptureCounters(123456, map[string]uint64{"kernel": 7, "truncated": 2})
 	r.ResultsFileReasons([]string{"no_space", "io"})

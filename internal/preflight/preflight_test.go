@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -321,6 +322,45 @@ func TestInterface(t *testing.T) {
 			}
 			if r.Failed() != tc.failed {
 				t.Errorf("failed = %v, want %v:\n%s", r.Failed(), tc.failed, lines(r))
+			}
+		})
+	}
+}
+
+// TestLogStartWarnings: a daemon about to start logs a guessable seed and
+// a private key every user can read, naming the key and the file.
+func TestLogStartWarnings(t *testing.T) {
+	dir := t.TempDir()
+	world, private := filepath.Join(dir, "world.key"), filepath.Join(dir, "private.key")
+	for p, mode := range map[string]os.FileMode{world: 0o644, private: 0o640} {
+		if err := os.WriteFile(p, []byte("k"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, seed, key string
+		want, not       []string
+	}{
+		{"weak seed, world-readable key", "x", world, []string{"sketch.seed is weak: 1 characters", "key=sender.tls.key path=" + world, "mode=-rw-r--r--"}, nil},
+		{"strong seed, private key", "3f1c9a7be2d4408c95e1d0b6a7f23c18", private, nil, []string{"WARN"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			c := config.DefaultCommon()
+			c.Sketch.Seed = tc.seed
+			LogStartWarnings(slog.New(slog.NewTextHandler(&b, nil)), &c, map[string]string{"sender.tls.key": tc.key})
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("log lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("log has %q:\n%s", w, b.String())
+				}
 			}
 		})
 	}

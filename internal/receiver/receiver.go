@@ -541,8 +541,11 @@ func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
 	if own.State == "" {
 		own = r.ownClock()
 	}
-	r.metrics.SetClock("receiver", sender, own.State, own.OffsetNS, math.NaN())
-	r.metrics.SetClock("sender", sender, other.State, other.OffsetNS, math.NaN())
+	// The receiver's own clock is exported once, from start (SetOwnClock);
+	// a sender's, once an interval of it has brought its clock state.
+	if other.State != "" {
+		r.metrics.SetClock("sender", sender, other.State, other.OffsetNS, math.NaN())
+	}
 	bad := func(st string) bool { return st != string(ptp.StateSynced) && st != string(ptp.StateDisabled) }
 	c := Clock{Unsynced: bad(own.State) || bad(other.State)}
 	if own.State == string(ptp.StateSynced) && other.State == string(ptp.StateSynced) {

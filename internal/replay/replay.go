@@ -37,6 +37,9 @@ type Options struct {
 	// from the start of its first packet's interval.
 	FirstPartial bool
 	OnInterval   func(*results.Interval)
+	// AllowReversed replays captures whose packets reach the receiver's
+	// tap before the sender's (refused by default: swapped captures).
+	AllowReversed bool
 }
 
 // Summary of a replay.
@@ -83,6 +86,11 @@ func loadInto(path string, c *config.Receiver) error {
 func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	t0 := time.Now()
 	sum := Summary{Intervals: map[string]int{}}
+	if !opt.AllowReversed {
+		if err := checkDirection(opt.Config, opt.SenderPcap, opt.ReceiverPcap); err != nil {
+			return sum, err
+		}
+	}
 	start, err := captureStart(opt.SenderPcap, opt.Config.Interval.Nanoseconds(), opt.FirstPartial)
 	if err != nil {
 		return sum, err

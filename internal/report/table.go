@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/lds-net/lds/internal/capture"
@@ -64,7 +65,7 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 		all = append(all, a)
 	}
 	slices.SortFunc(all, func(a, b *agg) int { return cmp.Compare(b.pk, a.pk) })
-	fmt.Fprintf(w, "intervals: %v\n\n", outcomes)
+	fmt.Fprintf(w, "intervals by outcome: %s\n\n", Outcomes(outcomes))
 	fmt.Fprintf(w, "Top %d flows by packets (all complete intervals)\n", min(n, len(all)))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "flow\tproto\tpackets\tlost\tdelay (ms)\tstddev (ms)\tp50 (ms)\tp99 (ms)\tsamples\t")
@@ -98,6 +99,34 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", l.Interval, l.Class, l.Sent, l.Received, loss, ms(l.DelayNS), ms(l.StddevNS), ms(l.P50NS), ms(l.P99NS))
 	}
 	tw.Flush()
+	fmt.Fprint(w, legend)
+}
+
+// legend explains Table's columns (docs/results.md has the fields).
+const legend = `
+Columns: packets and lost are counted by the sketches; delay is the mean one-way
+delay and stddev its standard deviation; p50/p99 are delay quantiles from
+consistently sampled packets (docs/sampling.md); samples is the effective
+sample size behind the delay. "-": not estimated (a quantile needs at least 10
+(p50) or 50 (p99) sampled packets; a delay needs usable sketch cells).
+`
+
+// Outcomes prints interval counts by outcome as "matched 5, partial 1",
+// sorted by outcome.
+func Outcomes(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // FlowTable prints flow records as they are (one interval's API answer).

@@ -177,7 +177,7 @@ func checkSqueezeFlags(t *testing.T, res *SqueezeResult, squeezed map[capture.Fl
 			seen := (!r.Spike || p99 >= baseP99[r.Key]+1e6 || mean >= baseMean[r.Key]+1e6) &&
 				(!r.LossSpike || lossRatio >= baseLoss[r.Key]+0.02)
 			what := fmt.Sprintf("flow %v flagged in interval %+d (spike %v, loss_spike %v; p99 %.3f ms, p99_low %.3f ms, mean %.3f ms, loss %.1f/%.0f; truth p99 %.3f ms, mean %.3f ms, loss ratio %.3f; truth's median before the squeeze p99 %.3f ms, mean %.3f ms, loss ratio %.3f)",
-				r.Key, r.Interval-res.Onset, r.Spike, r.LossSpike, ptrOr(r.P99NS)/1e6, ptrOr(r.P99LowNS)/1e6, ptrOr(r.DelayNS)/1e6, r.Loss, r.Packets,
+				r.Key, r.Interval-res.Onset, r.Spike, r.LossSpike, ptrOr(r.P99NS)/1e6, ptrOr(r.P99LowNS)/1e6, ptrOr(r.DelayNS)/1e6, ptrOr(r.Loss), r.Packets,
 				p99/1e6, mean/1e6, lossRatio, baseP99[r.Key]/1e6, baseMean[r.Key]/1e6, baseLoss[r.Key])
 			switch {
 			case seen:

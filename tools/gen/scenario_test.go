@@ -202,7 +202,7 @@ func FuzzParseScenario(f *testing.F) {
 func TestScenarioUnknownKey(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"flowz: 10\n", "flowz (line 1): unknown key; the top level has:"},
-		{"classes:\n  - name: a\n    delay_modle: {}\n", "classes[0].delay_modle (line 3): unknown key"},
+		{"classes:\n  - name: a\n    delay_mod: {}\n", "classes[0].delay_mod (line 3): unknown key"},
 	} {
 		_, err := ParseScenario([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "docs/gen-eval.md") {
