@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"time"
@@ -40,10 +41,10 @@ func cmdMemory(args []string) error {
 	in := config.MemoryInput{PPS: *pps, Replay: *replay, Procs: *procs}
 	rb, sb := rc.MemoryBound(in), sc.MemoryBound(in)
 	config.WriteMemoryBound(os.Stdout, "lds-receiver", rb)
-	writeRing(rc.Capture.Source, *pps, *frame)
+	writeRing(os.Stdout, rc.Capture.Source, *pps, *frame)
 	fmt.Println()
 	config.WriteMemoryBound(os.Stdout, "lds-sender", sb)
-	writeRing(sc.Capture.Source, *pps, *frame)
+	writeRing(os.Stdout, sc.Capture.Source, *pps, *frame)
 	if *replay {
 		live := rb.Live + sb.Live
 		fmt.Printf("\nldsctl replay (both in one process): live %d bytes, peak resident %d bytes (%.0f MiB)\n",
@@ -68,13 +69,13 @@ func decodeFile(path string, into any) error {
 // writeRing prints a live source's capture ring: kernel memory outside
 // the bound above, and how long it holds traffic while the daemon does
 // not read (stopped, starved of CPU) before the kernel drops packets.
-func writeRing(src capture.SourceConfig, pps float64, frame int) {
+func writeRing(w io.Writer, src capture.SourceConfig, pps float64, frame int) {
 	if src.Kind != "afpacket" {
 		return
 	}
 	bs, nb := capture.RingGeometry(src.BlockSize, src.NumBlocks)
 	rate := pps * float64(min(frame, src.Snaplen)+capture.RingFrameOverhead)
-	fmt.Printf("  capture ring (kernel memory, not in the bound): %d × %d × %s = %s; holds %v of traffic at low packet rates "+
+	fmt.Fprintf(w, "  capture ring (kernel memory, not in the bound): %d × %d × %s = %s; holds %v of traffic at low packet rates "+
 		"(num_blocks × block_timeout), %v at %.0f packets/s of %d bytes (block_size × num_blocks / bytes a second)\n",
 		max(1, src.Workers), nb, mibText(int64(bs)), mibText(int64(max(1, src.Workers)*bs*nb)),
 		capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, 0), capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, rate).Round(time.Millisecond),

@@ -203,3 +203,28 @@ func TestFlagsWithholdLoss(t *testing.T) {
 		})
 	}
 }
+
+// FuzzFlowRecordJSON: whatever UnmarshalJSON accepts, MarshalLine writes
+// back (or refuses with an error) and reads again the same, a withheld
+// (null) loss staying null.
+func FuzzFlowRecordJSON(f *testing.F) {
+	f.Add([]byte(`{"interval":1,"src":"10.0.0.1","dst":"10.0.0.2","proto":6,"loss":null,"status":"capture_drops"}`))
+	f.Add([]byte(`{"interval":1,"src":"2001:db8::1","dst":"2001:db8::2","proto":17,"loss":2.5,"packets":10,"loss_bound":3}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r FlowRecord
+		if err := r.UnmarshalJSON(b); err != nil {
+			return
+		}
+		line, err := MarshalLine(nil, &r)
+		if err != nil {
+			return // a non-finite count: refused, never written
+		}
+		var back FlowRecord
+		if err := back.UnmarshalJSON(line[:len(line)-1]); err != nil {
+			t.Fatalf("%s does not read back: %v", line, err)
+		}
+		if (back.Loss == nil) != (r.Loss == nil) || (r.Loss != nil && *back.Loss != *r.Loss) {
+			t.Fatalf("loss %v read back as %v from %s", r.Loss, back.Loss, line)
+		}
+	})
+}

@@ -213,6 +213,8 @@ func TestReadResults(t *testing.T) {
 func FuzzReadResults(f *testing.F) {
 	f.Add([]byte(`{"interval":1,"src":"10.0.0.1","dst":"10.0.0.2","sport":1,"dport":2,"proto":17,"delay_ns":5}` + "\n"))
 	f.Add([]byte("\n\n{}"))
+	f.Add([]byte(`{"interval":1,"src":"10.0.0.1","dst":"10.0.0.2","proto":6,"loss":null,"status":"capture_drops"}` + "\n" +
+		`{"interval":1,"src":"10.0.0.3","dst":"10.0.0.2","proto":6,"loss":3,"packets":10}` + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		recs, err := ReadResults(bytes.NewReader(b))
 		if err != nil {
