@@ -66,8 +66,20 @@ func TestAheadIntervalsPoisonNothing(t *testing.T) {
 			base := int64(1_763_000_000) * p.T
 			lateness := 2 * time.Second
 			maxPending := 64
-			genuine, rx := buildSides(t, p, base, simulate(t, p, base, tc.n, 0.01, 11))
+			pk := simulate(t, p, base, tc.n, 0.01, 11)
+			genuine, rx := buildSides(t, p, base, pk)
 			bogus, _ := buildSides(t, p, base, simulate(t, p, base, tc.n, 0, 99))
+			// The reference: the same genuine halves without anything ahead.
+			refSnd, refRx := buildSides(t, p, base, pk)
+			ref := map[int64]*Matched{}
+			rm := NewMatcher(p, time.Hour, maxPending)
+			for _, id := range SortedIDs(refRx) {
+				rm.AddSealed(refRx[id], time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
+				if si := refSnd[id]; si != nil {
+					rm.AddSender(si, SenderMeta{}, time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
+				}
+			}
+			rm.RxGone(time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
 
 			clock := time.Unix(0, base).Add(-tc.ahead) // the receiver's clock
 			m := NewMatcher(p, lateness, maxPending)
@@ -131,6 +143,9 @@ func TestAheadIntervalsPoisonNothing(t *testing.T) {
 					t.Errorf("interval %d matched with the early sender interval, not the genuine one", id)
 				case rx[id] != nil && mt.Outcome != results.OutcomeMatched && mt.Outcome != results.OutcomePartial:
 					t.Errorf("interval %d outcome %s, want matched", id, mt.Outcome)
+				case ref[id] == nil || ref[id].Outcome != mt.Outcome || (mt.Rx != nil) != (ref[id].Rx != nil) ||
+					mt.Rx != nil && (!sameSketches(mt.Rx, ref[id].Rx) || mt.Unresolved != ref[id].Unresolved):
+					t.Errorf("interval %d differs from the same halves matched without intervals ahead (its held packets placed otherwise)", id)
 				}
 			}
 			want := map[string]int{RefusedSupersededEarly: len(bogus)}

@@ -360,10 +360,14 @@ func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, 
 		st.early, st.held = true, true
 		m.nHeld++
 	}
-	if splitOK {
+	// The boundary function and the first flag of an interval ahead of
+	// the clock are not believed: the receiver's held packets are never
+	// placed by what may be a bogus interval (without them, its
+	// boundaries wait for one in time, or are placed by receive time).
+	if splitOK && !early {
 		st.fn = si.Split
 	}
-	if si.First {
+	if si.First && !early {
 		st.first = true
 	}
 	m.try(now, emit)

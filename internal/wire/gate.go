@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -95,8 +96,8 @@ func (g *Gate) Listener(lis net.Listener) (net.Listener, error) {
 
 // Creds wraps the server's transport credentials (nil: plaintext) so that
 // a completed handshake moves its connection from the pending pool to the
-// authenticated one. A plaintext connection (loopback only) is
-// "authenticated" as soon as it is accepted: it has no handshake.
+// authenticated one. A plaintext connection (loopback only) has no
+// handshake: it is "authenticated" once its peer has sent a byte.
 func (g *Gate) Creds(inner credentials.TransportCredentials) credentials.TransportCredentials {
 	if inner == nil {
 		inner = insecure.NewCredentials()
@@ -274,7 +275,20 @@ func (gc *gateCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 	}
 	g := gc.g
 	_ = raw.SetDeadline(c.since.Add(g.cfg.HandshakeTimeout))
-	conn, info, err := gc.TransportCredentials.ServerHandshake(raw)
+	var conn net.Conn
+	var info credentials.AuthInfo
+	var err error
+	if gc.Info().SecurityProtocol == "insecure" {
+		// Plaintext has no handshake: the connection counts as
+		// authenticated only once its peer has spoken (the HTTP/2
+		// preface), so that idle local sockets stay in the pending pool.
+		conn, err = firstByte(raw)
+		if err == nil {
+			conn, info, err = gc.TransportCredentials.ServerHandshake(conn)
+		}
+	} else {
+		conn, info, err = gc.TransportCredentials.ServerHandshake(raw)
+	}
 	if err != nil {
 		g.mu.Lock()
 		evicted := c.evicted
@@ -300,6 +314,31 @@ func (gc *gateCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 		return nil, nil, err
 	}
 	return conn, info, nil
+}
+
+// firstByte waits (under the connection's deadline) for the peer's first
+// byte and returns a connection that reads it again first.
+func firstByte(c net.Conn) (net.Conn, error) {
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return nil, err
+	}
+	return &prefixConn{Conn: c, prefix: b}, nil
+}
+
+// prefixConn reads prefix before the connection's own bytes.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.prefix) > 0 {
+		n := copy(b, p.prefix)
+		p.prefix = p.prefix[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
 }
 
 func (gc *gateCreds) Clone() credentials.TransportCredentials {

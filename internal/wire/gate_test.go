@@ -348,3 +348,43 @@ func TestSenderRefusalsLoggedAndCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestPlaintextIdleNotAuthenticated: on a plaintext (loopback) receiver an
+// idle socket has no handshake to fail, yet it stays pending until its
+// peer speaks: idle sockets the kernel finally hands over fill the
+// pending pool, none takes an authenticated slot, and a sender connects.
+func TestPlaintextIdleNotAuthenticated(t *testing.T) {
+	h := newRecHandler()
+	var conns refusalCounts
+	g := NewGate(GateConfig{MaxAuthenticated: 2, Refusals: &Refusals{Connection: conns.add}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := g.Listener(lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startServer(t, gl, serverConfig(), h, g.Creds(nil), 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fc := flood(ctx, addr, 50, []string{"127.0.0.1"}, false)
+	waitFor(t, "the flood's connections", 30*time.Second, func() bool { return fc.open.Load() >= 50 })
+	// After the kernel's deferral the idle sockets reach the gate.
+	waitFor(t, "idle sockets in the pending pool", 60*time.Second, func() bool { p, _ := g.Counts(); return p >= 2 })
+	if _, authed := g.Counts(); authed != 0 {
+		t.Fatalf("%d idle plaintext sockets took authenticated slots", authed)
+	}
+	c, err := NewClient(clientConfig(addr, "s1"), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := runClient(ctx, c)
+	if err := c.Submit(makeInterval(t, testParams(), 4, 50, 4), testMeta()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sender's interval", 10*time.Second, func() bool { return len(h.ids("s1")) == 1 })
+	c.Close()
+	cancel()
+	<-done
+}
