@@ -121,7 +121,13 @@ install: build
 			install -m 0644 configs/$$f $(DESTDIR)/etc/lds/$$f.new && echo "kept $(DESTDIR)/etc/lds/$$f; the new example is $$f.new"; \
 		else install -m 0644 configs/$$f $(DESTDIR)/etc/lds/; fi; \
 	done
-	install -m 0644 deploy/systemd/lds-sender.service deploy/systemd/lds-receiver.service $(DESTDIR)/etc/systemd/system/
+	# The units' Documentation= names the README installed here.
+	for f in lds-sender.service lds-receiver.service; do \
+		sed -e 's|file:///usr/share/doc/lds/|file:///usr/local/share/doc/lds/|' deploy/systemd/$$f > $(DESTDIR)/etc/systemd/system/$$f && \
+		chmod 0644 $(DESTDIR)/etc/systemd/system/$$f; done
+	install -d $(DESTDIR)/usr/local/share/doc/lds
+	install -m 0644 README.md $(DESTDIR)/usr/local/share/doc/lds/
+	cp -r docs $(DESTDIR)/usr/local/share/doc/lds/ && chmod -R u=rwX,go=rX $(DESTDIR)/usr/local/share/doc/lds/docs
 	# Debian's ptp4l@.service: hand ptp4l's root-only management socket to group lds (docs/ptp.md).
 	install -d $(DESTDIR)/usr/local/lib/lds $(DESTDIR)/etc/systemd/system/ptp4l@.service.d
 	install -m 0755 deploy/systemd/lds-ptp4l-socket $(DESTDIR)/usr/local/lib/lds/
