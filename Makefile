@@ -42,7 +42,7 @@ deb: nfpm-tool
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o dist/pkgroot/bin/ ./cmd/...
 	for f in lds-sender.service lds-receiver.service; do \
 		sed -e 's|/usr/local/bin/|/usr/bin/|g' deploy/systemd/$$f > dist/pkgroot/$$f; done
-	sed -e 's|/usr/local/lib/lds/|/usr/lib/lds/|g' -e 's|Installed by lds (`make install`)|Installed by the lds package|' \
+	sed -e 's|/usr/local/lib/lds/|/usr/lib/lds/|g' -e 's|Installed by lds (the package, or `make install`)|Installed by the lds package|' \
 		-e 's|/etc/systemd/system/ptp4l@.service.d/|/lib/systemd/system/ptp4l@.service.d/|g' \
 		deploy/systemd/ptp4l@.service.d/lds.conf > dist/pkgroot/ptp4l-lds.conf
 	printf 'lds (%s-1) unstable; urgency=medium\n\n  * Built from %s with make deb.\n\n -- lds maintainers <maintainers@users.noreply.a-seed-fe031387.example>  %s\n' \
