@@ -42,7 +42,7 @@ deb: nfpm-tool
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o dist/pkgroot/bin/ ./cmd/...
 	for f in lds-sender.service lds-receiver.service; do \
 		sed -e 's|/usr/local/bin/|/usr/bin/|g' deploy/systemd/$$f > dist/pkgroot/$$f; done
-	sed -e 's|/usr/local/lib/lds/|/usr/lib/lds/|g' -e 's|Installed by lds (`make install`)|Installed by the lds package|' \
+	sed -e 's|/usr/local/lib/lds/|/usr/lib/lds/|g' -e 's|Installed by lds (the package, or `make install`)|Installed by the lds package|' \
 		-e 's|/etc/systemd/system/ptp4l@.service.d/|/lib/systemd/system/ptp4l@.service.d/|g' \
 		deploy/systemd/ptp4l@.service.d/lds.conf > dist/pkgroot/ptp4l-lds.conf
 	printf 'lds (%s-1) unstable; urgency=medium\n\n  * Built from %s with make deb.\n\n -- lds maintainers <maintainers@users.noreply.a-seed-fe031387.example>  %s\n' \
@@ -124,7 +124,13 @@ install: build
 			install -m 0644 configs/$$f $(DESTDIR)/etc/lds/$$f.new && echo "kept $(DESTDIR)/etc/lds/$$f; the new example is $$f.new"; \
 		else install -m 0644 configs/$$f $(DESTDIR)/etc/lds/; fi; \
 	done
-	install -m 0644 deploy/systemd/lds-sender.service deploy/systemd/lds-receiver.service $(DESTDIR)/etc/systemd/system/
+	# The units' Documentation= names the README installed here.
+	for f in lds-sender.service lds-receiver.service; do \
+		sed -e 's|file:///usr/share/doc/lds/|file:///usr/local/share/doc/lds/|' deploy/systemd/$$f > $(DESTDIR)/etc/systemd/system/$$f && \
+		chmod 0644 $(DESTDIR)/etc/systemd/system/$$f; done
+	install -d $(DESTDIR)/usr/local/share/doc/lds
+	install -m 0644 README.md $(DESTDIR)/usr/local/share/doc/lds/
+	cp -r docs $(DESTDIR)/usr/local/share/doc/lds/ && chmod -R u=rwX,go=rX $(DESTDIR)/usr/local/share/doc/lds/docs
 	# Debian's ptp4l@.service: hand ptp4l's root-only management socket to group lds (docs/ptp.md).
 	install -d $(DESTDIR)/usr/local/lib/lds $(DESTDIR)/etc/systemd/system/ptp4l@.service.d
 	install -m 0755 deploy/systemd/lds-ptp4l-socket $(DESTDIR)/usr/local/lib/lds/

@@ -144,6 +144,11 @@ func checkFile(r *Report, a account, key, path string, secret bool) bool {
 	}
 	f, err := os.Open(path) // what the mode bits do not show: ACLs, LSMs, read errors
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0 {
+			r.add(Warn, key, path, fmt.Sprintf("user %s may read it, this user (uid %d) may not, so its content is not checked", a.name, os.Geteuid()),
+				"run --check-config as root to check it fully")
+			return false
+		}
 		r.add(Fail, key, path, "cannot be opened: "+err.Error(), "check the file")
 		return false
 	}

@@ -74,7 +74,7 @@ func dialMgmt(socket, base string, domain uint8) (*mgmtConn, error) {
 		_ = os.RemoveAll(dir)
 		if errors.Is(err, fs.ErrPermission) {
 			return nil, fmt.Errorf("connecting to ptp4l management socket %s: %w (this user may not write to it: linuxptp before 4.0 makes it root-only; "+
-				"the ptp4l@.service drop-in that make install puts in /etc/systemd/system/ptp4l@.service.d/ hands it to group lds, see docs/ptp.md \"Permissions\")", socket, err)
+				"the ptp4l@.service drop-in of the lds package (or of make install) hands it to group lds once ptp4l restarts, see docs/ptp.md \"Permissions\")", socket, err)
 		}
 		return nil, fmt.Errorf("connecting to ptp4l management socket %s: %w (is ptp4l running with uds_address %s?)", socket, err, socket)
 	}
