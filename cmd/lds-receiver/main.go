@@ -49,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	cfg, err := config.LoadReceiver(*path)
+	cfg, err := config.ReadReceiver(*path)
 	if err == nil {
 		common(&cfg.Common)
 		if *listen != "" {

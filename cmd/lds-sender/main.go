@@ -46,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	cfg, err := config.LoadSender(*path)
+	cfg, err := config.ReadSender(*path)
 	if err == nil {
 		common(&cfg.Common)
 		if *recv != "" {

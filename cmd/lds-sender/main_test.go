@@ -36,6 +36,11 @@ capture: {source: {kind: file, file: ` + filepath.Join(dir, "none.pcap") + `}}
 	if err := os.WriteFile(filepath.Join(dir, "present.pcap"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// No capture section: kind afpacket needs an interface, which a flag gives.
+	noIface := filepath.Join(dir, "noiface.yaml")
+	if err := os.WriteFile(noIface, []byte(strings.SplitAfter(yaml, "tls: {plaintext: true}}\n")[0]), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	missing := filepath.Join(dir, "missing.yaml")
 	for _, tc := range []struct {
 		name string
@@ -56,6 +61,8 @@ capture: {source: {kind: file, file: ` + filepath.Join(dir, "none.pcap") + `}}
 		{"missing file", []string{"--config", missing, "--check-config"}, cli.ExitUsage, "", []string{"lds-sender: configuration " + missing + ": "}},
 		{"a flag over the file fails validation", []string{"--config", cfg, "--log-level", "loud"}, cli.ExitUsage, "", []string{"lds-sender: configuration " + cfg + ": ", "log.level"}},
 		{"flags over the file", []string{"--config", present, "--receiver", "127.0.0.1:2", "--interface", "lo", "--log-level", "debug", "--check-config"}, 0, "...configuration OK: ", nil},
+		{"a flag gives a key the file lacks", []string{"--config", noIface, "--interface", "lo", "--check-config"}, 0, "...configuration OK: ", nil},
+		{"without the flag it is missing", []string{"--config", noIface, "--check-config"}, cli.ExitUsage, "", []string{"capture.source.interface: required"}},
 		{"run fails", []string{"--config", cfg}, cli.ExitFailed, "", []string{`msg="lds-sender stopped"`, "none.pcap"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -185,6 +185,7 @@ func TestTwoHostDeployment(t *testing.T) {
 	if n := b.prop("lds-receiver", "NRestarts"); n != recvRestarts {
 		t.Errorf("lds-receiver restarted while measuring (NRestarts %s, was %s):\n%s", n, recvRestarts, b.journal("lds-receiver"))
 	}
+	removeDeb(t, b)
 	t.Logf("deployment test: %s in all", time.Since(began).Round(time.Second))
 }
 
@@ -418,6 +419,29 @@ func installDeb(t *testing.T, h *host, deb, describe string) {
 		if out, want := strings.TrimSpace(h.must(bin, "--version")), bin+" "+describe; out != want {
 			t.Errorf("%s: %s --version says %q, want %q (git describe of the tree the package was built from)", h.name, bin, out, want)
 		}
+	}
+}
+
+// removeDeb removes, then purges, the package on a host whose daemon runs:
+// removal stops it, purging removes the units' files and the
+// configurations, and keeps user lds and the results in /var/lib/lds.
+func removeDeb(t *testing.T, h *host) {
+	t.Helper()
+	h.must("dpkg", "-r", "lds")
+	for _, unit := range []string{"lds-sender", "lds-receiver"} {
+		if st := h.prop(unit, "ActiveState"); st == "active" || st == "activating" {
+			t.Errorf("%s: after dpkg -r, %s is %s, want stopped", h.name, unit, st)
+		}
+	}
+	h.must("dpkg", "--purge", "lds")
+	for _, gone := range []string{"/usr/bin/lds-receiver", "/lib/systemd/system/lds-receiver.service", "/etc/lds/receiver.yaml"} {
+		if _, err := os.Stat(h.path(gone)); err == nil {
+			t.Errorf("%s: %s is still there after dpkg --purge", h.name, gone)
+		}
+	}
+	h.must("getent", "passwd", "lds")
+	if _, err := os.Stat(h.path("/var/lib/lds/results.jsonl")); err != nil {
+		t.Errorf("%s: dpkg --purge removed the results: %v", h.name, err)
 	}
 }
 

@@ -197,8 +197,19 @@ func DefaultReceiver() Receiver {
 	}}
 }
 
-// LoadSender reads path (empty = defaults only) over the defaults.
+// LoadSender reads path (empty = defaults only) over the defaults and
+// validates the result.
 func LoadSender(path string) (Sender, error) {
+	c, err := ReadSender(path)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// ReadSender reads path over the defaults without validating, so that
+// command-line flags can still set keys before Validate.
+func ReadSender(path string) (Sender, error) {
 	c := DefaultSender()
 	if err := load(path, &c); err != nil {
 		return c, err
@@ -206,16 +217,24 @@ func LoadSender(path string) (Sender, error) {
 	if c.Sender.ID == "" {
 		c.Sender.ID, _ = os.Hostname() // documented default of sender.id
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
-// LoadReceiver reads path (empty = defaults only) over the defaults.
+// LoadReceiver reads path (empty = defaults only) over the defaults and
+// validates the result.
 func LoadReceiver(path string) (Receiver, error) {
-	c := DefaultReceiver()
-	if err := load(path, &c); err != nil {
+	c, err := ReadReceiver(path)
+	if err != nil {
 		return c, err
 	}
 	return c, c.Validate()
+}
+
+// ReadReceiver reads path over the defaults without validating (see
+// ReadSender).
+func ReadReceiver(path string) (Receiver, error) {
+	c := DefaultReceiver()
+	return c, load(path, &c)
 }
 
 func load(path string, into any) error {
