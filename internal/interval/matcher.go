@@ -220,6 +220,8 @@ func (s *bndState) empty() bool {
 type senderEntry struct {
 	si   *SenderInterval
 	meta SenderMeta
+	// splitOK: the interval's boundary function was built.
+	splitOK bool
 }
 
 // NewMatcher makes a matcher that waits up to lateness (wall clock) for the
@@ -354,7 +356,7 @@ func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, 
 		return false
 	}
 	st = m.iv(si.ID)
-	st.snd, st.sndSince = &senderEntry{si: si, meta: meta}, now
+	st.snd, st.sndSince = &senderEntry{si: si, meta: meta, splitOK: splitOK}, now
 	m.nSnd++
 	if early {
 		st.early, st.held = true, true
@@ -364,11 +366,8 @@ func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, 
 	// the clock are not believed: the receiver's held packets are never
 	// placed by what may be a bogus interval (without them, its
 	// boundaries wait for one in time, or are placed by receive time).
-	if splitOK && !early {
-		st.fn = si.Split
-	}
-	if si.First && !early {
-		st.first = true
+	if !early {
+		m.believe(st)
 	}
 	m.try(now, emit)
 	return true
@@ -393,7 +392,35 @@ func (m *Matcher) expired(since time.Time, now time.Time) bool {
 	return !since.IsZero() && now.Sub(since) >= m.lateness
 }
 
+// believe takes the boundary function and the first flag of st's sender
+// interval: at once for one in time, and for one that arrived ahead of
+// the clock only once nothing in time can replace it any more (believeHeld).
+func (m *Matcher) believe(st *ivState) {
+	if st.snd.splitOK {
+		st.fn = st.snd.si.Split
+	}
+	if st.snd.si.First {
+		st.first = true
+	}
+}
+
+// believeHeld believes each sender interval that arrived ahead of the clock
+// and is now to be matched as it is: the receiver's half waited lateness
+// for one in time, or the sender is gone. (The clock passing it is not
+// enough: the genuine interval may still come within lateness.) Its boundaries
+// are then placed by its function, as an interval in time's are, before
+// they would fall back to receive time.
+func (m *Matcher) believeHeld(now time.Time) {
+	for _, st := range m.ivs {
+		if st.early && st.snd != nil && st.fn == nil &&
+			(m.senderGone || (st.rx != nil && m.expired(st.rxSince, now))) {
+			m.believe(st)
+		}
+	}
+}
+
 func (m *Matcher) try(now time.Time, emit func(*Matched)) {
+	m.believeHeld(now)
 	m.resolve(now)
 	ids := make([]int64, 0, m.nRx+m.nSnd)
 	for id, st := range m.ivs {
