@@ -52,6 +52,12 @@ func (c *refusalCounts) add(reason string) {
 	c.n[reason]++
 }
 
+func (c *refusalCounts) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
 func (c *refusalCounts) get(reason string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -197,7 +203,7 @@ func TestIdleFloodDoesNotLockOutSenders(t *testing.T) {
 			<-done
 			pending, authed := gs.gate.Counts()
 			t.Logf("the sender connected in %v with %d flood sockets open; flood opened %d in all; refusals %v; pool now %d pending, %d authenticated",
-				took.Round(time.Millisecond), open, fc.opened.Load(), gs.conns.n, pending, authed)
+				took.Round(time.Millisecond), open, fc.opened.Load(), gs.conns.snapshot(), pending, authed)
 			if open < int64(tc.n)/2 {
 				t.Errorf("only %d of the flood's %d sockets were open when the sender connected: not a sustained flood", open, tc.n)
 			}
