@@ -127,7 +127,7 @@ func (s *Store) Handler() http.Handler {
 		}
 		s.writing.Add(1)
 		defer s.writing.Add(-1)
-		bw := bufio.NewWriterSize(&deadlineWriter{w: w, rc: http.NewResponseController(w)}, 32<<10)
+		bw := bufio.NewWriterSize(&deadlineWriter{w: w, rc: http.NewResponseController(w), idle: s.writeIdle}, 32<<10)
 		if err := ans(bw); err != nil {
 			if errors.Is(err, errEncode) {
 				// The client sees a broken connection, never a
@@ -140,15 +140,16 @@ func (s *Store) Handler() http.Handler {
 	})
 }
 
-// deadlineWriter sets the response's write deadline WriteIdle ahead of
-// every write (where the ResponseWriter supports deadlines).
+// deadlineWriter sets the response's write deadline idle (WriteIdle)
+// ahead of every write (where the ResponseWriter supports deadlines).
 type deadlineWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	idle time.Duration
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(WriteIdle))
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.idle))
 	return d.w.Write(p)
 }
 
