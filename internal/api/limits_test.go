@@ -105,10 +105,14 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestWritingCap: while MaxWriting answers are being written, one more
-// request gets 503 with Retry-After; once they finish it is served.
+// TestWritingCap: while MaxWriting large answers are being written (their
+// clients do not read), one more large request gets 503 with Retry-After,
+// small ones are still answered; once the large ones finish, a large one
+// is served again.
 func TestWritingCap(t *testing.T) {
-	h := testStore().Handler()
+	s, _ := bigStore(2 * SmallAnswer)
+	h := s.Handler()
+	large := fmt.Sprintf("/api/v1/flows?limit=%d", SmallAnswer+1)
 	release := make(chan struct{})
 	var wg sync.WaitGroup
 	for range MaxWriting {
@@ -116,18 +120,23 @@ func TestWritingCap(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/flows", nil))
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, large, nil))
 		}()
 		<-w.writing
 	}
 	rr := httptest.NewRecorder()
-	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/api/v1/flows", nil))
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, large, nil))
 	if rr.Code != http.StatusServiceUnavailable || rr.Header().Get("Retry-After") == "" {
-		t.Errorf("request beyond the cap: %d (Retry-After %q), want 503 with Retry-After", rr.Code, rr.Header().Get("Retry-After"))
+		t.Errorf("large request beyond the cap: %d (Retry-After %q), want 503 with Retry-After", rr.Code, rr.Header().Get("Retry-After"))
+	}
+	for _, small := range []string{"/api/v1/flows", fmt.Sprintf("/api/v1/flows?limit=%d", SmallAnswer), "/api/v1/links", "/api/v1/intervals"} {
+		if code, body := do(t, h, http.MethodGet, small); code != http.StatusOK {
+			t.Errorf("%s while %d large answers are held: %d %.200s", small, MaxWriting, code, body)
+		}
 	}
 	close(release)
 	wg.Wait()
-	if code, _ := do(t, h, http.MethodGet, "/api/v1/flows"); code != http.StatusOK {
+	if code, _ := do(t, h, http.MethodGet, large); code != http.StatusOK {
 		t.Errorf("after the others finished: %d", code)
 	}
 }
