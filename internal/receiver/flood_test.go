@@ -100,9 +100,6 @@ func TestReceiverIdleFlood(t *testing.T) {
 	// every slot when the connection cap was taken before TLS.
 	waitFor(t, "the sender's interval acknowledged under the flood", 10*time.Second, func() bool { return c.Stats().Acked == 1 })
 	t.Logf("acknowledged %v after submitting, with %d idle connections open", time.Since(start).Round(time.Millisecond), open.Load())
-	if open.Load() < int64(n)/2 {
-		t.Errorf("only %d of %d flood connections open when the sender got through", open.Load(), n)
-	}
 	waitFor(t, "refused flood connections counted", time.Minute, func() bool { return refusals(t, rx) > 0 })
 }
 
