@@ -96,8 +96,8 @@ func TestReceiverIdleFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	// Bounded on the event, below the 10 s for which an idle flood held
-	// every slot when the connection cap was taken before TLS.
+	// Bounded on the event, below the 10 s handshake deadline for which a
+	// cap taken before TLS would let idle sockets hold every slot.
 	waitFor(t, "the sender's interval acknowledged under the flood", 10*time.Second, func() bool { return c.Stats().Acked == 1 })
 	t.Logf("acknowledged %v after submitting, with %d idle connections open", time.Since(start).Round(time.Millisecond), open.Load())
 	waitFor(t, "refused flood connections counted", time.Minute, func() bool { return refusals(t, rx) > 0 })

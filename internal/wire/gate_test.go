@@ -191,8 +191,9 @@ func TestIdleFloodDoesNotLockOutSenders(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A bound on the event, generous against the tens of
-			// milliseconds it takes, and below the 10 s an idle flood held
-			// every slot for when the connection cap was taken before TLS.
+			// milliseconds it takes, and below the 10 s handshake deadline
+			// for which a cap taken before TLS would let idle sockets hold
+			// every slot.
 			start := time.Now()
 			waitFor(t, "the sender's interval under the flood", 10*time.Second, func() bool { return len(gs.h.ids("s1")) == 1 })
 			took, open := time.Since(start), fc.open.Load()
