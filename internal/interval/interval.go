@@ -140,6 +140,7 @@ func (s *Sketches) Reset() {
 type pool struct {
 	p  sync.Pool
 	sc sync.Pool // *splitScratch
+	ks sync.Pool // *[]BoundaryKey: a boundary's keys, kept from one interval to the next
 }
 
 // splitScratch is the boundary function's construction space, reused
@@ -165,6 +166,16 @@ func (pl *pool) putScratch(s *splitScratch) {
 		pl.sc.Put(s)
 	}
 }
+
+// getKeys returns a holder of key storage (empty, its capacity kept).
+func (pl *pool) getKeys() *[]BoundaryKey {
+	if k, ok := pl.ks.Get().(*[]BoundaryKey); ok {
+		return k
+	}
+	return new([]BoundaryKey)
+}
+
+func (pl *pool) putKeys(k *[]BoundaryKey) { pl.ks.Put(k) }
 
 func newPool(p Params) (*pool, error) {
 	if _, err := NewSketches(p); err != nil {
