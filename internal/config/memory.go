@@ -50,6 +50,9 @@ const (
 	// (hash, time) record in the boundary log, or its (hash, offset) key
 	// of a finished interval (16 B each).
 	boundaryKeyBytes = 16
+	// logSlackBytes is the records the boundary log keeps before the
+	// earliest key window (interval.logSlack, 4096 records of 16 B).
+	logSlackBytes = 4096 * boundaryKeyBytes
 	// spikeFlowBytes is one baseline of the spike detector.
 	spikeFlowBytes = 512
 	// resultsBufferBytes is the results file writer's buffer: a chunk of
@@ -237,7 +240,8 @@ func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 	return newBound([]MemoryTerm{
 		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * txCandBytes},
 		{"intervals open or waiting for their boundary window in the capture workers (2 + class per worker)", workers * open, sk},
-		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, twice for the slice's growth)", workers, 2 * keys},
+		{"boundary log of the capture workers (a ring of 2·max_delay + 3·guard of traffic and 4096 packets more, 16 B a packet, up to 5/4 of that for its growth)", workers, (keys + logSlackBytes) * 5 / 4},
+		{"boundary-key storage kept for reuse (1 per worker)", workers, keys},
 		{"heavy-flow tables (sketch.heavy per worker)", workers * heavy, heavySlotBytes},
 		{"finished intervals queued for encoding (8 + 1 per worker) and merging, with their boundary keys", 8 + 2*workers, sk + keys},
 		{"encoded intervals kept until acknowledged (sender.resend_buffer), with their boundary function", int64(c.Sender.ResendBuffer), sk + c.functionBytes(in.PPS)},

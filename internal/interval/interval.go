@@ -140,8 +140,16 @@ func (s *Sketches) Reset() {
 type pool struct {
 	p  sync.Pool
 	sc sync.Pool // *splitScratch
-	ks sync.Pool // *[]BoundaryKey: a boundary's keys, kept from one interval to the next
+	// kfree holds storage for a boundary's keys, kept from one interval
+	// to the next (at most keysKept; more goes to the collector).
+	kmu   sync.Mutex
+	kfree []*[]BoundaryKey
 }
+
+// keysKept bounds the key storage a builder keeps for reuse: one buffer
+// circulates at a steady state (filled at a boundary, back from the
+// ship goroutine long before the next one).
+const keysKept = 1
 
 // splitScratch is the boundary function's construction space, reused
 // from one interval to the next (~30 B a key).
@@ -169,13 +177,24 @@ func (pl *pool) putScratch(s *splitScratch) {
 
 // getKeys returns a holder of key storage (empty, its capacity kept).
 func (pl *pool) getKeys() *[]BoundaryKey {
-	if k, ok := pl.ks.Get().(*[]BoundaryKey); ok {
+	pl.kmu.Lock()
+	defer pl.kmu.Unlock()
+	if n := len(pl.kfree); n > 0 {
+		k := pl.kfree[n-1]
+		pl.kfree[n-1] = nil
+		pl.kfree = pl.kfree[:n-1]
 		return k
 	}
 	return new([]BoundaryKey)
 }
 
-func (pl *pool) putKeys(k *[]BoundaryKey) { pl.ks.Put(k) }
+func (pl *pool) putKeys(k *[]BoundaryKey) {
+	pl.kmu.Lock()
+	defer pl.kmu.Unlock()
+	if len(pl.kfree) < keysKept {
+		pl.kfree = append(pl.kfree, k)
+	}
+}
 
 func newPool(p Params) (*pool, error) {
 	if _, err := NewSketches(p); err != nil {

@@ -255,33 +255,43 @@ type logRec struct {
 }
 
 // logRing is the boundary log's storage: a ring of records, oldest first,
-// that keeps its memory from one interval to the next. It grows (doubling)
-// only when the records within reach of the pending boundaries outgrow it,
-// so that at a steady rate a packet costs one 16-byte store and a boundary
-// moves no record.
+// that keeps its memory from one interval to the next. It grows (by a
+// quarter, copying once) only when the records within reach of the
+// pending boundaries outgrow it, so that at a steady rate a packet costs
+// one 16-byte store and a boundary moves no record; its size stays
+// within 5/4 of the most records it ever held.
 type logRing struct {
-	buf   []logRec // len a power of two (or 0)
-	start int      // index in buf of the oldest record
-	n     int      // records held
+	buf   []logRec
+	start int // index in buf of the oldest record
+	n     int // records held
+}
+
+// pos is the index in buf of the k-th oldest record (0 <= k <= n).
+func (r *logRing) pos(k int) int {
+	p := r.start + k
+	if p >= len(r.buf) {
+		p -= len(r.buf)
+	}
+	return p
 }
 
 func (r *logRing) push(rec logRec) {
 	if r.n == len(r.buf) {
 		r.grow()
 	}
-	r.buf[(r.start+r.n)&(len(r.buf)-1)] = rec
+	r.buf[r.pos(r.n)] = rec
 	r.n++
 }
 
 func (r *logRing) grow() {
-	nb := make([]logRec, max(4096, 2*len(r.buf)))
+	nb := make([]logRec, max(4096, len(r.buf)+len(r.buf)/4))
 	k := copy(nb[:r.n], r.buf[r.start:])
 	copy(nb[k:r.n], r.buf)
 	r.buf, r.start = nb, 0
 }
 
 // ts is the time of the i-th oldest record.
-func (r *logRing) ts(i int) int64 { return r.buf[(r.start+i)&(len(r.buf)-1)].ts }
+func (r *logRing) ts(i int) int64 { return r.buf[r.pos(i)].ts }
 
 // search is the first record at or after t, as if the ring were in time
 // order (capture order is, but for rare stragglers).
@@ -294,7 +304,7 @@ func (r *logRing) span(i, j int) ([]logRec, []logRec) {
 	if i >= j {
 		return nil, nil
 	}
-	a, b := (r.start+i)&(len(r.buf)-1), (r.start+j)&(len(r.buf)-1)
+	a, b := r.pos(i), r.pos(j)
 	if a < b {
 		return r.buf[a:b], nil
 	}
@@ -304,7 +314,7 @@ func (r *logRing) span(i, j int) ([]logRec, []logRec) {
 // drop forgets the k oldest records.
 func (r *logRing) drop(k int) {
 	if k > 0 {
-		r.start, r.n = (r.start+k)&(len(r.buf)-1), r.n-k
+		r.start, r.n = r.pos(k), r.n-k
 	}
 }
 
