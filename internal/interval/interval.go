@@ -152,7 +152,8 @@ type pool struct {
 const keysKept = 1
 
 // splitScratch is the boundary function's construction space, reused
-// from one interval to the next (~30 B a key).
+// from one interval to the next (~45 B a key: the keys and values, and
+// the builder's cells, hashes and peeling order).
 type splitScratch struct {
 	b    retrieval.Builder
 	keys []uint64

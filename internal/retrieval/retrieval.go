@@ -169,10 +169,13 @@ func (f *Func) Get(key uint64) bool { return f.Value(key) != 0 }
 // boundary at the sender). Not safe for concurrent use.
 type Builder struct {
 	count []uint32 // per cell: keys touching it << 2 | XOR of the cell's slot (0-2) in those keys
-	idx   []uint32 // per cell: XOR of the indices of the keys touching it
+	idx   []uint32 // per cell: XOR of the indices (in hs) of the keys touching it
 	queue []uint32
-	order []uint32 // peeled keys, in order
+	order []uint32 // peeled keys (indices in hs), in order
 	slot  []uint8  // the slot each peeled key was peeled by
+	hs    []uint64 // the keys' hashes under the seed, grouped by first cell
+	perm  []uint32 // hs[i] is the hash of keys[perm[i]]
+	buck  []uint32 // the grouping's bucket offsets
 }
 
 // Build makes the one-bit function mapping keys[i] to values[i]. Keys must
@@ -230,9 +233,12 @@ func (b *Builder) build(keys []uint64, value func(int) uint64, width int) (*Func
 	b.idx = grow(b.idx, cells)
 	b.order = grow(b.order, n)
 	b.slot = grow(b.slot, n)
+	b.hs = grow(b.hs, n)
+	b.perm = grow(b.perm, n)
 	for attempt := range maxAttempts {
 		f.seed = splitmix(&rng)
-		if b.peel(f, keys) {
+		b.group(f.seed, keys)
+		if b.peel(f) {
 			break
 		}
 		if attempt == 0 && hasDuplicate(keys) {
@@ -246,23 +252,59 @@ func (b *Builder) build(keys []uint64, value func(int) uint64, width int) (*Func
 	// zero when its turn comes, so setting it fixes the key's XOR.
 	for j := n - 1; j >= 0; j-- {
 		i := b.order[j]
-		c := f.cells(mix(keys[i], f.seed))
+		c := f.cells(b.hs[i])
 		s := b.slot[j]
 		other := f.cell(c[(s+1)%3]) ^ f.cell(c[(s+2)%3])
-		if v := value(int(i)) ^ other; v != 0 {
+		if v := value(int(b.perm[i])) ^ other; v != 0 {
 			f.setCell(c[s], v)
 		}
 	}
 	return f, nil
 }
 
-// peel tries f.seed; it fills b.order/b.slot and reports whether every key peeled.
-func (b *Builder) peel(f *Func, keys []uint64) bool {
+// group fills hs with the keys' hashes under seed, ordered by their high
+// bits (a counting sort into up to 4096 buckets), and perm with their
+// keys' indices. A key's first cell grows with its hash's high bits and
+// its other two cells lie in the next two segments, so that peeling the
+// keys in this order walks the table nearly in order instead of at
+// random: the same function (it depends on the key set only, not on the
+// order the keys are visited in), with far fewer cache misses once the
+// table outgrows the cache.
+func (b *Builder) group(seed uint64, keys []uint64) {
+	hs, perm := b.hs, b.perm
+	shift := uint(64 - min(12, max(0, bits.Len(uint(len(keys)))-8)))
+	if shift == 64 {
+		for i, k := range keys {
+			hs[i], perm[i] = mix(k, seed), uint32(i)
+		}
+		return
+	}
+	buck := grow(b.buck, 1<<(64-shift)+1)
+	clear(buck)
+	for _, k := range keys {
+		buck[mix(k, seed)>>shift+1]++
+	}
+	for i := 1; i < len(buck); i++ {
+		buck[i] += buck[i-1]
+	}
+	for i, k := range keys {
+		h := mix(k, seed)
+		p := buck[h>>shift]
+		buck[h>>shift]++
+		hs[p], perm[p] = h, uint32(i)
+	}
+	b.buck = buck
+}
+
+// peel tries f.seed over the hashes in b.hs; it fills b.order/b.slot and
+// reports whether every key peeled.
+func (b *Builder) peel(f *Func) bool {
 	count, idx := b.count, b.idx
 	clear(count)
 	clear(idx)
-	for i, k := range keys {
-		c := f.cells(mix(k, f.seed))
+	hs := b.hs
+	for i, h := range hs {
+		c := f.cells(h)
 		for s := range uint32(3) {
 			count[c[s]] = (count[c[s]] + 4) ^ s
 			idx[c[s]] ^= uint32(i)
@@ -285,7 +327,7 @@ func (b *Builder) peel(f *Func, keys []uint64) bool {
 		s := count[cell] & 3
 		b.order[peeled], b.slot[peeled] = i, uint8(s)
 		peeled++
-		c := f.cells(mix(keys[i], f.seed))
+		c := f.cells(hs[i])
 		for t := range uint32(3) {
 			x := c[t]
 			count[x] = (count[x] - 4) ^ t
@@ -296,7 +338,7 @@ func (b *Builder) peel(f *Func, keys []uint64) bool {
 		}
 	}
 	b.queue = q
-	return peeled == len(keys)
+	return peeled == len(hs)
 }
 
 func hasDuplicate(keys []uint64) bool {
