@@ -174,7 +174,7 @@ type Builder struct {
 	order []uint32 // peeled keys (indices in hs), in order
 	slot  []uint8  // the slot each peeled key was peeled by
 	hs    []uint64 // the keys' hashes under the seed, grouped by first cell
-	perm  []uint32 // hs[i] is the hash of keys[perm[i]]
+	vs    []uint16 // vs[i] is the value of the key hashed to hs[i]
 	buck  []uint32 // the grouping's bucket offsets
 }
 
@@ -234,10 +234,10 @@ func (b *Builder) build(keys []uint64, value func(int) uint64, width int) (*Func
 	b.order = grow(b.order, n)
 	b.slot = grow(b.slot, n)
 	b.hs = grow(b.hs, n)
-	b.perm = grow(b.perm, n)
+	b.vs = grow(b.vs, n)
 	for attempt := range maxAttempts {
 		f.seed = splitmix(&rng)
-		b.group(f.seed, keys)
+		b.group(f.seed, keys, value)
 		if b.peel(f) {
 			break
 		}
@@ -255,7 +255,7 @@ func (b *Builder) build(keys []uint64, value func(int) uint64, width int) (*Func
 		c := f.cells(b.hs[i])
 		s := b.slot[j]
 		other := f.cell(c[(s+1)%3]) ^ f.cell(c[(s+2)%3])
-		if v := value(int(b.perm[i])) ^ other; v != 0 {
+		if v := uint64(b.vs[i]) ^ other; v != 0 {
 			f.setCell(c[s], v)
 		}
 	}
@@ -263,19 +263,19 @@ func (b *Builder) build(keys []uint64, value func(int) uint64, width int) (*Func
 }
 
 // group fills hs with the keys' hashes under seed, ordered by their high
-// bits (a counting sort into up to 4096 buckets), and perm with their
-// keys' indices. A key's first cell grows with its hash's high bits and
+// bits (a counting sort into up to 4096 buckets), and vs with their
+// keys' values. A key's first cell grows with its hash's high bits and
 // its other two cells lie in the next two segments, so that peeling the
 // keys in this order walks the table nearly in order instead of at
 // random: the same function (it depends on the key set only, not on the
 // order the keys are visited in), with far fewer cache misses once the
 // table outgrows the cache.
-func (b *Builder) group(seed uint64, keys []uint64) {
-	hs, perm := b.hs, b.perm
+func (b *Builder) group(seed uint64, keys []uint64, value func(int) uint64) {
+	hs, vs := b.hs, b.vs
 	shift := uint(64 - min(12, max(0, bits.Len(uint(len(keys)))-8)))
 	if shift == 64 {
 		for i, k := range keys {
-			hs[i], perm[i] = mix(k, seed), uint32(i)
+			hs[i], vs[i] = mix(k, seed), uint16(value(i))
 		}
 		return
 	}
@@ -291,7 +291,7 @@ func (b *Builder) group(seed uint64, keys []uint64) {
 		h := mix(k, seed)
 		p := buck[h>>shift]
 		buck[h>>shift]++
-		hs[p], perm[p] = h, uint32(i)
+		hs[p], vs[p] = h, uint16(value(i))
 	}
 	b.buck = buck
 }
