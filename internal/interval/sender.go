@@ -242,7 +242,6 @@ type SenderBuilder struct {
 	win       *WindowTable
 	wait      time.Duration // replay: wait this long for a window instead of assuming max_delay
 	heavy     heavyTable
-	lastKeys  int
 	late      uint64
 	lastTS    int64 // latest packet time counted
 	opened    bool
@@ -254,67 +253,81 @@ type logRec struct {
 	ts int64
 }
 
-// logRing is the boundary log's storage: a ring of records, oldest first,
-// that keeps its memory from one interval to the next. It grows (by a
-// quarter, copying once) only when the records within reach of the
-// pending boundaries outgrow it, so that at a steady rate a packet costs
-// one 16-byte store and a boundary moves no record; its size stays
-// within 5/4 of the most records it ever held.
+// logRing is the boundary log's storage: records, oldest first, in
+// chunks of logChunk that are reused from one interval to the next
+// (records a boundary no longer needs free whole chunks, which the next
+// packets fill). It never moves a record: at a steady rate a packet
+// costs one 16-byte store, and growing (a faster rate) costs one chunk.
+// Its storage stays within one chunk of the most records it ever held.
 type logRing struct {
-	buf   []logRec
-	start int // index in buf of the oldest record
-	n     int // records held
+	chunks [][]logRec // in use, oldest first; each logChunk long
+	free   [][]logRec // emptied, for reuse
+	head   int        // index of the oldest record in chunks[0]
+	n      int        // records held
 }
 
-// pos is the index in buf of the k-th oldest record (0 <= k <= n).
-func (r *logRing) pos(k int) int {
-	p := r.start + k
-	if p >= len(r.buf) {
-		p -= len(r.buf)
-	}
-	return p
-}
+const (
+	logChunkBits = 14
+	logChunk     = 1 << logChunkBits // records a chunk (256 KiB)
+)
 
 func (r *logRing) push(rec logRec) {
-	if r.n == len(r.buf) {
-		r.grow()
+	k := r.head + r.n
+	c := k >> logChunkBits
+	if c == len(r.chunks) {
+		r.addChunk()
 	}
-	r.buf[r.pos(r.n)] = rec
+	r.chunks[c][k&(logChunk-1)] = rec
 	r.n++
 }
 
-func (r *logRing) grow() {
-	nb := make([]logRec, max(4096, len(r.buf)+len(r.buf)/4))
-	k := copy(nb[:r.n], r.buf[r.start:])
-	copy(nb[k:r.n], r.buf)
-	r.buf, r.start = nb, 0
+func (r *logRing) addChunk() {
+	if n := len(r.free); n > 0 {
+		r.chunks = append(r.chunks, r.free[n-1])
+		r.free[n-1] = nil
+		r.free = r.free[:n-1]
+		return
+	}
+	r.chunks = append(r.chunks, make([]logRec, logChunk))
 }
 
 // ts is the time of the i-th oldest record.
-func (r *logRing) ts(i int) int64 { return r.buf[r.pos(i)].ts }
+func (r *logRing) ts(i int) int64 {
+	k := r.head + i
+	return r.chunks[k>>logChunkBits][k&(logChunk-1)].ts
+}
 
-// search is the first record at or after t, as if the ring were in time
+// search is the first record at or after t, as if the log were in time
 // order (capture order is, but for rare stragglers).
 func (r *logRing) search(t int64) int {
 	return sort.Search(r.n, func(i int) bool { return r.ts(i) >= t })
 }
 
-// span returns records i to j (oldest first) as at most two slices.
-func (r *logRing) span(i, j int) ([]logRec, []logRec) {
-	if i >= j {
-		return nil, nil
+// appendKeys appends records i to j (oldest first) that were sent in
+// [from, to) as keys of boundary bnd (appendKeys).
+func (r *logRing) appendKeys(keys []BoundaryKey, i, j int, from, to, bnd, t int64) []BoundaryKey {
+	for i < j {
+		k := r.head + i
+		o := k & (logChunk - 1)
+		m := min(j-i, logChunk-o)
+		keys = appendKeys(keys, r.chunks[k>>logChunkBits][o:o+m], from, to, bnd, t)
+		i += m
 	}
-	a, b := r.pos(i), r.pos(j)
-	if a < b {
-		return r.buf[a:b], nil
-	}
-	return r.buf[a:], r.buf[:b]
+	return keys
 }
 
-// drop forgets the k oldest records.
+// drop forgets the k oldest records, freeing the chunks they emptied.
 func (r *logRing) drop(k int) {
-	if k > 0 {
-		r.start, r.n = r.pos(k), r.n-k
+	if k <= 0 {
+		return
+	}
+	r.head, r.n = r.head+k, r.n-k
+	if d := r.head >> logChunkBits; d > 0 {
+		r.free = append(r.free, r.chunks[:d]...)
+		m := copy(r.chunks, r.chunks[d:])
+		clear(r.chunks[m:])
+		r.chunks = r.chunks[:m]
+		r.head &= logChunk - 1
 	}
 }
 
@@ -496,14 +509,11 @@ func (b *SenderBuilder) emitFront(w int64, emit func(*SenderInterval)) {
 	i := max(0, lg.search(from)-logSlack)
 	j := min(lg.n, lg.search(to)+logSlack)
 	kb := b.pool.getKeys()
-	if cap(*kb) == 0 {
-		*kb = make([]BoundaryKey, 0, b.lastKeys+b.lastKeys/4) // new storage: as many as last time, and some
+	if cap(*kb) < j-i {
+		*kb = make([]BoundaryKey, 0, j-i) // the records in reach: the keys never outgrow it
 	}
-	s1, s2 := lg.span(i, j)
-	keys := appendKeys((*kb)[:0], s1, from, to, bnd, b.p.T)
-	keys = appendKeys(keys, s2, from, to, bnd, b.p.T)
+	keys := lg.appendKeys((*kb)[:0], i, j, from, to, bnd, b.p.T)
 	iv.Keys, iv.Window, iv.keyBuf = keys, w, kb
-	b.lastKeys = len(keys)
 	// The next boundary's key window starts no earlier than this.
 	cut := (bnd+1)*b.p.T - b.p.MaxDelay - 2*b.p.Guard
 	lg.drop(lg.search(cut) - logSlack)

@@ -22,19 +22,25 @@ import (
 
 // BenchmarkPacketPath: the sender's whole per-packet path from a frame in
 // memory: parse, flow key, both hashes, then the interval builder (LDS
-// update, LDA update, boundary list, heavy-flow count) and the packet
-// sampler (internal/sample). One core. The nosample variants leave the
-// sampler out, to show its cost.
+// update, LDA update, boundary log, heavy-flow count) and the packet
+// sampler (internal/sample), at the default configuration (max_delay
+// 1s: every packet enters the boundary log); each interval is handed on
+// and released as the ship goroutine does (its boundary function is not
+// built here: BenchmarkPacketPathMaxDelayPaired). One core. The nosample
+// variants leave the sampler out, to show its cost; the maxdelay50ms one
+// is the first case at max_delay 50ms, beside the default.
 func BenchmarkPacketPath(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
 		vlda     int
 		sampling []float64
 		cols     int
+		maxDelay time.Duration // 0: the default
 	}{
-		{"R4-k1-C4096", 1, []float64{1, 1, 1, 1}, 4096},
-		{"R4-k1-C17500", 1, []float64{1, 1, 1, 1}, 17500},
-		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500},
+		{"R4-k1-C4096", 1, []float64{1, 1, 1, 1}, 4096, 0},
+		{"R4-k1-C4096-maxdelay50ms", 1, []float64{1, 1, 1, 1}, 4096, 50 * time.Millisecond},
+		{"R4-k1-C17500", 1, []float64{1, 1, 1, 1}, 17500, 0},
+		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500, 0},
 	} {
 		for _, withSample := range []bool{true, false} {
 			name := tc.name
@@ -44,6 +50,9 @@ func BenchmarkPacketPath(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				c := config.DefaultCommon()
 				c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = tc.vlda, tc.sampling, tc.cols
+				if tc.maxDelay > 0 {
+					c.MaxDelay = tc.maxDelay
+				}
 				p, err := capture.NewParser(c.CaptureConfig())
 				if err != nil {
 					b.Fatal(err)
@@ -58,7 +67,7 @@ func BenchmarkPacketPath(b *testing.B) {
 				smp := sample.NewSampler(c.Sample, int64(time.Second), pool)
 				frames := makeFrames(b, 4096, 20000)
 				var pkt capture.Packet
-				emit := func(si *interval.SenderInterval) { pool.Put(smp.Take(si.ID)) } // as ship does after selecting
+				emit := func(si *interval.SenderInterval) { pool.Put(smp.Take(si.ID)); si.Release() } // as ship does after encoding
 				b.ReportAllocs()
 				done := testutil.CPUMeter(b)
 				b.ResetTimer()
