@@ -237,7 +237,7 @@ type SenderBuilder struct {
 	// log keeps (hash, time) of every counted packet near a boundary,
 	// oldest first, from the earliest send time a pending boundary's key
 	// window can reach (16 B a packet; off the wire).
-	log       logRing
+	log       boundaryLog
 	nextCheck int64 // Add calls Advance once a packet reaches it
 	win       *WindowTable
 	wait      time.Duration // replay: wait this long for a window instead of assuming max_delay
@@ -253,13 +253,13 @@ type logRec struct {
 	ts int64
 }
 
-// logRing is the boundary log's storage: records, oldest first, in
+// boundaryLog is the boundary log's storage: records, oldest first, in
 // chunks of logChunk that are reused from one interval to the next
 // (records a boundary no longer needs free whole chunks, which the next
 // packets fill). It never moves a record: at a steady rate a packet
 // costs one 16-byte store, and growing (a faster rate) costs one chunk.
 // Its storage stays within one chunk of the most records it ever held.
-type logRing struct {
+type boundaryLog struct {
 	chunks [][]logRec // in use, oldest first; each logChunk long
 	free   [][]logRec // emptied, for reuse
 	head   int        // index of the oldest record in chunks[0]
@@ -271,7 +271,7 @@ const (
 	logChunk     = 1 << logChunkBits // records a chunk (256 KiB)
 )
 
-func (r *logRing) push(rec logRec) {
+func (r *boundaryLog) push(rec logRec) {
 	k := r.head + r.n
 	c := k >> logChunkBits
 	if c == len(r.chunks) {
@@ -281,7 +281,7 @@ func (r *logRing) push(rec logRec) {
 	r.n++
 }
 
-func (r *logRing) addChunk() {
+func (r *boundaryLog) addChunk() {
 	if n := len(r.free); n > 0 {
 		r.chunks = append(r.chunks, r.free[n-1])
 		r.free[n-1] = nil
@@ -292,20 +292,20 @@ func (r *logRing) addChunk() {
 }
 
 // ts is the time of the i-th oldest record.
-func (r *logRing) ts(i int) int64 {
+func (r *boundaryLog) ts(i int) int64 {
 	k := r.head + i
 	return r.chunks[k>>logChunkBits][k&(logChunk-1)].ts
 }
 
 // search is the first record at or after t, as if the log were in time
 // order (capture order is, but for rare stragglers).
-func (r *logRing) search(t int64) int {
+func (r *boundaryLog) search(t int64) int {
 	return sort.Search(r.n, func(i int) bool { return r.ts(i) >= t })
 }
 
 // appendKeys appends records i to j (oldest first) that were sent in
 // [from, to) as keys of boundary bnd (appendKeys).
-func (r *logRing) appendKeys(keys []BoundaryKey, i, j int, from, to, bnd, t int64) []BoundaryKey {
+func (r *boundaryLog) appendKeys(keys []BoundaryKey, i, j int, from, to, bnd, t int64) []BoundaryKey {
 	for i < j {
 		k := r.head + i
 		o := k & (logChunk - 1)
@@ -317,7 +317,7 @@ func (r *logRing) appendKeys(keys []BoundaryKey, i, j int, from, to, bnd, t int6
 }
 
 // drop forgets the k oldest records, freeing the chunks they emptied.
-func (r *logRing) drop(k int) {
+func (r *boundaryLog) drop(k int) {
 	if k <= 0 {
 		return
 	}
