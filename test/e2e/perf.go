@@ -104,9 +104,9 @@ type PerfOptions struct {
 	// Concurrent adds a trial with tcpdump and lds-sender (workers 1) on
 	// the interface at the same time, under one blast.
 	Concurrent bool
-	// MaxDelay sets max_delay on both daemons (0: the default, 1s). It
-	// sizes the window of boundary fingerprints the sender sorts when an
-	// interval closes (a stall of its capture goroutine).
+	// MaxDelay sets max_delay on both daemons (0: the default, 1s): the
+	// largest hold window, and so the most traffic a boundary function of
+	// the sender covers (2·max_delay when the windows reach it, RxTap).
 	MaxDelay time.Duration
 	// RxTap is the interface lds-receiver taps ("": IfPerfRx). The
 	// receiver only has to accept the stream; what it taps sets the hold
