@@ -10,7 +10,11 @@
 // three cells.
 // Construction peels the hypergraph (a cell touched by one remaining key
 // fixes that key's value) and assigns the cells in reverse peeling order;
-// a seed whose graph does not peel is replaced by the next one. Filters
+// a seed whose graph does not peel is replaced by the next one. The
+// peeling order follows the cells alone, so the function depends on the
+// key set and values, not on the order the keys are given in (the
+// construction visits them grouped by hash, for the cache; the encoding
+// of fixed sets is held by TestBuildGolden). Filters
 // store a hash-derived fingerprint in the cells; here the cell holds the
 // value bit instead, so no filter library fits (see docs/protocol.md).
 //
