@@ -14,12 +14,12 @@ import (
 // heavyLossScenario: the demo's two delay classes (bimodal per packet,
 // ECMP) and bursty loss, with a fifth of the flows losing 20–50 % of their
 // packets on top: flows whose every sketch cell is lossy.
-func heavyLossScenario(seed uint64) gen.Scenario {
+func heavyLossScenario(seed uint64, flows int, pps float64, d time.Duration) gen.Scenario {
 	sc := gen.DefaultScenario()
 	sc.Seed = seed
-	sc.Flows = 600
-	sc.RatePPS = 30000
-	sc.Duration = 4 * time.Second
+	sc.Flows = flows
+	sc.RatePPS = pps
+	sc.Duration = d
 	sc.HeavyLoss = gen.HeavyLoss{Fraction: 0.2, P: 0.2, PMax: 0.5}
 	return sc
 }
@@ -50,11 +50,25 @@ func medianOf(v []float64) float64 {
 // their packets, at least 99 % of the (interval, flow) pairs of at least
 // 100 packets carry a mean delay (from the sketch, their joined samples or
 // both), with a median relative error against the exact join of at most
-// 2 %. A second run without packet samples (sketch only) measures what
-// the samples add, and logs the error of each source.
+// 2 %, at the default configuration; at 3,000 and 6,000 flows (25,000 and
+// 50,000 candidates an interval against a budget of 16,384 samples) that
+// holds through the sample floor (sample.min_per_flow). A second run
+// without packet samples (sketch only) measures what the samples add, and
+// logs the error of each source.
 func TestReplayHeavyLossDelay(t *testing.T) {
-	for _, seed := range []uint64{21, 22} {
-		sc := heavyLossScenario(seed)
+	for _, tc := range []struct {
+		seed  uint64
+		flows int
+		pps   float64
+		d     time.Duration
+	}{
+		{21, 600, 30000, 4 * time.Second},
+		{22, 600, 30000, 4 * time.Second},
+		{31, 3000, 100000, 3 * time.Second},
+		{31, 6000, 200000, 3 * time.Second},
+	} {
+		seed := tc.seed
+		sc := heavyLossScenario(seed, tc.flows, tc.pps, tc.d)
 		r := replayScenario(t, sc, nil)
 		var big, covered, heavy, heavyCovered int
 		from := map[string]int{}
@@ -82,7 +96,7 @@ func TestReplayHeavyLossDelay(t *testing.T) {
 				heavyCovered++
 			}
 		}
-		t.Logf("seed %d: %d pairs of >= 100 packets, %d lost >= 20 %%", seed, big, heavy)
+		t.Logf("seed %d: %d pairs of >= 100 packets, %d lost >= 20 %%; %d bytes shipped", seed, big, heavy, r.sketchBytes)
 		if heavy < 20 {
 			t.Fatalf("seed %d: only %d pairs of >= 100 packets lost >= 20 %%: scenario too small", seed, heavy)
 		}
@@ -90,8 +104,8 @@ func TestReplayHeavyLossDelay(t *testing.T) {
 		lossyErr := relErrs(r, func(_ join.FlowID, f *join.Flow, _ results.FlowRecord) bool {
 			return f.Sent >= 100 && float64(f.Lost()) >= 0.2*float64(f.Sent)
 		})
-		t.Logf("seed %d: pairs of >= 100 packets: %d, with a delay %d (%.2f %%; from %v); those that lost >= 20 %%: %d, with a delay %d",
-			seed, big, covered, 100*float64(covered)/float64(big), from, heavy, heavyCovered)
+		t.Logf("seed %d, %d flows, %.0f packets/s: pairs of >= 100 packets: %d, with a delay %d (%.2f %%; from %v); those that lost >= 20 %%: %d, with a delay %d",
+			seed, tc.flows, tc.pps, big, covered, 100*float64(covered)/float64(big), from, heavy, heavyCovered)
 		t.Logf("seed %d: median relative error %.4f (p95 %.4f) over all, %.4f (p95 %.4f) over those that lost >= 20 %%",
 			seed, medianOf(all), all[len(all)*95/100], medianOf(lossyErr), lossyErr[len(lossyErr)*95/100])
 		if covered*100 < 99*big {
