@@ -1,8 +1,11 @@
 package replay
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,6 +25,13 @@ func heavyLossScenario(seed uint64, flows int, pps float64, d time.Duration) gen
 	sc.Duration = d
 	sc.HeavyLoss = gen.HeavyLoss{Fraction: 0.2, P: 0.2, PMax: 0.5}
 	return sc
+}
+
+type heavyLossCase struct {
+	seed  uint64
+	flows int
+	pps   float64
+	d     time.Duration
 }
 
 // relErrs collects |delay − truth| / truth of the records of the
@@ -55,21 +65,39 @@ func medianOf(v []float64) float64 {
 // holds through the sample floor (sample.min_per_flow). A second run
 // without packet samples (sketch only) measures what the samples add, and
 // logs the error of each source.
+//
+// LDS_HEAVYLOSS=flows,packets/s,seconds,seed runs that one case instead
+// (docs/sampling.md's other rows), and LDS_HEAVYLOSS_MIN_PER_FLOW=N sets
+// sample.min_per_flow (0: the rule without a floor, whose coverage fails
+// the assertion at 3,000 flows and more, and logs it).
 func TestReplayHeavyLossDelay(t *testing.T) {
-	for _, tc := range []struct {
-		seed  uint64
-		flows int
-		pps   float64
-		d     time.Duration
-	}{
+	cases := []heavyLossCase{
 		{21, 600, 30000, 4 * time.Second},
 		{22, 600, 30000, 4 * time.Second},
 		{31, 3000, 100000, 3 * time.Second},
 		{31, 6000, 200000, 3 * time.Second},
-	} {
+	}
+	if v := os.Getenv("LDS_HEAVYLOSS"); v != "" {
+		var c heavyLossCase
+		var secs float64
+		if _, err := fmt.Sscanf(v, "%d,%g,%g,%d", &c.flows, &c.pps, &secs, &c.seed); err != nil {
+			t.Fatalf("LDS_HEAVYLOSS=%q: %v (want flows,packets/s,seconds,seed)", v, err)
+		}
+		c.d = time.Duration(secs * float64(time.Second))
+		cases = []heavyLossCase{c}
+	}
+	var configure func(*Options)
+	if v := os.Getenv("LDS_HEAVYLOSS_MIN_PER_FLOW"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("LDS_HEAVYLOSS_MIN_PER_FLOW=%q: %v", v, err)
+		}
+		configure = func(o *Options) { o.Config.Sample.MinPerFlow = n }
+	}
+	for _, tc := range cases {
 		seed := tc.seed
 		sc := heavyLossScenario(seed, tc.flows, tc.pps, tc.d)
-		r := replayScenario(t, sc, nil)
+		r := replayScenario(t, sc, configure)
 		var big, covered, heavy, heavyCovered int
 		from := map[string]int{}
 		for id, f := range r.truth.Flows {
@@ -115,8 +143,15 @@ func TestReplayHeavyLossDelay(t *testing.T) {
 			t.Errorf("seed %d: median relative delay error %.4f, want <= 0.02", seed, m)
 		}
 
+		logBySamples(t, r, seed)
+
 		// The same trace, sketch only: what the samples change.
-		sk := replayScenario(t, sc, func(o *Options) { o.Config.Sample.MaxPerInterval = 0 })
+		sk := replayScenario(t, sc, func(o *Options) {
+			if configure != nil {
+				configure(o)
+			}
+			o.Config.Sample.MaxPerInterval = 0
+		})
 		for _, src := range []string{results.DelayFromBoth, results.DelayFromSamples} {
 			pick := func(id join.FlowID, f *join.Flow, rec results.FlowRecord) bool {
 				return f.Sent >= 100 && r.recs[id].DelayFrom == src
@@ -125,5 +160,17 @@ func TestReplayHeavyLossDelay(t *testing.T) {
 			t.Logf("seed %d: pairs of >= 100 packets with delay_from %s: %d; median relative error %.4f with the samples, %.4f on %d of them from the sketch alone",
 				seed, src, len(withS), medianOf(withS), medianOf(without), len(without))
 		}
+	}
+}
+
+// logBySamples logs the error of the means from samples alone by how many
+// joined samples are behind them.
+func logBySamples(t *testing.T, r run, seed uint64) {
+	t.Helper()
+	for _, b := range [][2]int{{5, 9}, {10, 19}, {20, 39}, {40, 1 << 30}} {
+		e := relErrs(r, func(_ join.FlowID, f *join.Flow, rec results.FlowRecord) bool {
+			return f.Sent >= 100 && rec.DelayFrom == results.DelayFromSamples && rec.DelaySamples >= b[0] && rec.DelaySamples <= b[1]
+		})
+		t.Logf("seed %d: delay_from samples with %d to %d joined samples: %d, median relative error %.4f", seed, b[0], b[1], len(e), medianOf(e))
 	}
 }

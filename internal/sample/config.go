@@ -15,8 +15,8 @@
 //   - per flow, the sender keeps the candidates with the smallest s
 //     (bottom-k: a per-flow threshold that falls as the flow grows),
 //     sample.max_per_interval in all: first a floor of
-//     sample.min_per_flow for every flow that can publish a figure,
-//     heaviest first, within half the budget; then for the
+//     sample.min_per_flow for every flow of at least that many
+//     candidates, heaviest first, within half the budget; then for the
 //     max_per_interval / per_flow heaviest of them, per_flow each or
 //     more as the rest allows, then for lighter flows; plus
 //     a uniform link sample (1 in sample.link_one_in packets, all flows)
@@ -48,12 +48,12 @@ type Config struct {
 	// PerFlow × metrics.top_n <= MaxPerInterval so that every tracked flow
 	// can carry quantiles.
 	PerFlow int `yaml:"per_flow"`
-	// MinPerFlow: the floor, samples per flow (its whole candidates if
-	// fewer) that every flow of at least MinP50 candidates gets first,
-	// heaviest first, within half of MaxPerInterval, before the tracked
-	// share is raised: enough for a mean delay where all the flow's sketch
-	// cells are lossy (Select). 0: no floor. Used up to PerFlow / 2, so
-	// that the tracked share's floors take at most half the budget.
+	// MinPerFlow: the floor, samples that every flow of at least that
+	// many candidates (and MinP50) gets first, heaviest first, within half
+	// of MaxPerInterval, before the tracked share is raised: enough for a
+	// mean delay where all the flow's sketch cells are lossy (Select).
+	// 0: no floor. Used up to PerFlow / 2, so that the tracked share's
+	// floors take at most half the budget.
 	MinPerFlow int `yaml:"min_per_flow"`
 	// MaxPerInterval: flow samples shipped per interval at most, heaviest
 	// flows first. 0 disables per-flow samples.

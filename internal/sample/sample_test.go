@@ -184,9 +184,8 @@ func cands(n map[uint64]int) *Cands {
 }
 
 // TestSelectBudget: each shipped flow ships its smallest S; the flows of
-// at least MinP50 candidates get the floor (min_per_flow, or their whole
-// candidates), heaviest first, while the floors stay within half the
-// budget; the max_per_interval / per_flow heaviest of them (the tracked
+// at least min_per_flow (and MinP50) candidates get min_per_flow,
+// heaviest first, while the floors stay within half the budget; the max_per_interval / per_flow heaviest of them (the tracked
 // share) are raised to a common cap with what the floors leave; the next
 // such flows are raised up to per_flow each from what that cap leaves (a
 // flow without a floor only while MinP50 are left), and the flows too
@@ -236,8 +235,9 @@ func TestSelectBudget(t *testing.T) {
 		// flows 7 and 8 keep their floor.
 		{"raised from the floor", 5, map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 12, 8: 12},
 			map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 5, 8: 5}},
-		// A flow of fewer than MinP50 candidates gets no floor; flow 2's
-		// floor of 8 is raised with the tracked share's cap (90).
+		// A flow of fewer than MinP50 candidates gets no floor, nor what
+		// the cap leaves (nothing); flow 2's floor of 8 is raised with
+		// the tracked share's cap (90).
 		{"no floor for light flows", 8, map[uint64]int{1: 200, 2: MinP50, 3: 3},
 			map[uint64]int{1: 90, 2: MinP50}},
 	} {

@@ -50,12 +50,11 @@ const precision = 12
 // Select picks the samples to ship from an interval's candidates (start:
 // the interval's start, Unix ns), each flow's smallest S, within
 // cfg.MaxPerInterval, in this order (docs/sampling.md, "Selection"):
-//   - the floor: every flow of at least MinP50 candidates, heaviest
-//     first, gets up to cfg.MinPerFlow (at most cfg.PerFlow / 2; its
-//     whole candidates if fewer),
-//     while the floors so given stay within half the budget: enough
-//     samples for a mean delay where the flow's sketch cells are all
-//     lossy;
+//   - the floor: every flow of at least cfg.MinPerFlow candidates (used
+//     up to cfg.PerFlow / 2, and at least MinP50), heaviest first, gets
+//     that many while the floors so given stay within half the budget:
+//     enough samples for a mean delay where the flow's sketch cells are
+//     all lossy;
 //   - the tracked share: the cfg.MaxPerInterval / cfg.PerFlow heaviest
 //     of those flows are raised to a common cap, as far as what the
 //     floors leave of the budget allows (water-filling);
@@ -125,11 +124,10 @@ func allocate(runs []flowRun, cfg Config) {
 	if floor := min(cfg.MinPerFlow, cfg.PerFlow/2); floor > 0 {
 		spend := cfg.MaxPerInterval / 2
 		for i := range runs {
-			k := min(runs[i].n, floor)
-			if k > spend {
+			if runs[i].n < floor || floor > spend {
 				break
 			}
-			runs[i].k, spend, left = k, spend-k, left-k
+			runs[i].k, spend, left = floor, spend-floor, left-floor
 		}
 	}
 	top := runs[:min(len(runs), cfg.MaxPerInterval/max(cfg.PerFlow, 1))]
