@@ -36,9 +36,10 @@ func scenario(seed uint64, loss float64) gen.Scenario {
 }
 
 type run struct {
-	truth   *join.Result
-	recs    map[join.FlowID]results.FlowRecord
-	outcome map[string]int
+	truth       *join.Result
+	recs        map[join.FlowID]results.FlowRecord
+	outcome     map[string]int
+	sketchBytes uint64 // what the sender shipped (Summary.SketchBytes)
 }
 
 func replayScenario(t *testing.T, sc gen.Scenario, configure func(*Options)) run {
@@ -82,7 +83,7 @@ func replayScenarioLog(t *testing.T, sc gen.Scenario, configure func(*Options), 
 		t.Fatal("empty results file")
 	}
 	recs := readJSONL(t, out)
-	r := run{truth: truth, recs: map[join.FlowID]results.FlowRecord{}, outcome: sum.Intervals}
+	r := run{truth: truth, recs: map[join.FlowID]results.FlowRecord{}, outcome: sum.Intervals, sketchBytes: sum.SketchBytes}
 	for _, rec := range recs {
 		k := rec.Key
 		id := join.FlowID{Interval: rec.Interval, Key: k}

@@ -14,9 +14,11 @@
 //     packets).
 //   - per flow, the sender keeps the candidates with the smallest s
 //     (bottom-k: a per-flow threshold that falls as the flow grows),
-//     sample.max_per_interval in all: first for the
-//     max_per_interval / per_flow heaviest flows that can publish a
-//     figure, sample.per_flow each or more, then for lighter flows; plus
+//     sample.max_per_interval in all: first a floor of
+//     sample.min_per_flow for every flow of at least that many
+//     candidates, heaviest first, within half the budget; then for the
+//     max_per_interval / per_flow heaviest of them, per_flow each or
+//     more as the rest allows, then for lighter flows; plus
 //     a uniform link sample (1 in sample.link_one_in packets, all flows)
 //     for the per-class delay histogram.
 //
@@ -46,6 +48,13 @@ type Config struct {
 	// PerFlow × metrics.top_n <= MaxPerInterval so that every tracked flow
 	// can carry quantiles.
 	PerFlow int `yaml:"per_flow"`
+	// MinPerFlow: the floor, samples that every flow of at least that
+	// many candidates (and MinP50) gets first, heaviest first, within half
+	// of MaxPerInterval, before the tracked share is raised: enough for a
+	// mean delay where all the flow's sketch cells are lossy (Select).
+	// 0: no floor. Used up to PerFlow / 2, so that the tracked share's
+	// floors take at most half the budget.
+	MinPerFlow int `yaml:"min_per_flow"`
 	// MaxPerInterval: flow samples shipped per interval at most, heaviest
 	// flows first. 0 disables per-flow samples.
 	MaxPerInterval int `yaml:"max_per_interval"`
@@ -60,7 +69,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults (docs/sampling.md explains them).
 func DefaultConfig() Config {
-	return Config{OneIn: 4, PerFlow: 160, MaxPerInterval: 16384, LinkOneIn: 1024, MaxCandidates: 1 << 21}
+	return Config{OneIn: 4, PerFlow: 160, MinPerFlow: 16, MaxPerInterval: 16384, LinkOneIn: 1024, MaxCandidates: 1 << 21}
 }
 
 // Validate names the key that is wrong and what would be right.
@@ -72,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if c.PerFlow < 1 || c.PerFlow > 1<<16 {
 		errs = append(errs, fmt.Errorf("sample.per_flow: %d must be in 1..65536 (default 160)", c.PerFlow))
+	}
+	if c.MinPerFlow < 0 || c.MinPerFlow > 1<<16 {
+		errs = append(errs, fmt.Errorf("sample.min_per_flow: %d must be in 0..65536 (default 16; 0: no floor)", c.MinPerFlow))
 	}
 	if c.MaxPerInterval < 0 || c.MaxPerInterval > 1<<22 {
 		errs = append(errs, fmt.Errorf("sample.max_per_interval: %d must be in 0..4194304 (default 16384; 0 ships no flow samples)", c.MaxPerInterval))

@@ -161,7 +161,9 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []Config{{OneIn: 3, PerFlow: 1, LinkOneIn: 0, MaxCandidates: 1 << 20}, {OneIn: 8, PerFlow: 1, LinkOneIn: 4, MaxCandidates: 1 << 20}} {
+	floor := DefaultConfig()
+	floor.MinPerFlow = -1
+	for _, c := range []Config{{OneIn: 3, PerFlow: 1, LinkOneIn: 0, MaxCandidates: 1 << 20}, {OneIn: 8, PerFlow: 1, LinkOneIn: 4, MaxCandidates: 1 << 20}, floor} {
 		if c.Validate() == nil {
 			t.Errorf("%+v: no error", c)
 		}
@@ -181,46 +183,63 @@ func cands(n map[uint64]int) *Cands {
 	return c
 }
 
-// TestSelectBudget: each shipped flow ships its smallest S; the
-// max_per_interval / per_flow heaviest flows of at least MinP50 candidates
-// (the tracked share) get the budget up to a common cap of per_flow or
-// more; the next such flows get up to per_flow each from what that cap
-// leaves while MinP50 are left, and the flows too light for any figure
-// what is left after them, whole;
-// the budget is never exceeded.
+// TestSelectBudget: each shipped flow ships its smallest S; the flows of
+// at least min_per_flow (and MinP50) candidates get min_per_flow,
+// heaviest first, while the floors stay within half the budget; the max_per_interval / per_flow heaviest of them (the tracked
+// share) are raised to a common cap with what the floors leave; the next
+// such flows are raised up to per_flow each from what that cap leaves (a
+// flow without a floor only while MinP50 are left), and the flows too
+// light for any figure get what is left after them, whole; the budget is
+// never exceeded. Floor 0 is the rule without a floor.
 func TestSelectBudget(t *testing.T) {
-	cfg := Config{OneIn: 4, PerFlow: 20, MaxPerInterval: 100, MaxCandidates: 1 << 20}
 	for _, tc := range []struct {
-		name string
-		n    map[uint64]int
-		want map[uint64]int // samples per flow (absent: none)
+		name  string
+		floor int
+		n     map[uint64]int
+		want  map[uint64]int // samples per flow (absent: none)
 	}{
 		// Without the light flows, flow 2 ships whole and flow 1 gets
 		// the rest (cap 65); shipping six of the 9-candidate flows, as
 		// admission by weight alone would, leaves flow 1 at 23.
-		{"light flows skipped", map[uint64]int{1: 200, 2: 35, 3: 9, 4: 9, 5: 9, 6: 9, 7: 9, 8: 9, 9: 9, 10: 9, 11: 1},
+		{"light flows skipped", 0, map[uint64]int{1: 200, 2: 35, 3: 9, 4: 9, 5: 9, 6: 9, 7: 9, 8: 9, 9: 9, 10: 9, 11: 1},
 			map[uint64]int{1: 65, 2: 35}},
 		// Exactly MinP50 is enough for a p50 and shares the cap; one
 		// fewer waits for what the cap leaves (nothing).
-		{"at the minimum", map[uint64]int{1: 200, 2: MinP50, 3: MinP50 - 1}, map[uint64]int{1: 90, 2: MinP50}},
+		{"at the minimum", 0, map[uint64]int{1: 200, 2: MinP50, 3: MinP50 - 1}, map[uint64]int{1: 90, 2: MinP50}},
 		// Flows 2-5 fill the tracked share of 5 flows with flow 1, whose
 		// cap (40) takes the rest of the budget; sharing it with flows 6
 		// and 7 too would leave flow 1 at 25.
-		{"tracked share first", map[uint64]int{1: 300, 2: 15, 3: 15, 4: 15, 5: 15, 6: 15, 7: 15},
+		{"tracked share first", 0, map[uint64]int{1: 300, 2: 15, 3: 15, 4: 15, 5: 15, 6: 15, 7: 15},
 			map[uint64]int{1: 40, 2: 15, 3: 15, 4: 15, 5: 15}},
 		// The tracked share ships whole (78): the next flow gets its 12,
 		// the one after the 10 left (MinP50), the light flow nothing.
-		{"after the tracked share", map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 12, 8: 9},
+		{"after the tracked share", 0, map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 12, 8: 9},
 			map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: MinP50}},
 		// More flows than fit at per_flow: the heaviest 5 at 20 each.
-		{"budget short", map[uint64]int{1: 90, 2: 80, 3: 70, 4: 60, 5: 50, 6: 40, 7: 30},
+		{"budget short", 0, map[uint64]int{1: 90, 2: 80, 3: 70, 4: 60, 5: 50, 6: 40, 7: 30},
 			map[uint64]int{1: 20, 2: 20, 3: 20, 4: 20, 5: 20}},
 		// Water-filling: the budget left by the 12-candidate flow goes
 		// to the two heavy ones.
-		{"water-fill", map[uint64]int{1: 500, 2: 400, 3: 12}, map[uint64]int{1: 44, 2: 44, 3: 12}},
+		{"water-fill", 0, map[uint64]int{1: 500, 2: 400, 3: 12}, map[uint64]int{1: 44, 2: 44, 3: 12}},
 		// Flow 1 ships whole (80); of the 20 left, two light flows fit.
-		{"light flows after the cap", map[uint64]int{1: 80, 2: 9, 3: 8, 4: 7, 5: 1}, map[uint64]int{1: 80, 2: 9, 3: 8}},
-		{"only light flows", map[uint64]int{1: 9, 2: 3}, map[uint64]int{1: 9, 2: 3}},
+		{"light flows after the cap", 0, map[uint64]int{1: 80, 2: 9, 3: 8, 4: 7, 5: 1}, map[uint64]int{1: 80, 2: 9, 3: 8}},
+		{"only light flows", 0, map[uint64]int{1: 9, 2: 3}, map[uint64]int{1: 9, 2: 3}},
+		// "tracked share first" with a floor of 5: flows 1-10 get 5 each
+		// (50, half the budget; flow 11 would exceed it), then the
+		// tracked share (flows 1-5) is raised to a common cap of 15 with
+		// the 50 left; flows 6-10 keep their floor.
+		{"floor first", 5, map[uint64]int{1: 300, 2: 15, 3: 15, 4: 15, 5: 15, 6: 15, 7: 15, 8: 15, 9: 15, 10: 15, 11: 15},
+			map[uint64]int{1: 15, 2: 15, 3: 15, 4: 15, 5: 15, 6: 5, 7: 5, 8: 5, 9: 5, 10: 5}},
+		// Floors of 5 for all 8 flows (40); the tracked share ships
+		// whole (53 more), flow 6 is raised to its 12 with the 7 left,
+		// flows 7 and 8 keep their floor.
+		{"raised from the floor", 5, map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 12, 8: 12},
+			map[uint64]int{1: 30, 2: 12, 3: 12, 4: 12, 5: 12, 6: 12, 7: 5, 8: 5}},
+		// A flow of fewer than MinP50 candidates gets no floor, nor what
+		// the cap leaves (nothing); flow 2's floor of 8 is raised with
+		// the tracked share's cap (90).
+		{"no floor for light flows", 8, map[uint64]int{1: 200, 2: MinP50, 3: 3},
+			map[uint64]int{1: 90, 2: MinP50}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cands(tc.n)
@@ -228,6 +247,7 @@ func TestSelectBudget(t *testing.T) {
 			for _, x := range c.C {
 				bySmallest[x.Flow] = append(bySmallest[x.Flow], c.S(x))
 			}
+			cfg := Config{OneIn: 4, PerFlow: 20, MinPerFlow: tc.floor, MaxPerInterval: 100, MaxCandidates: 1 << 20}
 			s := Select(c, 0, cfg)
 			if n := s.Samples(); n > cfg.MaxPerInterval {
 				t.Fatalf("%d samples over the budget %d", n, cfg.MaxPerInterval)

@@ -49,13 +49,18 @@ const precision = 12
 
 // Select picks the samples to ship from an interval's candidates (start:
 // the interval's start, Unix ns), each flow's smallest S, within
-// cfg.MaxPerInterval:
+// cfg.MaxPerInterval, in this order (docs/sampling.md, "Selection"):
+//   - the floor: every flow of at least cfg.MinPerFlow candidates (used
+//     up to cfg.PerFlow / 2, and at least MinP50), heaviest first, gets
+//     that many while the floors so given stay within half the budget:
+//     enough samples for a mean delay where the flow's sketch cells are
+//     all lossy;
 //   - the tracked share: the cfg.MaxPerInterval / cfg.PerFlow heaviest
-//     flows (most candidates) of at least MinP50 candidates, at a common
-//     cap of cfg.PerFlow raised as far as the budget allows
-//     (water-filling);
-//   - with what that cap leaves, the next such flows at up to
-//     cfg.PerFlow each, heaviest first, while MinP50 samples are left;
+//     of those flows are raised to a common cap, as far as what the
+//     floors leave of the budget allows (water-filling);
+//   - with what is left, the next such flows are raised to up to
+//     cfg.PerFlow each, heaviest first (one without a floor only where
+//     MinP50 samples are left);
 //   - then the flows of fewer than MinP50 candidates, whole, heaviest
 //     first: they can publish no figure from their samples (each needs
 //     at least MinP50 joined), only their lost samples.
@@ -83,71 +88,91 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	slices.SortFunc(c.C, func(a, b TxCand) int {
 		return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.X>>32, b.X>>32))
 	})
-	type run struct{ from, n int }
-	var runs []run
+	var runs []flowRun
 	for i := 0; i < len(c.C); {
 		j := i + 1
 		for j < len(c.C) && c.C[j].Flow == c.C[i].Flow {
 			j++
 		}
-		runs = append(runs, run{i, j - i})
+		runs = append(runs, flowRun{from: i, n: j - i})
 		i = j
 	}
-	slices.SortFunc(runs, func(a, b run) int {
+	slices.SortFunc(runs, func(a, b flowRun) int {
 		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(c.C[a.from].Flow, c.C[b.from].Flow))
 	})
-	// Heaviest first: the flows too light for any figure are the tail.
+	allocate(runs, cfg)
+	for _, r := range runs {
+		if r.k > 0 {
+			set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c, c.C[r.from:r.from+r.k]))
+		}
+	}
+	return set
+}
+
+// flowRun is one flow's candidates in c.C (from, n) and how many of them
+// Select ships (k).
+type flowRun struct{ from, n, k int }
+
+// allocate sets each run's k by Select's rule; runs are heaviest first.
+func allocate(runs []flowRun, cfg Config) {
+	// The flows too light for any figure are the tail.
 	light := runs[len(runs):]
-	if i := slices.IndexFunc(runs, func(r run) bool { return r.n < MinP50 }); i >= 0 {
+	if i := slices.IndexFunc(runs, func(r flowRun) bool { return r.n < MinP50 }); i >= 0 {
 		runs, light = runs[:i], runs[i:]
+	}
+	left := cfg.MaxPerInterval
+	if floor := min(cfg.MinPerFlow, cfg.PerFlow/2); floor > 0 {
+		spend := cfg.MaxPerInterval / 2
+		for i := range runs {
+			if runs[i].n < floor || floor > spend {
+				break
+			}
+			runs[i].k, spend, left = floor, spend-floor, left-floor
+		}
 	}
 	top := runs[:min(len(runs), cfg.MaxPerInterval/max(cfg.PerFlow, 1))]
 	rest := runs[len(top):]
-	// top fits at PerFlow each; the budget it leaves raises its common
-	// cap, so that the tracked flows get every sample the budget allows
-	// before any lighter flow gets one.
-	capK := cfg.PerFlow
-	if len(top) > 0 && top[0].n > capK {
-		used := func(k int) int {
-			t := 0
-			for _, r := range top {
-				t += min(r.n, k)
-			}
-			return t
+	// The tracked share's common cap: the largest whose samples beyond
+	// the floors fit in what the floors left.
+	extra := func(k int) int {
+		t := 0
+		for _, r := range top {
+			t += max(min(r.n, k)-r.k, 0)
 		}
-		lo, hi := capK, top[0].n // used(lo) <= budget
-		for lo < hi {
-			mid := lo + (hi-lo+1)/2
-			if used(mid) <= cfg.MaxPerInterval {
-				lo = mid
-			} else {
-				hi = mid - 1
-			}
+		return t
+	}
+	lo, hi := 0, 0
+	if len(top) > 0 {
+		hi = top[0].n // extra(lo) <= left
+	}
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if extra(mid) <= left {
+			lo = mid
+		} else {
+			hi = mid - 1
 		}
-		capK = lo
 	}
-	left := cfg.MaxPerInterval
-	ship := func(r run, k int) {
-		left -= k
-		set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c, c.C[r.from:r.from+k]))
+	left -= extra(lo)
+	for i := range top {
+		top[i].k = max(top[i].k, min(top[i].n, lo))
 	}
-	for _, r := range top {
-		ship(r, min(r.n, capK))
-	}
-	for _, r := range rest {
-		k := min(r.n, cfg.PerFlow, left)
-		if k < MinP50 {
+	for i := range rest {
+		r := &rest[i]
+		k := min(r.n, cfg.PerFlow, r.k+left)
+		if r.k == 0 && k < MinP50 {
 			break
 		}
-		ship(r, k)
+		left -= k - r.k
+		r.k = k
 	}
-	for _, r := range light {
-		if r.n > left {
+	for i := range light {
+		if light[i].n > left {
 			break
 		}
-		ship(r, r.n)
+		light[i].k = light[i].n
+		left -= light[i].n
 	}
-	return set
 }
 
 // makeList turns candidates of c sorted by S into a list whose shift keeps
