@@ -68,6 +68,9 @@ type FlowRecord struct {
 	// LossBound is the count-min bound on lost packets (never below the
 	// truth while a sketch row is unsampled; raised to SampledLost).
 	LossBound *float64
+	// LossExact: Loss is the exact count from the interval's complete
+	// lost-packet list (and Packets the exact count sent), not an estimate.
+	LossExact bool
 }
 
 // flowJSON is FlowRecord's JSON shape, field for field in the order of the
@@ -103,6 +106,7 @@ type flowJSON struct {
 	StddevFrom   string   `json:"stddev_from,omitempty"`
 	SampledLost  int      `json:"sampled_lost,omitempty"`
 	LossBound    *float64 `json:"loss_bound,omitempty"`
+	LossExact    bool     `json:"loss_exact"`
 }
 
 // MarshalJSON writes the record's results line (without the newline).
@@ -133,7 +137,7 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 		Estimator: j.Estimator, Partial: j.Partial, Unsynced: j.Unsynced, ErrorNS: j.ErrorNS, Spike: j.Spike,
 		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
 		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
-		LossBound: j.LossBound}
+		LossBound: j.LossBound, LossExact: j.LossExact}
 	return nil
 }
 
@@ -195,6 +199,11 @@ type Interval struct {
 	// Touched marks the flows (same index as Flows) with a cell that does
 	// not match at both ends: the ones a misplaced packet can affect.
 	Touched []bool `json:"-"`
+	// LostList says whether the interval's lost-packet list is complete
+	// (nil without lost-packet tables); Lost is the list (served by
+	// /api/v1/lost and written to receiver.lost_file, not in this JSON).
+	LostList *LostSummary `json:"lost_list,omitempty"`
+	Lost     []LostPacket `json:"-"`
 }
 
 // FlagBeyondWindow marks the interval as holding misplaced packets:
@@ -209,6 +218,9 @@ func (iv *Interval) FlagBeyondWindow() {
 		f := &iv.Flows[i]
 		f.Status, f.Loss, f.LossPoint, f.LossBound = StatusBeyondWindow, 0, nil, nil
 	}
+	// The two ends' tables then differ by misplaced packets too: the list
+	// is no list of losses, and no loss is exact.
+	iv.markLostIncomplete(StatusBeyondWindow)
 	for i := range iv.Links {
 		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, 0
 	}
@@ -323,6 +335,11 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	if r.LossBound != nil {
 		b = append(b, `,"loss_bound":`...)
 		b = appendFloatPtr(b, r.LossBound)
+	}
+	if r.LossExact {
+		b = append(b, `,"loss_exact":true`...)
+	} else {
+		b = append(b, `,"loss_exact":false`...)
 	}
 	return append(b, "}\n"...), nil
 }
