@@ -35,6 +35,7 @@ const (
 //	GET /api/v1/flows?interval=latest|<id>&sender=&prefix=<cidr>&min_packets=&sort=packets|delay|loss&limit=
 //	GET /api/v1/links?interval=latest|<id>&sender=
 //	GET /api/v1/intervals?sender=
+//	GET /api/v1/lost?interval=latest|<id>&sender=&prefix=<cidr>&min_packets=&kind=lost|extra&limit= (lost.go)
 //
 // Bad parameters get 400 with {"error": ..., "parameter": ...}; more than
 // MaxConcurrent requests at once get 503.
@@ -43,14 +44,15 @@ func (s *Store) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/flows", s.flows)
 	mux.HandleFunc("GET /api/v1/links", s.links)
 	mux.HandleFunc("GET /api/v1/intervals", s.intervals)
+	mux.HandleFunc("GET /api/v1/lost", s.lost)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/api/v1/flows", "/api/v1/links", "/api/v1/intervals":
+		case "/api/v1/flows", "/api/v1/links", "/api/v1/intervals", "/api/v1/lost":
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "", r.Method+" is not allowed here; use GET")
 			return
 		}
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s %s; try GET /api/v1/flows, /api/v1/links or /api/v1/intervals", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s %s; try GET /api/v1/flows, /api/v1/links, /api/v1/intervals or /api/v1/lost", r.Method, r.URL.Path))
 	})
 	sem := make(chan struct{}, MaxConcurrent)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
