@@ -185,7 +185,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		}
 		iv.Links = append(iv.Links, lr)
 	}
-	applyLost(iv, mt, sender, e.FlowHash) // lost.go
+	applyLost(iv, mt, sender, e.FlowHash, e.T) // lost.go
 	return iv, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 )
 
@@ -28,8 +29,8 @@ type lostFlow struct {
 // peels the difference into the interval's list of lost (and extra)
 // packets and, where the list is complete, makes every flow's loss the
 // exact count (docs/results.md, "Lost packets"). keys and hashes are the
-// candidate flows, index for index with iv.Flows.
-func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64) {
+// candidate flows, index for index with iv.Flows; t is the interval length.
+func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64, t int64) {
 	if mt.Snd == nil || mt.Snd.Sk == nil || mt.Rx == nil || mt.Snd.Sk.Lost == nil || mt.Rx.Lost == nil {
 		return
 	}
@@ -70,6 +71,9 @@ func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 		}
 	}
 	slices.SortFunc(iv.Lost, compareLost)
+	if t <= 1<<32 { // beyond, the samples' send times are rounded
+		sentFromSamples(iv.Lost, mt.Snd.Samples, iv.StartNS, flowHash)
+	}
 	if sum.Complete {
 		if r := lostDoubt(mt); r != "" {
 			sum.Complete, sum.Reason = false, r
@@ -169,4 +173,45 @@ func compareLost(a, b results.LostPacket) int {
 		return -1
 	}
 	return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Hash, b.Hash))
+}
+
+// sentFromSamples gives a lost packet its send time where the sender
+// shipped it among its flow's consistent samples (docs/sampling.md): the
+// sample of the flow whose value matches the packet's, when exactly one
+// does. The lost-packet table carries identities, not times, and no
+// fixed-size table can carry the send times of packets the sender cannot
+// know are lost (docs/results.md, "Lost packets"); the samples hold exact
+// send times (to the ns for intervals up to 4.29 s) of a share of them.
+func sentFromSamples(list []results.LostPacket, set *sample.Set, start int64, flowHash func(capture.FlowKey) uint64) {
+	if set == nil || len(set.Flows) == 0 {
+		return
+	}
+	byFlow := make(map[uint64]*sample.List, len(set.Flows))
+	for i := range set.Flows {
+		byFlow[set.Flows[i].Flow] = &set.Flows[i]
+	}
+	for i := range list {
+		p := &list[i]
+		if p.Extra {
+			continue
+		}
+		s := sample.Mix(p.Hash)
+		if s >= set.Limit {
+			continue // not a candidate: never sampled
+		}
+		l := byFlow[flowHash(p.Key)]
+		if l == nil {
+			continue
+		}
+		q := s >> l.Shift
+		j, found := slices.BinarySearchFunc(l.Samples, q, func(x sample.Sample, q uint64) int { return cmp.Compare(x.Q, q) })
+		// Not sampled; two samples of the flow sharing the value
+		// (ambiguous); or the flow's largest sample, which an unsampled
+		// packet just above the flow's cap could share.
+		if !found || j == len(l.Samples)-1 || l.Samples[j+1].Q == q {
+			continue
+		}
+		t := start + l.Samples[j].TX
+		p.SentNS = &t
+	}
 }

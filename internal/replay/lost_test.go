@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ type flowIv struct {
 // every flow-interval's sent and lost counts.
 type genTruth struct {
 	lost map[lostID]int // multiset: a TCP packet without payload shares its seq with the next
+	sentNS map[lostID][]int64
 	sent map[flowIv]int
 	lose map[flowIv]int
 }
@@ -66,12 +68,13 @@ func replayLost(t *testing.T, sc gen.Scenario, configure func(*Options)) lostRun
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tr := genTruth{lost: map[lostID]int{}, sent: map[flowIv]int{}, lose: map[flowIv]int{}}
+	tr := genTruth{lost: map[lostID]int{}, sent: map[flowIv]int{}, lose: map[flowIv]int{}, sentNS: map[lostID][]int64{}}
 	onPacket := func(p *gen.PacketTruth) {
 		fi := flowIv{p.Interval, *p.Key}
 		tr.sent[fi]++
 		if p.Lost {
 			tr.lost[truthID(p)]++
+			tr.sentNS[truthID(p)] = append(tr.sentNS[truthID(p)], p.SendNS)
 			tr.lose[fi]++
 		}
 	}
@@ -191,7 +194,7 @@ func checkLostList(t *testing.T, r lostRun, minLost int) {
 	if nTruth < minLost {
 		t.Fatalf("scenario too small: %d lost packets in complete intervals, want >= %d", nTruth, minLost)
 	}
-	matched, listed := 0, 0
+	matched, listed, timed := 0, 0, 0
 	for _, p := range r.list {
 		if p.Extra {
 			t.Errorf("extra packet listed where the generator makes none: %+v", p)
@@ -206,7 +209,14 @@ func checkLostList(t *testing.T, r lostRun, minLost int) {
 			want[id]--
 			matched++
 		}
+		if p.SentNS != nil {
+			timed++
+			if !slices.Contains(r.truth.sentNS[id], *p.SentNS) {
+				t.Errorf("lost packet %+v: sent_ns %d, the generator sent it at %v", id, *p.SentNS, r.truth.sentNS[id])
+			}
+		}
 	}
+	t.Logf("lost packets with sent_ns (from the flows' samples): %d of %d listed, each equal to the generator's send time", timed, listed)
 	t.Logf("lost packets: %d true, %d listed, %d matched by interval, flow and identifier; %d of %d intervals complete",
 		nTruth, listed, matched, complete, len(r.summaries))
 	if matched*100 < 99*nTruth || matched*100 < 99*listed {
