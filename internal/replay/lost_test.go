@@ -36,10 +36,10 @@ type flowIv struct {
 // genTruth is the generator's own per-packet truth: every lost packet and
 // every flow-interval's sent and lost counts.
 type genTruth struct {
-	lost map[lostID]int // multiset: a TCP packet without payload shares its seq with the next
+	lost   map[lostID]int // multiset: a TCP packet without payload shares its seq with the next
 	sentNS map[lostID][]int64
-	sent map[flowIv]int
-	lose map[flowIv]int
+	sent   map[flowIv]int
+	lose   map[flowIv]int
 }
 
 func truthID(p *gen.PacketTruth) lostID {
