@@ -367,6 +367,9 @@ type IntervalSummary struct {
 	SenderDrops     uint64  `json:"sender_drops"`
 	ReceiverDrops   uint64  `json:"receiver_drops"`
 	SketchBytes     uint64  `json:"sketch_bytes"`
+	// LostList: whether the interval's lost-packet list is complete (and
+	// its flows' loss exact); absent without lost-packet tables.
+	LostList *results.LostSummary `json:"lost_list,omitempty"`
 }
 
 // IntervalsAnswer is the body of /api/v1/intervals: newest first per sender.
@@ -392,7 +395,7 @@ func (s *Store) intervals(w http.ResponseWriter, r *http.Request) {
 			ans.Intervals = append(ans.Intervals, IntervalSummary{
 				Sender: iv.Sender, Interval: iv.Interval, StartNS: iv.StartNS, Outcome: iv.Outcome,
 				Flows: len(iv.Flows), Links: len(iv.Links), UsableCellRatio: iv.UsableCellRatio,
-				SenderDrops: iv.SenderDrops, ReceiverDrops: iv.ReceiverDrops, SketchBytes: iv.SketchBytes,
+				SenderDrops: iv.SenderDrops, ReceiverDrops: iv.ReceiverDrops, SketchBytes: iv.SketchBytes, LostList: iv.LostList,
 			})
 		}
 	}
