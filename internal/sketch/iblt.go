@@ -22,7 +22,7 @@ import (
 //	cell in sub-table 0 = fastRange(a, m),        m = cells/3
 //	cell in sub-table 1 = m + fastRange(a>>32, m)
 //	cell in sub-table 2 = 2m + fastRange(b, m)
-//	check              = b >> 32
+//	check              = b >> 48 (16 bits)
 //
 // Every cell holds a signed count and the XOR of each field of the items
 // in it. A cell is pure (holds one item, or one item's negation) when its
@@ -101,7 +101,22 @@ type ibltCell struct {
 type IBLT struct {
 	cells []ibltCell
 	per   uint64 // cells per sub-table
+	// wrapped: decoded from the wire, whose counts are the sender's modulo
+	// 256; Subtract then yields the difference as an 8-bit signed count,
+	// exact while no cell holds 128 or more differences (far beyond any
+	// table that can peel).
+	wrapped bool
+	// Inserts are batched: a packet's three cells are random cache lines
+	// of a table larger than the L1 cache, and updating a batch in one
+	// loop lets the processor overlap the lines of several packets
+	// (BenchmarkPacketPathLostPaired: +61 % of the packet path's CPU
+	// unbatched, +49-53 % batched, on the shared test machine).
+	pend  [ibltBatch]IBLTItem
+	npend int
 }
+
+// ibltBatch is the inserts applied at once.
+const ibltBatch = 64
 
 // NewIBLT makes an empty table of cells cells (a positive multiple of 3,
 // at most MaxIBLTCells; IBLTCells gives it for a capacity).
@@ -116,7 +131,7 @@ func NewIBLT(cells int) (*IBLT, error) {
 func (t *IBLT) Cells() int { return len(t.cells) }
 
 // Reset empties the table.
-func (t *IBLT) Reset() { clear(t.cells) }
+func (t *IBLT) Reset() { clear(t.cells); t.npend = 0 }
 
 func (t *IBLT) positions(h uint64) (p [IBLTHashes]uint64, chk uint32) {
 	a := splitmix64(h ^ ibltSaltA)
@@ -124,14 +139,34 @@ func (t *IBLT) positions(h uint64) (p [IBLTHashes]uint64, chk uint32) {
 	p[0] = fastRange(a, t.per)
 	p[1] = t.per + fastRange(a>>32, t.per)
 	p[2] = 2*t.per + fastRange(b, t.per)
-	return p, uint32(b >> 32)
+	return p, uint32(b >> 48)
 }
 
-// Insert adds one packet (zero allocations).
-func (t *IBLT) Insert(it *IBLTItem) { t.apply(it, 1) }
+// Insert adds one packet (zero allocations). It is batched: every other
+// method sees it.
+func (t *IBLT) Insert(it *IBLTItem) {
+	t.pend[t.npend] = *it
+	t.npend++
+	if t.npend == ibltBatch {
+		t.flush()
+	}
+}
+
+// flush applies the batched inserts.
+func (t *IBLT) flush() {
+	n := t.npend
+	t.npend = 0
+	for i := range n {
+		t.apply(&t.pend[i], 1)
+	}
+}
 
 func (t *IBLT) apply(it *IBLTItem, sign int32) {
 	p, chk := t.positions(it.Hash)
+	t.applyAt(it, sign, &p, chk)
+}
+
+func (t *IBLT) applyAt(it *IBLTItem, sign int32, p *[IBLTHashes]uint64, chk uint32) {
 	s0 := binary.LittleEndian.Uint64(it.Src[0:8])
 	s1 := binary.LittleEndian.Uint64(it.Src[8:16])
 	d0 := binary.LittleEndian.Uint64(it.Dst[0:8])
@@ -162,12 +197,18 @@ func (t *IBLT) Merge(o *IBLT) error { return t.combine(o, 1) }
 func (t *IBLT) Subtract(o *IBLT) error { return t.combine(o, -1) }
 
 func (t *IBLT) combine(o *IBLT, sign int32) error {
+	t.flush()
+	o.flush()
 	if len(o.cells) != len(t.cells) {
 		return fmt.Errorf("lost-packet table: combining %d cells with %d: both ends must use the same lost.capacity", len(o.cells), len(t.cells))
 	}
 	for i := range t.cells {
 		c, d := &t.cells[i], &o.cells[i]
-		c.n += sign * d.n
+		if t.wrapped {
+			c.n = int32(int8(uint8(c.n) + uint8(sign*d.n)))
+		} else {
+			c.n += sign * d.n
+		}
 		c.h ^= d.h
 		c.chk ^= d.chk
 		c.src0 ^= d.src0
@@ -183,7 +224,8 @@ func (t *IBLT) combine(o *IBLT, sign int32) error {
 
 // Copy returns an independent copy of t.
 func (t *IBLT) Copy() *IBLT {
-	return &IBLT{cells: append([]ibltCell(nil), t.cells...), per: t.per}
+	t.flush()
+	return &IBLT{cells: append([]ibltCell(nil), t.cells...), per: t.per, wrapped: t.wrapped}
 }
 
 // pure reports whether cell i holds exactly one item (or its negation).
@@ -220,6 +262,7 @@ type Peeled struct {
 // items are listed (a table that would list more is incomplete), so that
 // a hostile table costs at most that much memory and 2·cells peel steps.
 func (t *IBLT) Peel(maxItems int) (items []Peeled, complete bool) {
+	t.flush()
 	queue := make([]uint64, 0, 64)
 	for i := range t.cells {
 		if t.pure(uint64(i)) {
@@ -261,10 +304,12 @@ func (t *IBLT) Peel(maxItems int) (items []Peeled, complete bool) {
 //
 //	"LI" 1                      magic, format version
 //	uvarint cells
-//	cells zigzag varints        counts
+//	cells bytes                 counts modulo 256 (the receiver needs only
+//	                            the difference of the two ends' counts,
+//	                            which is small where the table can peel)
 //	9 columns, each: 1 byte w (bytes per value, 0..8; 0..4 for the
-//	32-bit ones), then cells values of w bytes: h, src0, src1, dst0, dst1,
-//	chk, ports, id, meta
+//	32-bit ones, 0..2 for chk), then cells values of w bytes: h, src0,
+//	src1, dst0, dst1, chk, ports, id, meta
 //
 // A column whose values all fit in fewer bytes takes fewer (an IPv4-only
 // link's address words take 4 of 8 bytes, its upper words none).
@@ -274,7 +319,7 @@ const ibltColumns = 9
 
 // MaxEncodedIBLT bounds the encoding of a table of cells cells.
 func MaxEncodedIBLT(cells int) int {
-	return len(ibltMagic) + 1 + binary.MaxVarintLen64 + cells*(binary.MaxVarintLen32+5*8+4*4) + ibltColumns
+	return len(ibltMagic) + 1 + binary.MaxVarintLen64 + cells*(1+5*8+2+3*4) + ibltColumns
 }
 
 func (t *IBLT) column(j int, i int) uint64 {
@@ -327,11 +372,12 @@ func (t *IBLT) setColumn(j int, i int, v uint64) {
 
 // AppendBinary appends the table's encoding to b.
 func (t *IBLT) AppendBinary(b []byte) []byte {
+	t.flush()
 	b = append(b, ibltMagic...)
 	b = append(b, formatVersion1IBLT)
 	b = binary.AppendUvarint(b, uint64(len(t.cells)))
 	for i := range t.cells {
-		b = binary.AppendVarint(b, int64(t.cells[i].n))
+		b = append(b, uint8(t.cells[i].n))
 	}
 	var w [8]byte
 	for j := range ibltColumns {
@@ -369,17 +415,19 @@ func UnmarshalIBLT(b []byte, cells int) (*IBLT, error) {
 	if n := d.uvarint("cells"); d.err == nil && n != uint64(cells) {
 		d.fail("%d cells, the agreed lost.capacity makes %d: configure the same lost.capacity at both ends", n, cells)
 	}
-	for i := 0; i < cells && d.err == nil; i++ {
-		v := d.varint("count")
-		if v < math.MinInt32 || v > math.MaxInt32 {
-			d.fail("count %d does not fit 32 bits", v)
+	if counts := d.fixed("counts", cells); counts != nil {
+		for i, v := range counts {
+			t.cells[i].n = int32(v)
 		}
-		t.cells[i].n = int32(v)
 	}
+	t.wrapped = true
 	for j := 0; j < ibltColumns && d.err == nil; j++ {
 		width := int(d.byte1("column width"))
 		limit := 8
-		if j >= 5 {
+		switch {
+		case j == 5:
+			limit = 2
+		case j > 5:
 			limit = 4
 		}
 		if width > limit {
