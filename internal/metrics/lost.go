@@ -9,6 +9,7 @@ import (
 // lostMetrics are the series of the lost-packet list (docs/operations.md).
 type lostMetrics struct {
 	listed, extra, incomplete *prometheus.CounterVec
+	reordered                 *prometheus.GaugeVec
 }
 
 func newLostMetrics() lostMetrics {
@@ -20,6 +21,15 @@ func newLostMetrics() lostMetrics {
 		incomplete: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_lost_list_incomplete_intervals_total",
 			Help: "Complete intervals whose lost-packet list is incomplete (loss stays an estimate), by reason: overflow (more than lost.capacity), delay_beyond_window, capture_drops, late, unresolved."},
 			[]string{"sender", "reason"}),
+		reordered: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lds_link_reordered_ratio",
+			Help: "Share of the latest complete interval's joined packet samples that arrived after a sample of their flow sent later (RFC 4737 reordering)."}, []string{"sender"}),
+	}
+}
+
+// Reordered sets the link's reordered ratio from a complete interval.
+func (r *Receiver) Reordered(iv *results.Interval) {
+	if iv.ReorderedRatio != nil {
+		r.lost.reordered.WithLabelValues(iv.Sender).Set(*iv.ReorderedRatio)
 	}
 }
 

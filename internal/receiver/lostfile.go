@@ -43,9 +43,11 @@ func (r *Receiver) reopenLost() {
 	r.log.Info("lost-packet file reopened", "path", r.cfg.Receiver.LostFile)
 }
 
-// publishLost writes a complete interval's lost packets and counts them.
+// publishLost writes a complete interval's lost packets and counts them,
+// and sets the link's reordered ratio.
 func (r *Receiver) publishLost(iv *results.Interval) {
 	r.metrics.LostList(iv)
+	r.metrics.Reordered(iv)
 	if r.lostW != nil && len(iv.Lost) > 0 {
 		if err := r.lostW.Write(iv); err != nil {
 			r.log.Error("writing the lost-packet file", "err", err)

@@ -62,6 +62,12 @@ type lostRun struct {
 }
 
 func replayLost(t *testing.T, sc gen.Scenario, configure func(*Options)) lostRun {
+	return replayLostWith(t, sc, configure, nil)
+}
+
+// replayLostWith is replayLost that also hands every generated packet to
+// also (nil: none).
+func replayLostWith(t *testing.T, sc gen.Scenario, configure func(*Options), also func(*gen.PacketTruth)) lostRun {
 	t.Helper()
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.pcap"), filepath.Join(dir, "b.pcap")
@@ -72,6 +78,9 @@ func replayLost(t *testing.T, sc gen.Scenario, configure func(*Options)) lostRun
 	onPacket := func(p *gen.PacketTruth) {
 		fi := flowIv{p.Interval, *p.Key}
 		tr.sent[fi]++
+		if also != nil {
+			also(p)
+		}
 		if p.Lost {
 			tr.lost[truthID(p)]++
 			tr.sentNS[truthID(p)] = append(tr.sentNS[truthID(p)], p.SendNS)

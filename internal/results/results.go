@@ -71,42 +71,50 @@ type FlowRecord struct {
 	// LossExact: Loss is the exact count from the interval's complete
 	// lost-packet list (and Packets the exact count sent), not an estimate.
 	LossExact bool
+	// Reordered estimates the flow's packets that arrived after a packet
+	// of the flow sent later (RFC 4737), from its joined samples, and
+	// ReorderExtentNS is the largest lateness among those samples; nil
+	// where the flow has too few joined samples.
+	Reordered       *float64
+	ReorderExtentNS *float64
 }
 
 // flowJSON is FlowRecord's JSON shape, field for field in the order of the
 // line: what UnmarshalJSON decodes, and what MarshalLine writes by hand
 // (its tests hold the two to the same bytes).
 type flowJSON struct {
-	Interval     int64    `json:"interval"`
-	StartNS      int64    `json:"start_ns"`
-	Src          string   `json:"src"`
-	Dst          string   `json:"dst"`
-	SPort        uint16   `json:"sport"`
-	DPort        uint16   `json:"dport"`
-	Proto        uint8    `json:"proto"`
-	DelayNS      *float64 `json:"delay_ns"`
-	StddevNS     *float64 `json:"stddev_ns"`
-	Loss         float64  `json:"loss"`
-	Packets      float64  `json:"packets"`
-	Samples      float64  `json:"samples"`
-	CI95NS       *float64 `json:"ci95_ns"`
-	Sender       string   `json:"sender,omitempty"`
-	Bytes        *float64 `json:"bytes,omitempty"`
-	Estimator    string   `json:"estimator,omitempty"`
-	Partial      bool     `json:"partial,omitempty"`
-	Unsynced     bool     `json:"clock_unsynced,omitempty"`
-	ErrorNS      *float64 `json:"clock_error_bound_ns,omitempty"`
-	Spike        bool     `json:"spike,omitempty"`
-	Status       string   `json:"status,omitempty"`
-	LossPoint    *float64 `json:"loss_point,omitempty"`
-	P50NS        *float64 `json:"p50_ns"`
-	P90NS        *float64 `json:"p90_ns"`
-	P99NS        *float64 `json:"p99_ns"`
-	DelaySamples int      `json:"delay_samples"`
-	StddevFrom   string   `json:"stddev_from,omitempty"`
-	SampledLost  int      `json:"sampled_lost,omitempty"`
-	LossBound    *float64 `json:"loss_bound,omitempty"`
-	LossExact    bool     `json:"loss_exact"`
+	Interval        int64    `json:"interval"`
+	StartNS         int64    `json:"start_ns"`
+	Src             string   `json:"src"`
+	Dst             string   `json:"dst"`
+	SPort           uint16   `json:"sport"`
+	DPort           uint16   `json:"dport"`
+	Proto           uint8    `json:"proto"`
+	DelayNS         *float64 `json:"delay_ns"`
+	StddevNS        *float64 `json:"stddev_ns"`
+	Loss            float64  `json:"loss"`
+	Packets         float64  `json:"packets"`
+	Samples         float64  `json:"samples"`
+	CI95NS          *float64 `json:"ci95_ns"`
+	Sender          string   `json:"sender,omitempty"`
+	Bytes           *float64 `json:"bytes,omitempty"`
+	Estimator       string   `json:"estimator,omitempty"`
+	Partial         bool     `json:"partial,omitempty"`
+	Unsynced        bool     `json:"clock_unsynced,omitempty"`
+	ErrorNS         *float64 `json:"clock_error_bound_ns,omitempty"`
+	Spike           bool     `json:"spike,omitempty"`
+	Status          string   `json:"status,omitempty"`
+	LossPoint       *float64 `json:"loss_point,omitempty"`
+	P50NS           *float64 `json:"p50_ns"`
+	P90NS           *float64 `json:"p90_ns"`
+	P99NS           *float64 `json:"p99_ns"`
+	DelaySamples    int      `json:"delay_samples"`
+	StddevFrom      string   `json:"stddev_from,omitempty"`
+	SampledLost     int      `json:"sampled_lost,omitempty"`
+	LossBound       *float64 `json:"loss_bound,omitempty"`
+	LossExact       bool     `json:"loss_exact"`
+	Reordered       *float64 `json:"reordered"`
+	ReorderExtentNS *float64 `json:"reorder_extent_ns"`
 }
 
 // MarshalJSON writes the record's results line (without the newline).
@@ -137,7 +145,7 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 		Estimator: j.Estimator, Partial: j.Partial, Unsynced: j.Unsynced, ErrorNS: j.ErrorNS, Spike: j.Spike,
 		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
 		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
-		LossBound: j.LossBound, LossExact: j.LossExact}
+		LossBound: j.LossBound, LossExact: j.LossExact, Reordered: j.Reordered, ReorderExtentNS: j.ReorderExtentNS}
 	return nil
 }
 
@@ -204,6 +212,10 @@ type Interval struct {
 	// /api/v1/lost and written to receiver.lost_file, not in this JSON).
 	LostList *LostSummary `json:"lost_list,omitempty"`
 	Lost     []LostPacket `json:"-"`
+	// ReorderedRatio is the share of the interval's joined flow samples
+	// that arrived after a sample of their flow sent later (nil: none
+	// joined).
+	ReorderedRatio *float64 `json:"reordered_ratio,omitempty"`
 }
 
 // FlagBeyondWindow marks the interval as holding misplaced packets:
@@ -341,6 +353,10 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	} else {
 		b = append(b, `,"loss_exact":false`...)
 	}
+	b = append(b, `,"reordered":`...)
+	b = appendFloatPtr(b, r.Reordered)
+	b = append(b, `,"reorder_extent_ns":`...)
+	b = appendFloatPtr(b, r.ReorderExtentNS)
 	return append(b, "}\n"...), nil
 }
 

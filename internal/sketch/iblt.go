@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 )
 
 // The lost-packet table is an invertible Bloom lookup table (IBLT) of
@@ -125,6 +126,14 @@ func NewIBLT(cells int) (*IBLT, error) {
 		return nil, fmt.Errorf("lost-packet table: %d cells: want a positive multiple of %d, at most %d", cells, IBLTHashes, MaxIBLTCells)
 	}
 	return &IBLT{cells: make([]ibltCell, cells), per: uint64(cells / IBLTHashes)}, nil
+}
+
+// IBLTBytes is the memory of a table of cells cells (ldsctl memory).
+func IBLTBytes(cells int) int64 {
+	if cells <= 0 {
+		return 0
+	}
+	return int64(unsafe.Sizeof(IBLT{})) + int64(cells)*int64(unsafe.Sizeof(ibltCell{}))
 }
 
 // Cells is the table's size.

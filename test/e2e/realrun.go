@@ -350,6 +350,7 @@ func writeRealConfigs(opt RealOptions, p *PKI, i int, pr RealPair, senderPath, r
 		"senders":      []map[string]any{{"id": realSenderID(pr)}},
 		"lateness":     "3s",
 		"results_file": realResultsPath(filepath.Dir(senderPath), pr),
+		"lost_file":    realLostPath(filepath.Dir(senderPath), pr),
 	}
 	if err := writeYAML(senderPath, s); err != nil {
 		return err
