@@ -87,16 +87,20 @@ type IBLTItem struct {
 	ID           uint32
 }
 
-// ibltCell is one cell: the count and the XOR of every field of its items.
+// ibltCell is one cell: the count and the XOR of every field of its
+// items, packed in 64-bit words so that an insert is 7 XORs and an add.
 type ibltCell struct {
 	h                      uint64
 	src0, src1, dst0, dst1 uint64
+	pid                    uint64 // ports<<32 | id
+	cm                     uint64 // chk | meta<<32, meta = proto | flags<<8
 	n                      int32
-	chk                    uint32
-	ports                  uint32
-	id                     uint32
-	meta                   uint32 // proto | flags<<8
 }
+
+func (c *ibltCell) chk() uint32   { return uint32(c.cm) }
+func (c *ibltCell) meta() uint32  { return uint32(c.cm >> 32) }
+func (c *ibltCell) ports() uint32 { return uint32(c.pid >> 32) }
+func (c *ibltCell) id() uint32    { return uint32(c.pid) }
 
 // IBLT is one end's table of one interval. Not safe for concurrent use.
 type IBLT struct {
@@ -107,17 +111,7 @@ type IBLT struct {
 	// exact while no cell holds 128 or more differences (far beyond any
 	// table that can peel).
 	wrapped bool
-	// Inserts are batched: a packet's three cells are random cache lines
-	// of a table larger than the L1 cache, and updating a batch in one
-	// loop lets the processor overlap the lines of several packets
-	// (BenchmarkPacketPathLostPaired: +61 % of the packet path's CPU
-	// unbatched, +49-53 % batched, on the shared test machine).
-	pend  [ibltBatch]IBLTItem
-	npend int
 }
-
-// ibltBatch is the inserts applied at once.
-const ibltBatch = 64
 
 // NewIBLT makes an empty table of cells cells (a positive multiple of 3,
 // at most MaxIBLTCells; IBLTCells gives it for a capacity).
@@ -140,7 +134,7 @@ func IBLTBytes(cells int) int64 {
 func (t *IBLT) Cells() int { return len(t.cells) }
 
 // Reset empties the table.
-func (t *IBLT) Reset() { clear(t.cells); t.npend = 0 }
+func (t *IBLT) Reset() { clear(t.cells) }
 
 func (t *IBLT) positions(h uint64) (p [IBLTHashes]uint64, chk uint32) {
 	a := splitmix64(h ^ ibltSaltA)
@@ -151,24 +145,8 @@ func (t *IBLT) positions(h uint64) (p [IBLTHashes]uint64, chk uint32) {
 	return p, uint32(b >> 48)
 }
 
-// Insert adds one packet (zero allocations). It is batched: every other
-// method sees it.
-func (t *IBLT) Insert(it *IBLTItem) {
-	t.pend[t.npend] = *it
-	t.npend++
-	if t.npend == ibltBatch {
-		t.flush()
-	}
-}
-
-// flush applies the batched inserts.
-func (t *IBLT) flush() {
-	n := t.npend
-	t.npend = 0
-	for i := range n {
-		t.apply(&t.pend[i], 1)
-	}
-}
+// Insert adds one packet (zero allocations).
+func (t *IBLT) Insert(it *IBLTItem) { t.apply(it, 1) }
 
 func (t *IBLT) apply(it *IBLTItem, sign int32) {
 	p, chk := t.positions(it.Hash)
@@ -180,20 +158,19 @@ func (t *IBLT) applyAt(it *IBLTItem, sign int32, p *[IBLTHashes]uint64, chk uint
 	s1 := binary.LittleEndian.Uint64(it.Src[8:16])
 	d0 := binary.LittleEndian.Uint64(it.Dst[0:8])
 	d1 := binary.LittleEndian.Uint64(it.Dst[8:16])
-	ports := uint32(it.SPort)<<16 | uint32(it.DPort)
-	meta := uint32(it.Proto) | uint32(it.Flags)<<8
+	pid := uint64(it.SPort)<<48 | uint64(it.DPort)<<32 | uint64(it.ID)
+	cm := uint64(chk) | (uint64(it.Proto)|uint64(it.Flags)<<8)<<32
+	cells := t.cells
 	for _, i := range p {
-		c := &t.cells[i]
+		c := &cells[i]
 		c.n += sign
 		c.h ^= it.Hash
-		c.chk ^= chk
 		c.src0 ^= s0
 		c.src1 ^= s1
 		c.dst0 ^= d0
 		c.dst1 ^= d1
-		c.ports ^= ports
-		c.id ^= it.ID
-		c.meta ^= meta
+		c.pid ^= pid
+		c.cm ^= cm
 	}
 }
 
@@ -206,8 +183,6 @@ func (t *IBLT) Merge(o *IBLT) error { return t.combine(o, 1) }
 func (t *IBLT) Subtract(o *IBLT) error { return t.combine(o, -1) }
 
 func (t *IBLT) combine(o *IBLT, sign int32) error {
-	t.flush()
-	o.flush()
 	if len(o.cells) != len(t.cells) {
 		return fmt.Errorf("lost-packet table: combining %d cells with %d: both ends must use the same lost.capacity", len(o.cells), len(t.cells))
 	}
@@ -219,21 +194,18 @@ func (t *IBLT) combine(o *IBLT, sign int32) error {
 			c.n += sign * d.n
 		}
 		c.h ^= d.h
-		c.chk ^= d.chk
 		c.src0 ^= d.src0
 		c.src1 ^= d.src1
 		c.dst0 ^= d.dst0
 		c.dst1 ^= d.dst1
-		c.ports ^= d.ports
-		c.id ^= d.id
-		c.meta ^= d.meta
+		c.pid ^= d.pid
+		c.cm ^= d.cm
 	}
 	return nil
 }
 
 // Copy returns an independent copy of t.
 func (t *IBLT) Copy() *IBLT {
-	t.flush()
 	return &IBLT{cells: append([]ibltCell(nil), t.cells...), per: t.per, wrapped: t.wrapped}
 }
 
@@ -244,12 +216,12 @@ func (t *IBLT) pure(i uint64) bool {
 		return false
 	}
 	p, chk := t.positions(c.h)
-	return chk == c.chk && (p[0] == i || p[1] == i || p[2] == i)
+	return chk == c.chk() && (p[0] == i || p[1] == i || p[2] == i)
 }
 
 func (c *ibltCell) item() IBLTItem {
-	it := IBLTItem{Hash: c.h, SPort: uint16(c.ports >> 16), DPort: uint16(c.ports), ID: c.id,
-		Proto: uint8(c.meta), Flags: uint8(c.meta >> 8)}
+	it := IBLTItem{Hash: c.h, SPort: uint16(c.ports() >> 16), DPort: uint16(c.ports()), ID: c.id(),
+		Proto: uint8(c.meta()), Flags: uint8(c.meta() >> 8)}
 	binary.LittleEndian.PutUint64(it.Src[0:8], c.src0)
 	binary.LittleEndian.PutUint64(it.Src[8:16], c.src1)
 	binary.LittleEndian.PutUint64(it.Dst[0:8], c.dst0)
@@ -271,7 +243,6 @@ type Peeled struct {
 // items are listed (a table that would list more is incomplete), so that
 // a hostile table costs at most that much memory and 2·cells peel steps.
 func (t *IBLT) Peel(maxItems int) (items []Peeled, complete bool) {
-	t.flush()
 	queue := make([]uint64, 0, 64)
 	for i := range t.cells {
 		if t.pure(uint64(i)) {
@@ -345,13 +316,13 @@ func (t *IBLT) column(j int, i int) uint64 {
 	case 4:
 		return c.dst1
 	case 5:
-		return uint64(c.chk)
+		return uint64(c.chk())
 	case 6:
-		return uint64(c.ports)
+		return uint64(c.ports())
 	case 7:
-		return uint64(c.id)
+		return uint64(c.id())
 	default:
-		return uint64(c.meta)
+		return uint64(c.meta())
 	}
 }
 
@@ -369,19 +340,18 @@ func (t *IBLT) setColumn(j int, i int, v uint64) {
 	case 4:
 		c.dst1 = v
 	case 5:
-		c.chk = uint32(v)
+		c.cm = c.cm&^0xffffffff | uint64(uint32(v))
 	case 6:
-		c.ports = uint32(v)
+		c.pid = c.pid&0xffffffff | uint64(uint32(v))<<32
 	case 7:
-		c.id = uint32(v)
+		c.pid = c.pid&^0xffffffff | uint64(uint32(v))
 	default:
-		c.meta = uint32(v)
+		c.cm = c.cm&0xffffffff | uint64(uint32(v))<<32
 	}
 }
 
 // AppendBinary appends the table's encoding to b.
 func (t *IBLT) AppendBinary(b []byte) []byte {
-	t.flush()
 	b = append(b, ibltMagic...)
 	b = append(b, formatVersion1IBLT)
 	b = binary.AppendUvarint(b, uint64(len(t.cells)))
