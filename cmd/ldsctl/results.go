@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -39,7 +40,7 @@ func cmdResults(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if *lost {
-		return printLost(ctx, *addr, q)
+		return printLost(ctx, os.Stdout, *addr, q)
 	}
 	q.Set("sort", *sortBy)
 	resp, err := get(ctx, *addr, "/api/v1/flows?"+q.Encode())
@@ -79,7 +80,7 @@ func get(ctx context.Context, addr, path string) (*http.Response, error) {
 
 // printLost prints the lost-packet list of the chosen interval(s) as a
 // table, with a line per interval saying whether its list is complete.
-func printLost(ctx context.Context, addr string, q url.Values) error {
+func printLost(ctx context.Context, out io.Writer, addr string, q url.Values) error {
 	resp, err := get(ctx, addr, "/api/v1/lost?"+q.Encode())
 	if err != nil {
 		return err
@@ -92,7 +93,7 @@ func printLost(ctx context.Context, addr string, q url.Values) error {
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		return fmt.Errorf("decoding the receiver's answer: %w", err)
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, iv := range body.Intervals {
 		switch l := iv.List; {
 		case l == nil:
