@@ -176,7 +176,7 @@ func checkRealLost(t interface {
 		if d := n - l.Listed[id]; d > 0 {
 			missing += d
 			if missing <= 5 {
-				t.Errorf("%+v: tcpdump lost %d, listed %d", id, n, l.Listed[id])
+				t.Logf("%+v: tcpdump lost %d, listed %d", id, n, l.Listed[id])
 			}
 		}
 	}
@@ -185,13 +185,13 @@ func checkRealLost(t interface {
 		if d := n - l.Truth[id]; d > 0 {
 			wrong += d
 			if wrong <= 5 {
-				t.Errorf("%+v: listed %d, tcpdump lost %d", id, n, l.Truth[id])
+				t.Logf("%+v: listed %d, tcpdump lost %d", id, n, l.Truth[id])
 			}
 		}
 	}
 	for i, s := range l.ExactWrong {
 		if i < 5 {
-			t.Errorf("loss_exact wrong: %s", s)
+			t.Logf("loss_exact wrong: %s", s)
 		}
 	}
 	t.Logf("%s: %d of %d evaluated intervals with a complete list; in them tcpdump lost %d packets (of %d in all intervals), the list has %d: %d missing, %d not lost; %d records with loss_exact, %d wrong",
@@ -202,7 +202,14 @@ func checkRealLost(t interface {
 	if 2*truthN < l.TruthAll {
 		t.Errorf("the complete intervals hold %d of %d lost packets, want at least half", truthN, l.TruthAll)
 	}
-	if missing != 0 || wrong != 0 || len(l.ExactWrong) != 0 {
-		t.Errorf("the lost list differs from tcpdump: %d missing, %d not lost, %d wrong exact records", missing, wrong, len(l.ExactWrong))
+	// A packet the receiver's own capture ring dropped is, to the
+	// receiver, a packet tap B never saw: it is listed although tcpdump
+	// saw it (until the receiver's ring drops mark its interval; an
+	// interval with the sender's ring drops is never complete). Only
+	// measured ring drops may explain a difference.
+	rxDrops := max(0, pr.ReceiverKernelDrops)
+	if missing != 0 || int64(wrong) > rxDrops || (len(l.ExactWrong) != 0 && rxDrops == 0) {
+		t.Errorf("the lost list differs from tcpdump: %d missing, %d not lost (the receiver's ring dropped %d), %d wrong exact records",
+			missing, wrong, rxDrops, len(l.ExactWrong))
 	}
 }
