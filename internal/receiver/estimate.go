@@ -189,6 +189,8 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		}
 		iv.Links = append(iv.Links, lr)
 	}
+	applyLost(iv, mt, sender, e.FlowHash, e.T) // lost.go
+	applyReorder(iv, joined, hashes)           // reorder.go
 	return iv, nil
 }
 
