@@ -75,7 +75,7 @@ func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 		sentFromSamples(iv.Lost, mt.Snd.Samples, iv.StartNS, flowHash)
 	}
 	if sum.Complete {
-		if r := lostDoubt(mt); r != "" {
+		if r := cmp.Or(lostDoubt(mt), lostWithheld(iv)); r != "" {
 			sum.Complete, sum.Reason = false, r
 		}
 	}
@@ -91,12 +91,28 @@ func lostDoubt(mt *interval.Matched) string {
 	switch {
 	case mt.Partial || mt.Outcome == results.OutcomePartial:
 		return lostPartial
-	case mt.Meta.KernelDrops+mt.Meta.IfDrops > 0:
+	case mt.Meta.DropsAffecting+mt.RxDropsAffecting > 0:
+		// Either end's capture dropped packets that may belong to the
+		// interval (the drop ledgers' attribution, the same that withholds
+		// its loss: results.Interval.FlagCaptureDrops).
 		return lostDrops
 	case mt.Late > 0 || mt.Meta.ParseDrops["late"] > 0:
 		return lostLate
 	case mt.Unresolved > 0:
 		return lostUnresolved
+	}
+	return ""
+}
+
+// lostWithheld names the status of a flow whose loss is withheld
+// (capture_drops, delay_beyond_window), or "": such an interval's tables
+// differ by more than network loss, and no loss of it may be exact.
+func lostWithheld(iv *results.Interval) string {
+	for i := range iv.Flows {
+		switch s := iv.Flows[i].Status; s {
+		case results.StatusCaptureDrops, results.StatusBeyondWindow:
+			return s
+		}
 	}
 	return ""
 }

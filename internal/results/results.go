@@ -309,7 +309,8 @@ func (iv *Interval) FlagBeyondWindow() {
 // FlagCaptureDrops marks the interval as one where a tap's capture dropped
 // packets that may belong to it (d, added to what it already carries):
 // every flow gets StatusCaptureDrops with its loss withheld and its delays
-// kept, every link its loss ratio withheld. A no-op when d is zero.
+// kept, every link its loss ratio withheld, and the lost-packet list is
+// marked incomplete (reason capture_drops). A no-op when d is zero.
 func (iv *Interval) FlagCaptureDrops(d CaptureDrops) {
 	if !d.Any() {
 		return
@@ -319,6 +320,9 @@ func (iv *Interval) FlagCaptureDrops(d CaptureDrops) {
 	}
 	iv.CaptureDrops.Sender += d.Sender
 	iv.CaptureDrops.Receiver += d.Receiver
+	// A packet a capture dropped shows in the lost-packet list as lost or
+	// extra: the list is no list of network losses, and no loss is exact.
+	iv.markLostIncomplete(StatusCaptureDrops)
 	for i := range iv.Flows {
 		f := &iv.Flows[i]
 		f.Status, f.Loss, f.LossPoint, f.LossBound, f.SampledLost = StatusCaptureDrops, nil, nil, nil, 0
