@@ -31,17 +31,26 @@ const (
 	// slot is released before the answer is written: a client that does
 	// not read cannot hold it.
 	MaxConcurrent = 4
-	// MaxWriting answers are written at once, each holding its selection
-	// (at most MaxLimit record pointers) until written; one more gets 503.
-	MaxWriting = 64
+	// MaxWriting large answers (more than SmallAnswer records) are
+	// written at once, each holding its selection (at most MaxLimit
+	// record pointers) until written; one more gets 503. Smaller answers
+	// are written beside them, at most MaxWritingSmall at once: clients
+	// that do not read large answers never hold up small ones.
+	MaxWriting      = 64
+	SmallAnswer     = DefaultLimit
+	MaxWritingSmall = 1024
 	// WriteIdle is the per-request write deadline: an answer whose client
 	// has taken nothing for this long is abandoned (each write that
 	// progresses sets it anew, so a slow link still gets a large answer).
 	WriteIdle = 10 * time.Second
 )
 
-// answer writes one computed answer's JSON body to w.
-type answer func(w io.Writer) error
+// answer is one computed answer: the records it holds, and how its JSON
+// body is written.
+type answer struct {
+	records int
+	write   func(w io.Writer) error
+}
 
 // endpoint is one API path: the parameters it takes, and how its answer
 // is computed from them.
@@ -70,8 +79,8 @@ func (s *Store) endpoints() map[string]endpoint {
 // The query is parsed strictly (ParseQuery): a bad escape, a semicolon,
 // an unknown, repeated or empty parameter, or more parameters than the
 // endpoint takes get 400 with {"error": ..., "parameter": ...}. More than
-// MaxConcurrent answers being computed, or MaxWriting being written, get
-// 503 with Retry-After. Answers are streamed under a per-request write
+// MaxConcurrent answers being computed, or MaxWriting large (or
+// MaxWritingSmall small) ones being written, get 503 with Retry-After. Answers are streamed under a per-request write
 // deadline (WriteIdle).
 func (s *Store) Handler() http.Handler {
 	eps := s.endpoints()
@@ -82,6 +91,7 @@ func (s *Store) Handler() http.Handler {
 	slices.Sort(paths)
 	compute := make(chan struct{}, MaxConcurrent)
 	writing := make(chan struct{}, MaxWriting)
+	writingSmall := make(chan struct{}, MaxWritingSmall)
 	busy := func(w http.ResponseWriter, what string) {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "", what+"; retry in a second")
@@ -103,13 +113,6 @@ func (s *Store) Handler() http.Handler {
 			return
 		}
 		select {
-		case writing <- struct{}{}:
-			defer func() { <-writing }()
-		default:
-			busy(w, fmt.Sprintf("%d answers are being written already", MaxWriting))
-			return
-		}
-		select {
 		case compute <- struct{}{}:
 		default:
 			busy(w, fmt.Sprintf("%d answers are being computed already", MaxConcurrent))
@@ -121,14 +124,25 @@ func (s *Store) Handler() http.Handler {
 			writeParamError(w, e)
 			return
 		}
+		pool, limit := writingSmall, MaxWritingSmall
+		if ans.records > SmallAnswer {
+			pool, limit = writing, MaxWriting
+		}
+		select {
+		case pool <- struct{}{}:
+			defer func() { <-pool }()
+		default:
+			busy(w, fmt.Sprintf("%d answers of this size are being written already", limit))
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.Method == http.MethodHead {
 			return
 		}
 		s.writing.Add(1)
 		defer s.writing.Add(-1)
-		bw := bufio.NewWriterSize(&deadlineWriter{w: w, rc: http.NewResponseController(w)}, 32<<10)
-		if err := ans(bw); err != nil {
+		bw := bufio.NewWriterSize(&deadlineWriter{w: w, rc: http.NewResponseController(w), idle: s.writeIdle}, 32<<10)
+		if err := ans.write(bw); err != nil {
 			if errors.Is(err, errEncode) {
 				// The client sees a broken connection, never a
 				// well-formed but truncated answer.
@@ -140,15 +154,16 @@ func (s *Store) Handler() http.Handler {
 	})
 }
 
-// deadlineWriter sets the response's write deadline WriteIdle ahead of
-// every write (where the ResponseWriter supports deadlines).
+// deadlineWriter sets the response's write deadline idle (WriteIdle)
+// ahead of every write (where the ResponseWriter supports deadlines).
 type deadlineWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	idle time.Duration
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(WriteIdle))
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.idle))
 	return d.w.Write(p)
 }
 
@@ -184,15 +199,15 @@ func writeParamError(w http.ResponseWriter, e *paramError) { writeError(w, e.sta
 
 // jsonAnswer encodes v whole when computed, so that an encoding failure
 // is a clean 500 instead of a truncated 200.
-func jsonAnswer(v any) (answer, *paramError) {
+func jsonAnswer(v any, records int) (answer, *paramError) {
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(v); err != nil {
-		return nil, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
+		return answer{}, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
 	}
-	return func(w io.Writer) error {
+	return answer{records: records, write: func(w io.Writer) error {
 		_, err := w.Write(buf.Bytes())
 		return err
-	}, nil
+	}}, nil
 }
 
 // IntervalRef names one stored interval.
@@ -250,24 +265,24 @@ type FlowsAnswer struct {
 func (s *Store) flows(q url.Values) (answer, *paramError) {
 	prefix, e := parsePrefix(q.Get("prefix"))
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	minPackets, e := parseMinPackets(q.Get("min_packets"))
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	sortBy := cmp.Or(q.Get("sort"), "packets")
 	less, ok := flowOrders()[sortBy]
 	if !ok {
-		return nil, badParam("sort", "%q: sort by packets, delay or loss", sortBy)
+		return answer{}, badParam("sort", "%q: sort by packets, delay or loss", sortBy)
 	}
 	limit, e := parseLimit(q.Get("limit"))
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	ivs, e := s.pickIntervals(q)
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	refs := []IntervalRef{}
 	// The first limit flows in order, kept in a heap whose top is the
@@ -301,9 +316,9 @@ func (s *Store) flows(q url.Values) (answer, *paramError) {
 		Total     int           `json:"total"`
 	}{refs, total})
 	if err != nil {
-		return nil, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
+		return answer{}, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
 	}
-	return func(w io.Writer) error { return streamFlows(w, head, top) }, nil
+	return answer{records: len(top), write: func(w io.Writer) error { return streamFlows(w, head, top) }}, nil
 }
 
 // streamFlows writes a FlowsAnswer (head: its intervals and total) record
@@ -385,7 +400,7 @@ type LinksAnswer struct {
 func (s *Store) links(q url.Values) (answer, *paramError) {
 	ivs, e := s.pickIntervals(q)
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	ans := LinksAnswer{Intervals: []IntervalRef{}, Links: []*results.LinkRecord{}}
 	for _, iv := range ivs {
@@ -398,7 +413,7 @@ func (s *Store) links(q url.Values) (answer, *paramError) {
 			ans.Links = append(ans.Links, &l)
 		}
 	}
-	return jsonAnswer(ans)
+	return jsonAnswer(ans, len(ans.Links))
 }
 
 // IntervalSummary is one entry of /api/v1/intervals.
@@ -436,7 +451,7 @@ func (s *Store) intervals(q url.Values) (answer, *paramError) {
 	sender := q.Get("sender")
 	snap := s.snapshot(sender)
 	if sender != "" && len(snap) == 0 {
-		return nil, &paramError{status: http.StatusNotFound, param: "sender", msg: fmt.Sprintf("no intervals stored for sender %q", sender)}
+		return answer{}, &paramError{status: http.StatusNotFound, param: "sender", msg: fmt.Sprintf("no intervals stored for sender %q", sender)}
 	}
 	ans := IntervalsAnswer{Intervals: []IntervalSummary{}}
 	for _, list := range snap {
@@ -454,7 +469,7 @@ func (s *Store) intervals(q url.Values) (answer, *paramError) {
 	slices.SortFunc(ans.Intervals, func(a, b IntervalSummary) int {
 		return cmp.Or(cmp.Compare(a.Sender, b.Sender), cmp.Compare(b.Interval, a.Interval))
 	})
-	return jsonAnswer(ans)
+	return jsonAnswer(ans, len(ans.Intervals))
 }
 
 // orNeg is *v, or -1 for nil (withheld): below every loss.

@@ -105,10 +105,14 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestWritingCap: while MaxWriting answers are being written, one more
-// request gets 503 with Retry-After; once they finish it is served.
+// TestWritingCap: while MaxWriting large answers are being written (their
+// clients do not read), one more large request gets 503 with Retry-After,
+// small ones are still answered; once the large ones finish, a large one
+// is served again.
 func TestWritingCap(t *testing.T) {
-	h := testStore().Handler()
+	s, _ := bigStore(2 * SmallAnswer)
+	h := s.Handler()
+	large := fmt.Sprintf("/api/v1/flows?limit=%d", SmallAnswer+1)
 	release := make(chan struct{})
 	var wg sync.WaitGroup
 	for range MaxWriting {
@@ -116,18 +120,23 @@ func TestWritingCap(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/flows", nil))
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, large, nil))
 		}()
 		<-w.writing
 	}
 	rr := httptest.NewRecorder()
-	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/api/v1/flows", nil))
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, large, nil))
 	if rr.Code != http.StatusServiceUnavailable || rr.Header().Get("Retry-After") == "" {
-		t.Errorf("request beyond the cap: %d (Retry-After %q), want 503 with Retry-After", rr.Code, rr.Header().Get("Retry-After"))
+		t.Errorf("large request beyond the cap: %d (Retry-After %q), want 503 with Retry-After", rr.Code, rr.Header().Get("Retry-After"))
+	}
+	for _, small := range []string{"/api/v1/flows", fmt.Sprintf("/api/v1/flows?limit=%d", SmallAnswer), "/api/v1/links", "/api/v1/intervals"} {
+		if code, body := do(t, h, http.MethodGet, small); code != http.StatusOK {
+			t.Errorf("%s while %d large answers are held: %d %.200s", small, MaxWriting, code, body)
+		}
 	}
 	close(release)
 	wg.Wait()
-	if code, _ := do(t, h, http.MethodGet, "/api/v1/flows"); code != http.StatusOK {
+	if code, _ := do(t, h, http.MethodGet, large); code != http.StatusOK {
 		t.Errorf("after the others finished: %d", code)
 	}
 }
@@ -139,6 +148,10 @@ func TestWritingCap(t *testing.T) {
 // their clients go.
 func TestSlowReadersDoNotStall(t *testing.T) {
 	s, _ := bigStore(MaxLimit)
+	// The held answers must outlive the test's own pace (the race
+	// detector slows it many times): no write deadline here, the next
+	// test has its own.
+	s.SetWriteIdle(time.Hour)
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	for _, slow := range []int{MaxConcurrent, 2 * MaxConcurrent, 3*MaxConcurrent + 1} {
@@ -186,13 +199,40 @@ func TestSlowReadersDoNotStall(t *testing.T) {
 			for _, c := range conns {
 				c.Close()
 			}
-			deadline := time.Now().Add(2 * WriteIdle)
-			for s.Writing() > 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d answers still being written %v after their clients left", s.Writing(), 2*WriteIdle)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitWriting(t, s, 0, time.Minute)
 		})
 	}
+}
+
+// waitWriting waits (bounded) until n answers are being written.
+func waitWriting(t *testing.T, s *Store, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for s.Writing() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d answers being written after %v, want %d", s.Writing(), d, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWriteDeadlineEndsHeldAnswers: an answer whose client takes nothing
+// for the write deadline is abandoned: its writing slot frees without the
+// client doing anything.
+func TestWriteDeadlineEndsHeldAnswers(t *testing.T) {
+	s, _ := bigStore(MaxLimit)
+	s.SetWriteIdle(200 * time.Millisecond)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /api/v1/flows?limit=%d HTTP/1.1\r\nHost: x\r\n\r\n", MaxLimit)
+	if line, err := bufio.NewReaderSize(c, 16).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("status line %q: %v", line, err)
+	}
+	// The client reads nothing more and stays connected.
+	waitWriting(t, s, 0, time.Minute)
 }

@@ -35,23 +35,23 @@ type LostIntervalRef struct {
 func (s *Store) lost(q url.Values) (answer, *paramError) {
 	prefix, e := parsePrefix(q.Get("prefix"))
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	minPackets, e := parseMinPackets(q.Get("min_packets"))
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	kind := q.Get("kind")
 	if kind != "" && kind != "lost" && kind != results.LostKindExtra {
-		return nil, badParam("kind", "%q: give lost or extra (or leave it out for both)", kind)
+		return answer{}, badParam("kind", "%q: give lost or extra (or leave it out for both)", kind)
 	}
 	limit, e := parseLimit(q.Get("limit"))
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	ivs, e := s.pickIntervals(q)
 	if e != nil {
-		return nil, e
+		return answer{}, e
 	}
 	head := LostAnswer{Intervals: []LostIntervalRef{}}
 	var out []*results.LostPacket
@@ -83,9 +83,9 @@ func (s *Store) lost(q url.Values) (answer, *paramError) {
 	}
 	b, err := json.Marshal(head)
 	if err != nil {
-		return nil, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
+		return answer{}, &paramError{status: http.StatusInternalServerError, msg: "encoding the answer: " + err.Error()}
 	}
-	return func(w io.Writer) error { return streamLost(w, b, out) }, nil
+	return answer{records: len(out), write: func(w io.Writer) error { return streamLost(w, b, out) }}, nil
 }
 
 // streamLost writes a LostAnswer (head: its intervals and total) and its

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lds-net/lds/internal/results"
 )
@@ -32,8 +33,13 @@ type Store struct {
 	senders    map[string][]*results.Interval // ascending interval id
 	records    int                            // flow and link records stored
 
-	writing atomic.Int64 // answers being written (Writing)
+	writing   atomic.Int64 // answers being written (Writing)
+	writeIdle time.Duration
 }
+
+// SetWriteIdle replaces WriteIdle, the per-request write deadline, for
+// this store's handlers (tests).
+func (s *Store) SetWriteIdle(d time.Duration) { s.writeIdle = d }
 
 // Writing is the number of API answers being written to their clients.
 func (s *Store) Writing() int { return int(s.writing.Load()) }
@@ -45,7 +51,7 @@ func NewStore(keep int) *Store { return NewBoundedStore(keep, math.MaxInt) }
 // NewBoundedStore returns a Store keeping keep intervals per sender (at
 // least 1) and at most maxRecords records in total (at least 1).
 func NewBoundedStore(keep, maxRecords int) *Store {
-	return &Store{keep: max(keep, 1), maxRecords: max(maxRecords, 1), senders: map[string][]*results.Interval{}}
+	return &Store{keep: max(keep, 1), maxRecords: max(maxRecords, 1), senders: map[string][]*results.Interval{}, writeIdle: WriteIdle}
 }
 
 // Records is the number of flow and link records stored.

@@ -50,6 +50,11 @@ const (
 	// (hash, time) record in the boundary log, or its (hash, offset) key
 	// of a finished interval (16 B each).
 	boundaryKeyBytes = 16
+	// logSlackBytes is the records the boundary log keeps before the
+	// earliest key window (interval.logSlack, 4096 records of 16 B), and
+	// logChunkBytes one chunk of its storage (interval.logChunk records).
+	logSlackBytes = 4096 * boundaryKeyBytes
+	logChunkBytes = 1 << 14 * boundaryKeyBytes
 	// spikeFlowBytes is one baseline of the spike detector.
 	spikeFlowBytes = 512
 	// resultsBufferBytes is the results file writer's buffer: a chunk of
@@ -232,15 +237,19 @@ func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 	// An encoded interval is never larger than the one it encodes.
 	sk := c.sketchBytes() + heavy*heavyKeyBytes + c.sampleSet(in.PPS)
 	keys := c.boundaryKeys(in.PPS) * boundaryKeyBytes
+	// A key buffer is sized to the log records in reach of its window:
+	// its keys and the log's slack on either side.
+	keyBuf := keys + 2*logSlackBytes
 	// An interval waits for its end boundary's window (at most max_delay
 	// + guard); with max_delay above the interval, several do.
 	open := 2 + c.boundaryClass()
 	return newBound([]MemoryTerm{
 		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * txCandBytes},
 		{"intervals open or waiting for their boundary window in the capture workers (2 + class per worker)", workers * open, sk},
-		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, twice for the slice's growth)", workers, 2 * keys},
+		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, with 4096 packets of slack, in chunks of 16,384: one more)", workers, keys + logSlackBytes + logChunkBytes},
+		{"boundary-key storage kept for reuse (1 per worker)", workers, keyBuf},
 		{"heavy-flow tables (sketch.heavy per worker)", workers * heavy, heavySlotBytes},
-		{"finished intervals queued for encoding (8 + 1 per worker) and merging, with their boundary keys", 8 + 2*workers, sk + keys},
+		{"finished intervals queued for encoding (8 + 1 per worker) and merging, with their boundary keys", 8 + 2*workers, sk + keyBuf},
 		{"encoded intervals kept until acknowledged (sender.resend_buffer), with their boundary function", int64(c.Sender.ResendBuffer), sk + c.functionBytes(in.PPS)},
 	})
 }

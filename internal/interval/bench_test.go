@@ -73,8 +73,8 @@ func benchWorkers(b *testing.B, maxDelay time.Duration, suffix string) {
 }
 
 // BenchmarkFinishBoundary: the sender's per-interval boundary work, off
-// the packet path: sort and de-duplicate the keys seen before and after
-// the boundary and build the boundary function over them (scratch space
+// the packet path: build the boundary function over the keys seen before
+// and after the boundary, in capture order (distinct here; scratch space
 // reused through the builder's pool, as in steady state). ns/key is per
 // key of the function; the receiver's side is one Get per held packet
 // (BenchmarkGet in internal/retrieval).

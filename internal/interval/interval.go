@@ -161,10 +161,20 @@ func (s *Sketches) Reset() {
 type pool struct {
 	p  sync.Pool
 	sc sync.Pool // *splitScratch
+	// kfree holds storage for a boundary's keys, kept from one interval
+	// to the next (at most keysKept; more goes to the collector).
+	kmu   sync.Mutex
+	kfree []*[]BoundaryKey
 }
 
+// keysKept bounds the key storage a builder keeps for reuse: one buffer
+// circulates at a steady state (filled at a boundary, back from the
+// ship goroutine long before the next one).
+const keysKept = 1
+
 // splitScratch is the boundary function's construction space, reused
-// from one interval to the next (~30 B a key).
+// from one interval to the next (~45 B a key: the keys and values, and
+// the builder's cells, hashes and peeling order).
 type splitScratch struct {
 	b    retrieval.Builder
 	keys []uint64
@@ -184,6 +194,27 @@ func (pl *pool) scratch() *splitScratch {
 func (pl *pool) putScratch(s *splitScratch) {
 	if pl != nil {
 		pl.sc.Put(s)
+	}
+}
+
+// getKeys returns a holder of key storage (empty, its capacity kept).
+func (pl *pool) getKeys() *[]BoundaryKey {
+	pl.kmu.Lock()
+	defer pl.kmu.Unlock()
+	if n := len(pl.kfree); n > 0 {
+		k := pl.kfree[n-1]
+		pl.kfree[n-1] = nil
+		pl.kfree = pl.kfree[:n-1]
+		return k
+	}
+	return new([]BoundaryKey)
+}
+
+func (pl *pool) putKeys(k *[]BoundaryKey) {
+	pl.kmu.Lock()
+	defer pl.kmu.Unlock()
+	if len(pl.kfree) < keysKept {
+		pl.kfree = append(pl.kfree, k)
 	}
 }
 

@@ -191,8 +191,11 @@ type ivState struct {
 	// boundary id+1 (the interval's end) is split.
 	fn *retrieval.Func
 	// early: the sender's side arrived ahead of the receiver's clock;
-	// held while it still is.
+	// held while it still is. Its boundary function and first flag wait
+	// in earlyFn and earlyFirst until it is believed (believe).
 	early, held bool
+	earlyFn     *retrieval.Func
+	earlyFirst  bool
 	// first: the sender's first interval since it started: interval id-1
 	// will never come, so boundary id holds only this interval's packets.
 	first bool
@@ -347,7 +350,7 @@ func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, 
 		if st.held {
 			m.nHeld--
 		}
-		st.snd, st.early, st.held, st.fn = nil, false, false, nil
+		st.snd, st.early, st.held, st.earlyFn, st.earlyFirst = nil, false, false, nil, false
 		m.nSnd--
 	case early && m.nHeld >= m.maxPending:
 		m.refuse(RefusedEarlyOverflow, si.ID)
@@ -361,14 +364,22 @@ func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, 
 		m.nHeld++
 	}
 	// The boundary function and the first flag of an interval ahead of
-	// the clock are not believed: the receiver's held packets are never
-	// placed by what may be a bogus interval (without them, its
-	// boundaries wait for one in time, or are placed by receive time).
-	if splitOK && !early {
-		st.fn = si.Split
+	// the clock are not believed until no interval in time came for its
+	// id (believe): the receiver's held packets are never placed by what
+	// may be a bogus interval while the genuine one can still come.
+	var fn *retrieval.Func
+	if splitOK {
+		fn = si.Split
 	}
-	if si.First && !early {
-		st.first = true
+	if early {
+		st.earlyFn, st.earlyFirst = fn, si.First
+	} else {
+		if fn != nil {
+			st.fn = fn
+		}
+		if si.First {
+			st.first = true
+		}
 	}
 	m.try(now, emit)
 	return true
@@ -413,8 +424,11 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 		st := m.ivs[id]
 		switch {
 		case st.rx != nil && st.snd != nil:
-			if st.early && !over && !m.senderGone && !m.expired(st.rxSince, now) {
-				continue // a sender interval in time may still replace it
+			if st.early {
+				if !over && !m.senderGone && !m.expired(st.rxSince, now) {
+					continue // a sender interval in time may still replace it
+				}
+				m.believe(id, now)
 			}
 			if over || m.expired(st.rxSince, now) {
 				m.forceResolve(id)
@@ -480,8 +494,9 @@ func (m *Matcher) resolve(now time.Time) {
 		}
 		// A held set is complete when it arrives (with the sealing of b-1).
 		var fn *retrieval.Func
+		pending := false // interval b-1's function waits until it is believed
 		if prev := m.ivs[b-1]; prev != nil {
-			fn = prev.fn
+			fn, pending = prev.fn, prev.early && prev.earlyFn != nil
 		}
 		switch {
 		case fn != nil:
@@ -500,6 +515,8 @@ func (m *Matcher) resolve(now time.Time) {
 			sp := m.newSplit(h.K)
 			sp.byIv[b] = h.Pkts
 			bs.split = sp
+		case pending:
+			continue
 		case m.senderGone || m.expired(bs.heldAt, now):
 			bs.split = m.byReceiveTime(h)
 		default:
@@ -549,7 +566,24 @@ func (m *Matcher) byReceiveTime(h *HeldSet) *split {
 	return sp
 }
 
+// believe takes interval id's sender side, which arrived ahead of the
+// clock, for what it says (no interval in time came for the id): its
+// boundary function places held packets from now on.
+func (m *Matcher) believe(id int64, now time.Time) {
+	st := m.ivs[id]
+	if st == nil || !st.early {
+		return
+	}
+	if st.earlyFn != nil {
+		st.fn = st.earlyFn
+	}
+	st.first = st.first || st.earlyFirst
+	st.early, st.earlyFn, st.earlyFirst = false, nil, false
+	m.resolve(now)
+}
+
 func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
+	m.believe(id, time.Time{})
 	st := m.iv(id)
 	mt := &Matched{ID: id, Outcome: outcome}
 	if se := st.snd; se != nil {
@@ -606,7 +640,7 @@ func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
 		m.nHeld--
 	}
 	st.rx, st.rxSince, st.snd, st.sndSince = nil, time.Time{}, nil, time.Time{}
-	st.early, st.held = false, false
+	st.held = false
 	st.done = true
 	m.doneOrder = append(m.doneOrder, id)
 	if !quiet {

@@ -47,8 +47,8 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 		if err := out.Sk.Merge(o.Sk); err != nil {
 			return nil, fmt.Errorf("interval %d: merging workers: %w", out.ID, err)
 		}
-		o.Release()
 		out.Keys = append(out.Keys, o.Keys...)
+		o.Release()
 		out.Window = max(out.Window, o.Window)
 		out.Partial = out.Partial || o.Partial
 		out.First = out.First && o.First

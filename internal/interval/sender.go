@@ -2,6 +2,7 @@ package interval
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -28,8 +29,9 @@ type SenderInterval struct {
 	// The boundary b = ID+1 is the interval's end. Keys holds the packet
 	// hashes seen in the key window of b for the receiver's hold window
 	// Window (Params.KeyWindow), each with its offset b − (send interval):
-	// every packet the receiver can hold at b is among them. Finish sorts
-	// and de-duplicates them and builds Split.
+	// every packet the receiver can hold at b is among them, in capture
+	// order (a hash may appear twice). Finish builds Split over them; its
+	// storage goes back to the builder's pool with Release.
 	Keys   []BoundaryKey
 	Window int64 // ns; the hold window Keys cover
 	// Split maps each of those packet hashes to its offset
@@ -57,7 +59,8 @@ type SenderInterval struct {
 	keep     int         // heavy flows to keep (Params.Heavy)
 	ranked   bool
 	splitErr error
-	pool     *pool // where Sk goes back (Release)
+	pool     *pool          // where Sk and Keys go back (Release)
+	keyBuf   *[]BoundaryKey // the pooled holder of Keys' storage (nil: none)
 }
 
 // BoundaryKey is one packet of a boundary's key window: its hash and the
@@ -99,32 +102,44 @@ func (si *SenderInterval) rank() {
 	}
 }
 
-// buildSplit sorts and de-duplicates the keys and builds Split over them:
-// a hash seen at two offsets (identical invariant content sent twice, or
-// a 64-bit hash collision) keeps the larger offset, the earlier send.
+// buildSplit builds Split over the keys. The function depends on the
+// set of keys and values only, not on their order, so the keys go in as
+// captured; only when a hash appears twice (identical invariant content
+// sent twice, or a 64-bit hash collision: the builder reports
+// ErrDuplicateKey) are they sorted and de-duplicated, the larger offset
+// (the earlier send) kept.
 func (si *SenderInterval) buildSplit() error {
-	slices.SortFunc(si.Keys, func(a, b BoundaryKey) int {
-		if c := cmp.Compare(a.Hash, b.Hash); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Off, a.Off)
-	})
-	si.Keys = slices.CompactFunc(si.Keys, func(a, b BoundaryKey) bool { return a.Hash == b.Hash })
 	sc := si.pool.scratch()
 	defer si.pool.putScratch(sc)
-	keys, vals := sc.keys[:0], sc.vals[:0]
+	f, err := sc.build(si.Keys)
+	if errors.Is(err, retrieval.ErrDuplicateKey) {
+		slices.SortFunc(si.Keys, func(a, b BoundaryKey) int {
+			if c := cmp.Compare(a.Hash, b.Hash); c != 0 {
+				return c
+			}
+			return cmp.Compare(b.Off, a.Off)
+		})
+		si.Keys = slices.CompactFunc(si.Keys, func(a, b BoundaryKey) bool { return a.Hash == b.Hash })
+		f, err = sc.build(si.Keys)
+	}
+	if err != nil {
+		return fmt.Errorf("interval %d: boundary function over %d keys: %w", si.ID, len(si.Keys), err)
+	}
+	si.Split = f
+	return nil
+}
+
+// build makes the function mapping each key's hash to its offset, in the
+// smallest width that holds the largest offset.
+func (sc *splitScratch) build(ks []BoundaryKey) (*retrieval.Func, error) {
+	keys, vals := slices.Grow(sc.keys[:0], len(ks)), slices.Grow(sc.vals[:0], len(ks))
 	maxOff := uint32(0)
-	for _, k := range si.Keys {
+	for _, k := range ks {
 		keys, vals = append(keys, k.Hash), append(vals, uint64(k.Off))
 		maxOff = max(maxOff, k.Off)
 	}
 	sc.keys, sc.vals = keys, vals
-	f, err := sc.b.BuildValues(keys, vals, retrieval.WidthFor(uint64(maxOff)))
-	if err != nil {
-		return fmt.Errorf("interval %d: boundary function over %d keys: %w", si.ID, len(keys), err)
-	}
-	si.Split = f
-	return nil
+	return sc.b.BuildValues(keys, vals, retrieval.WidthFor(uint64(maxOff)))
 }
 
 // SentOffset reports, for a packet hash the sender saw in the key window
@@ -132,13 +147,20 @@ func (si *SenderInterval) buildSplit() error {
 // other hash the answer is arbitrary. Finish must have succeeded.
 func (si *SenderInterval) SentOffset(pktHash uint64) uint64 { return si.Split.Value(pktHash) }
 
-// Release returns the interval's sketches for reuse once they are encoded
-// (any goroutine). Sk must not be used afterwards.
+// Release returns the interval's sketches and boundary keys for reuse
+// once they are encoded (any goroutine). Sk and Keys must not be used
+// afterwards.
 func (si *SenderInterval) Release() {
 	if si.pool != nil && si.Sk != nil {
 		si.pool.put(si.Sk)
 	}
 	si.Sk = nil
+	if si.pool != nil && si.keyBuf != nil {
+		*si.keyBuf = si.Keys[:0]
+		si.pool.putKeys(si.keyBuf)
+		si.Keys = nil
+	}
+	si.keyBuf = nil
 }
 
 // heavySlot is one entry of the heavy-flow table, as close copies it out.
@@ -218,13 +240,11 @@ type SenderBuilder struct {
 	// log keeps (hash, time) of every counted packet near a boundary,
 	// oldest first, from the earliest send time a pending boundary's key
 	// window can reach (16 B a packet; off the wire).
-	log       []logRec
-	logHead   int
+	log       boundaryLog
 	nextCheck int64 // Add calls Advance once a packet reaches it
 	win       *WindowTable
 	wait      time.Duration // replay: wait this long for a window instead of assuming max_delay
 	heavy     heavyTable
-	lastKeys  int
 	late      uint64
 	lastTS    int64 // latest packet time counted
 	opened    bool
@@ -234,6 +254,84 @@ type SenderBuilder struct {
 type logRec struct {
 	h  uint64
 	ts int64
+}
+
+// boundaryLog is the boundary log's storage: records, oldest first, in
+// chunks of logChunk that are reused from one interval to the next
+// (records a boundary no longer needs free whole chunks, which the next
+// packets fill). It never moves a record: at a steady rate a packet
+// costs one 16-byte store, and growing (a faster rate) costs one chunk.
+// Its storage stays within one chunk of the most records it ever held.
+type boundaryLog struct {
+	chunks [][]logRec // in use, oldest first; each logChunk long
+	free   [][]logRec // emptied, for reuse
+	head   int        // index of the oldest record in chunks[0]
+	n      int        // records held
+}
+
+const (
+	logChunkBits = 14
+	logChunk     = 1 << logChunkBits // records a chunk (256 KiB)
+)
+
+func (r *boundaryLog) push(rec logRec) {
+	k := r.head + r.n
+	c := k >> logChunkBits
+	if c == len(r.chunks) {
+		r.addChunk()
+	}
+	r.chunks[c][k&(logChunk-1)] = rec
+	r.n++
+}
+
+func (r *boundaryLog) addChunk() {
+	if n := len(r.free); n > 0 {
+		r.chunks = append(r.chunks, r.free[n-1])
+		r.free[n-1] = nil
+		r.free = r.free[:n-1]
+		return
+	}
+	r.chunks = append(r.chunks, make([]logRec, logChunk))
+}
+
+// ts is the time of the i-th oldest record.
+func (r *boundaryLog) ts(i int) int64 {
+	k := r.head + i
+	return r.chunks[k>>logChunkBits][k&(logChunk-1)].ts
+}
+
+// search is the first record at or after t, as if the log were in time
+// order (capture order is, but for rare stragglers).
+func (r *boundaryLog) search(t int64) int {
+	return sort.Search(r.n, func(i int) bool { return r.ts(i) >= t })
+}
+
+// appendKeys appends records i to j (oldest first) that were sent in
+// [from, to) as keys of boundary bnd (appendKeys).
+func (r *boundaryLog) appendKeys(keys []BoundaryKey, i, j int, from, to, bnd, t int64) []BoundaryKey {
+	for i < j {
+		k := r.head + i
+		o := k & (logChunk - 1)
+		m := min(j-i, logChunk-o)
+		keys = appendKeys(keys, r.chunks[k>>logChunkBits][o:o+m], from, to, bnd, t)
+		i += m
+	}
+	return keys
+}
+
+// drop forgets the k oldest records, freeing the chunks they emptied.
+func (r *boundaryLog) drop(k int) {
+	if k <= 0 {
+		return
+	}
+	r.head, r.n = r.head+k, r.n-k
+	if d := r.head >> logChunkBits; d > 0 {
+		r.free = append(r.free, r.chunks[:d]...)
+		m := copy(r.chunks, r.chunks[d:])
+		clear(r.chunks[m:])
+		r.chunks = r.chunks[:m]
+		r.head &= logChunk - 1
+	}
 }
 
 // NewSenderBuilder starts a builder; captureStart (Unix ns) is when capture
@@ -283,7 +381,7 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 	// (max_delay + guard after it) or the one after (max_delay + 2 guard
 	// before it).
 	if off := pkt.TS - start; off < b.p.MaxDelay+b.p.Guard || off >= b.p.T-b.p.MaxDelay-2*b.p.Guard {
-		b.log = append(b.log, logRec{pkt.PktHash, pkt.TS})
+		b.log.push(logRec{pkt.PktHash, pkt.TS})
 	}
 	b.heavy.add(&pkt.Key, pkt.FlowHash)
 }
@@ -408,33 +506,44 @@ func (b *SenderBuilder) emitFront(w int64, emit func(*SenderInterval)) {
 	b.pend = b.pend[1:]
 	bnd := iv.ID + 1
 	from, to := b.p.KeyWindow(bnd, w)
-	log := b.log[b.logHead:]
 	// The log is in capture order, which is time order but for rare
 	// stragglers: search, then scan with a margin.
-	i := max(0, sort.Search(len(log), func(i int) bool { return log[i].ts >= from })-logSlack)
-	j := min(len(log), sort.Search(len(log), func(i int) bool { return log[i].ts >= to })+logSlack)
-	keys := make([]BoundaryKey, 0, b.lastKeys+b.lastKeys/4)
-	for _, r := range log[i:j] {
-		if r.ts >= from && r.ts < to {
-			keys = append(keys, BoundaryKey{Hash: r.h, Off: uint32(bnd - ID(r.ts, b.p.T))})
-		}
+	lg := &b.log
+	i := max(0, lg.search(from)-logSlack)
+	j := min(lg.n, lg.search(to)+logSlack)
+	kb := b.pool.getKeys()
+	if cap(*kb) < j-i {
+		*kb = make([]BoundaryKey, 0, j-i) // the records in reach: the keys never outgrow it
 	}
-	iv.Keys, iv.Window = keys, w
-	b.lastKeys = len(keys)
+	keys := lg.appendKeys((*kb)[:0], i, j, from, to, bnd, b.p.T)
+	iv.Keys, iv.Window, iv.keyBuf = keys, w, kb
 	// The next boundary's key window starts no earlier than this.
 	cut := (bnd+1)*b.p.T - b.p.MaxDelay - 2*b.p.Guard
-	k := sort.Search(len(log), func(i int) bool { return log[i].ts >= cut })
-	b.logHead += max(0, k-logSlack)
-	if b.logHead > len(b.log)/2 && b.logHead > 4096 {
-		n := copy(b.log, b.log[b.logHead:])
-		b.log = b.log[:n]
-		b.logHead = 0
-	}
+	lg.drop(lg.search(cut) - logSlack)
 	emit(iv)
 }
 
 // logSlack is how far out of time order a record may sit and still be found.
 const logSlack = 4096
+
+// appendKeys appends the records sent in [from, to) as keys of boundary
+// bnd: each with bnd minus its send interval (ID(ts, t)), found by
+// stepping back from the boundary rather than dividing, since a key
+// window spans a few intervals at most.
+func appendKeys(keys []BoundaryKey, recs []logRec, from, to, bnd, t int64) []BoundaryKey {
+	bt := bnd * t
+	for _, r := range recs {
+		if r.ts < from || r.ts >= to {
+			continue
+		}
+		off := uint32(0)
+		for s := bt; r.ts < s; s -= t {
+			off++
+		}
+		keys = append(keys, BoundaryKey{Hash: r.h, Off: off})
+	}
+	return keys
+}
 
 func (b *SenderBuilder) open(id int64) {
 	start := id * b.p.T

@@ -9,7 +9,7 @@ import (
 // packet path, once an interval), reusing the Builder as the sender does.
 // ns/key = ns/op / keys.
 func BenchmarkBuild(b *testing.B) {
-	for _, n := range []int{10_000, 100_000, 300_000} {
+	for _, n := range []int{10_000, 100_000, 300_000, 2_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			keys, vals := randomSet(n, 1)
 			var bl Builder

@@ -22,19 +22,25 @@ import (
 
 // BenchmarkPacketPath: the sender's whole per-packet path from a frame in
 // memory: parse, flow key, both hashes, then the interval builder (LDS
-// update, LDA update, boundary list, heavy-flow count) and the packet
-// sampler (internal/sample). One core. The nosample variants leave the
-// sampler out, to show its cost.
+// update, LDA update, boundary log, heavy-flow count) and the packet
+// sampler (internal/sample), at the default configuration (max_delay
+// 1s: every packet enters the boundary log); each interval is handed on
+// and released as the ship goroutine does (its boundary function is not
+// built here: BenchmarkPacketPathMaxDelayPaired). One core. The nosample
+// variants leave the sampler out, to show its cost; the maxdelay50ms one
+// is the first case at max_delay 50ms, beside the default.
 func BenchmarkPacketPath(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
 		vlda     int
 		sampling []float64
 		cols     int
+		maxDelay time.Duration // 0: the default
 	}{
-		{"R4-k1-C4096", 1, []float64{1, 1, 1, 1}, 4096},
-		{"R4-k1-C17500", 1, []float64{1, 1, 1, 1}, 17500},
-		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500},
+		{"R4-k1-C4096", 1, []float64{1, 1, 1, 1}, 4096, 0},
+		{"R4-k1-C4096-maxdelay50ms", 1, []float64{1, 1, 1, 1}, 4096, 50 * time.Millisecond},
+		{"R4-k1-C17500", 1, []float64{1, 1, 1, 1}, 17500, 0},
+		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500, 0},
 	} {
 		for _, withSample := range []bool{true, false} {
 			name := tc.name
@@ -44,6 +50,9 @@ func BenchmarkPacketPath(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				c := config.DefaultCommon()
 				c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = tc.vlda, tc.sampling, tc.cols
+				if tc.maxDelay > 0 {
+					c.MaxDelay = tc.maxDelay
+				}
 				p, err := capture.NewParser(c.CaptureConfig())
 				if err != nil {
 					b.Fatal(err)
@@ -58,7 +67,7 @@ func BenchmarkPacketPath(b *testing.B) {
 				smp := sample.NewSampler(c.Sample, int64(time.Second), pool)
 				frames := makeFrames(b, 4096, 20000)
 				var pkt capture.Packet
-				emit := func(si *interval.SenderInterval) { pool.Put(smp.Take(si.ID)) } // as ship does after selecting
+				emit := func(si *interval.SenderInterval) { pool.Put(smp.Take(si.ID)); si.Release() } // as ship does after encoding
 				b.ReportAllocs()
 				done := testutil.CPUMeter(b)
 				b.ResetTimer()
@@ -87,26 +96,78 @@ type pathPipe struct {
 	emit func(*interval.SenderInterval)
 	pkt  capture.Packet
 	i    int
+	// unique: mix the packet's number into its hash (pathOpt.unique).
+	unique bool
 }
 
 func newPathPipe(b *testing.B, vlda, cols int, sampling []float64, withSample bool) *pathPipe {
+	return newPathPipeOpt(b, pathOpt{vlda: vlda, cols: cols, sampling: sampling, sample: withSample})
+}
+
+// pathOpt configures a pathPipe.
+type pathOpt struct {
+	vlda     int
+	cols     int
+	sampling []float64
+	sample   bool
+	maxDelay time.Duration // 0: the default (config.DefaultCommon)
+	// finish: the interval's boundary function is built (Finish) on the
+	// same thread when it is emitted, as the ship goroutine does, so that
+	// the thread's CPU is all the sender spends. Either way the interval
+	// is released (its keys' storage back to the pool) once emitted.
+	finish bool
+	// window > 0: the receiver announced this hold window for every
+	// boundary (a window table filled ahead), as a live receiver does;
+	// 0: no receiver word, every boundary function covers max_delay.
+	window time.Duration
+	// unique: every packet gets its own hash (the frames repeat every
+	// 4096 packets), so that a boundary function has as many keys as
+	// packets in its window, as on real traffic.
+	unique bool
+}
+
+func newPathPipeOpt(b *testing.B, o pathOpt) *pathPipe {
 	c := config.DefaultCommon()
-	c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = vlda, sampling, cols
+	c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = o.vlda, o.sampling, o.cols
+	if o.maxDelay > 0 {
+		c.MaxDelay = o.maxDelay
+	}
 	p, err := capture.NewParser(c.CaptureConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
 	ip := interval.Params{T: int64(time.Second), MaxDelay: int64(c.MaxDelay), Guard: int64(c.Guard),
 		Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20}
-	sb, err := interval.NewSenderBuilder(ip, 0)
+	var win *interval.WindowTable
+	if o.window > 0 {
+		win = interval.NewWindowTable()
+		for bnd := range int64(8) {
+			win.Set(interval.Window{Boundary: bnd, W: int64(o.window)})
+		}
+	}
+	sb, err := interval.NewSenderBuilderWindows(ip, 0, win, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pp := &pathPipe{p: p, sb: sb, emit: func(*interval.SenderInterval) {}}
-	if withSample {
-		pool := sample.NewPool(4)
+	pp := &pathPipe{p: p, sb: sb, unique: o.unique}
+	var pool *sample.Pool
+	if o.sample {
+		pool = sample.NewPool(4)
 		pp.smp = sample.NewSampler(c.Sample, int64(time.Second), pool)
-		pp.emit = func(si *interval.SenderInterval) { pool.Put(pp.smp.Take(si.ID)) }
+	}
+	pp.emit = func(si *interval.SenderInterval) {
+		if win != nil {
+			win.Set(interval.Window{Boundary: si.ID + 8, W: int64(o.window)})
+		}
+		if pp.smp != nil {
+			pool.Put(pp.smp.Take(si.ID)) // as ship does after selecting
+		}
+		if o.finish {
+			if err := si.Finish(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		si.Release()
 	}
 	return pp
 }
@@ -117,6 +178,9 @@ func (pp *pathPipe) run(b *testing.B, frames [][]byte, n int) {
 		f := frames[pp.i&4095]
 		if !pp.p.Parse(f, len(f), int64(pp.i)*1000, layers.LinkTypeEthernet, &pp.pkt) {
 			b.Fatal("frame not parsed")
+		}
+		if pp.unique {
+			pp.pkt.PktHash ^= uint64(pp.i>>12) * 0x9e3779b97f4a7c15
 		}
 		if pp.smp != nil {
 			pp.smp.Add(&pp.pkt)
@@ -174,6 +238,85 @@ func BenchmarkPacketPathPaired(b *testing.B) {
 				b.ReportMetric(100*(median(cpuR)-1), "sampler-cpu-%")
 				b.ReportMetric(100*(median(wallR)-1), "sampler-wall-%")
 				b.ReportMetric(float64(len(cpuR)), "pairs")
+			}
+		})
+	}
+}
+
+// BenchmarkPacketPathMaxDelayPaired: the cost of max_delay on the
+// sender's packet path, on a loaded machine. Two identical paths (default
+// sketch and sampler, every packet its own hash), one at the default
+// max_delay (1s) and one at 50ms, take turns on chunks of 10⁶ packets
+// (1 µs apart: one interval of event time, so that each path crosses one
+// boundary, and does its boundary work once, in every chunk) in the same
+// process, as BenchmarkPacketPathPaired does for the sampler. Reported:
+// the medians of the per-pair ratios (1s / 50ms) of the thread's CPU
+// ("ratio-cpu"), of the process's CPU ("ratio-proc", which adds what the
+// runtime spends on other threads: the collector) and of wall time
+// ("ratio-wall"), and the CPU per packet of each path. The first 4 pairs
+// (warm-up: the log, the pools) are left out of the ratios. Variants:
+//   - path: the capture goroutine's work only (the interval is handed on,
+//     as the capture worker does), no receiver word: BenchmarkPacketPath's
+//     setting;
+//   - finish-rxwin50ms: plus the boundary function built and the interval
+//     released on the same thread (the ship goroutine's share), the
+//     receiver having announced 50 ms windows (a link of delays below
+//     25 ms: what a live default receiver announces);
+//   - finish-norxwin: the same without any receiver word, so that the
+//     1s path's functions cover max_delay: 2 s of traffic per function
+//     against 100 ms (more keys on the wire: the function is what the
+//     receiver needs to place any packet it can hold).
+//
+// Run it long enough for many pairs: -benchtime=40000000x (36 pairs).
+func BenchmarkPacketPathMaxDelayPaired(b *testing.B) {
+	const chunk = 1_000_000
+	frames := makeFrames(b, 4096, 20000)
+	for _, tc := range []struct {
+		name   string
+		finish bool
+		window time.Duration
+	}{
+		{"path", false, 0},
+		{"finish-rxwin50ms", true, 50 * time.Millisecond},
+		{"finish-norxwin", true, 0},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			o := pathOpt{vlda: 1, cols: config.DefaultCommon().Sketch.Columns, sampling: []float64{1, 1, 1, 1}, sample: true,
+				finish: tc.finish, window: tc.window, unique: true, maxDelay: time.Second}
+			def := newPathPipeOpt(b, o)
+			o.maxDelay = 50 * time.Millisecond
+			short := newPathPipeOpt(b, o)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var ratios [3][]float64 // thread CPU, process CPU, wall
+			var cpu, proc [2]int64
+			measure := func(pp *pathPipe, n int) [3]int64 {
+				c0, p0, w0 := testutil.ThreadCPU(), testutil.ProcessCPU(), time.Now()
+				pp.run(b, frames, n)
+				return [3]int64{testutil.ThreadCPU() - c0, testutil.ProcessCPU() - p0, time.Since(w0).Nanoseconds()}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; done += chunk {
+				n := min(chunk, b.N-done)
+				d, s := measure(def, n), measure(short, n)
+				cpu[0], cpu[1], proc[0], proc[1] = cpu[0]+d[0], cpu[1]+s[0], proc[0]+d[1], proc[1]+s[1]
+				if n == chunk && done >= 4*chunk && s[0] > 0 && s[1] > 0 {
+					for k := range ratios {
+						ratios[k] = append(ratios[k], float64(d[k])/float64(s[k]))
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpu[0])/float64(b.N), "cpu-ns/op-1s")
+			b.ReportMetric(float64(cpu[1])/float64(b.N), "cpu-ns/op-50ms")
+			b.ReportMetric(float64(proc[0])/float64(b.N), "proc-ns/op-1s")
+			b.ReportMetric(float64(proc[1])/float64(b.N), "proc-ns/op-50ms")
+			if len(ratios[0]) > 0 {
+				b.ReportMetric(median(ratios[0]), "ratio-cpu")
+				b.ReportMetric(median(ratios[1]), "ratio-proc")
+				b.ReportMetric(median(ratios[2]), "ratio-wall")
+				b.ReportMetric(float64(len(ratios[0])), "pairs")
 			}
 		})
 	}

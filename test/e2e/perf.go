@@ -26,12 +26,17 @@ import (
 //
 //	ns <prefix>-a                    ns <prefix>-b
 //	blaster ─ pa ══════ veth ══════ pb   tcpdump -w /dev/null  |  lds-sender (workers 1, 2)
-//	                                 lo   lds-receiver (plaintext gRPC on 127.0.0.1)
+//	                                 lo   gRPC between them (plaintext, 127.0.0.1)
+//	                                 rx0  lds-receiver's tap (a silent veth; PerfOptions.RxTap)
 
 // Interface names of the performance topology (inside its namespaces).
 const (
 	IfPerfSrc  = "pa"
 	IfPerfSink = "pb"
+	// IfPerfRx is one end of a veth pair inside the sink namespace, with
+	// no address and nothing sent on it: the receiver's default tap
+	// (PerfOptions.RxTap).
+	IfPerfRx = "rx0"
 )
 
 // PerfTopology is the two namespaces of the performance runs.
@@ -61,6 +66,9 @@ func NewPerfTopology(prefix string) (_ *PerfTopology, err error) {
 		{"-n", t.Sink, "link", "set", IfPerfSink, "up"},
 		{"-n", t.Src, "link", "set", "lo", "up"},
 		{"-n", t.Sink, "link", "set", "lo", "up"},
+		{"-n", t.Sink, "link", "add", IfPerfRx, "type", "veth", "peer", "name", IfPerfRx + "p"},
+		{"-n", t.Sink, "link", "set", IfPerfRx, "up"},
+		{"-n", t.Sink, "link", "set", IfPerfRx + "p", "up"},
 	}
 	for _, s := range steps {
 		if err := ip(s...); err != nil {
@@ -96,11 +104,21 @@ type PerfOptions struct {
 	// Concurrent adds a trial with tcpdump and lds-sender (workers 1) on
 	// the interface at the same time, under one blast.
 	Concurrent bool
-	// MaxDelay sets max_delay on both daemons (0: the default, 1s). It
-	// sizes the window of boundary fingerprints the sender sorts when an
-	// interval closes (a stall of its capture goroutine).
+	// MaxDelay sets max_delay on both daemons (0: the default, 1s): the
+	// largest hold window, and so the most traffic a boundary function of
+	// the sender covers (2·max_delay when the windows reach it, RxTap).
 	MaxDelay time.Duration
-	Log      *slog.Logger
+	// RxTap is the interface lds-receiver taps ("": IfPerfRx). The
+	// receiver only has to accept the stream; what it taps sets the hold
+	// windows it announces, and so the traffic each of the sender's
+	// boundary functions covers. On the silent IfPerfRx it has no delay
+	// evidence and no surplus, so its windows stay at their minimum (50 ms:
+	// a link of delays below 25 ms). On "lo" it sees the gRPC stream's own
+	// packets, which the sender never saw: surplus cells, read as packets
+	// misplaced by long delays, so its windows grow to max_delay (the
+	// sender's worst case: functions over 2·max_delay of traffic).
+	RxTap string
+	Log   *slog.Logger
 }
 
 // DefaultPerfOptions returns 5 s blasts at full speed, lds-sender's default ring
@@ -151,6 +169,13 @@ type CaptureCount struct {
 	// CPUSeconds is the tool's process CPU time (user + system) from
 	// start to the counters' read: its cost per captured packet.
 	CPUSeconds float64
+	// BlastCPUSeconds is the part of it spent from just before the blast
+	// until the rings have drained (1.5 s after it): the capture's cost
+	// without the tool's start-up and idle time before the blast, which
+	// at low packet rates weigh on CPUSeconds per packet (lds-sender
+	// spends ~0.15 s in a trial of a few packets, start-up, intervals and
+	// the trial's own metrics scrapes included).
+	BlastCPUSeconds float64
 }
 
 // CPUNSPerPacket is the tool's CPU time per captured packet.
@@ -159,6 +184,14 @@ func (c CaptureCount) CPUNSPerPacket() float64 {
 		return 0
 	}
 	return c.CPUSeconds * 1e9 / float64(c.Captured)
+}
+
+// BlastCPUNSPerPacket is the tool's CPU time in the blast per captured packet.
+func (c CaptureCount) BlastCPUNSPerPacket() float64 {
+	if c.Captured == 0 {
+		return 0
+	}
+	return c.BlastCPUSeconds * 1e9 / float64(c.Captured)
 }
 
 // DropRatio is Kernel / Seen.
@@ -212,6 +245,22 @@ const (
 	perfReceiverAddr  = "127.0.0.1:7421"
 	perfRecvMetrics   = "127.0.0.1:9465"
 )
+
+// procsCPU reads the CPU seconds of tcpdump and lds-sender (0 for one not running).
+func procsCPU(td, snd *proc) ([2]float64, error) {
+	var out [2]float64
+	for i, p := range []*proc{td, snd} {
+		if p == nil {
+			continue
+		}
+		v, err := procCPUSeconds(p.cmd.Process.Pid)
+		if err != nil {
+			return out, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
 
 // RunPerf builds the topology, starts an lds-receiver on the sink's
 // loopback (so that the sender runs its whole pipeline: sketches, merge,
@@ -316,9 +365,9 @@ func perfSenderConfig(opt PerfOptions, workers int) map[string]any {
 }
 
 // perfReceiverConfig: the receiver only has to accept the stream; it taps
-// the sink's loopback, where no measured traffic flows.
+// opt.RxTap (by default a silent veth, IfPerfRx).
 func perfReceiverConfig(opt PerfOptions) map[string]any {
-	m := perfCommon(opt, "lo", 0, perfRecvMetrics)
+	m := perfCommon(opt, opt.rxTap(), 0, perfRecvMetrics)
 	m["receiver"] = map[string]any{"listen": perfReceiverAddr, "tls": map[string]any{"plaintext": true},
 		"senders": []map[string]any{{"id": "perf"}}, "lateness": "2s",
 		"results_file": filepath.Join(opt.WorkDir, "receiver-results.jsonl")}
@@ -366,6 +415,10 @@ func runTrial(ctx context.Context, opt PerfOptions, topo *PerfTopology, bl *Blas
 	if err != nil {
 		return tr, err
 	}
+	cpu0, err := procsCPU(td, snd)
+	if err != nil {
+		return tr, err
+	}
 	// While the blast runs, sample lds-sender's exported counters: they
 	// move once per interval, so the steps are per-interval drops.
 	sampled := make(chan uint64, 1)
@@ -385,6 +438,10 @@ func runTrial(ctx context.Context, opt PerfOptions, topo *PerfTopology, bl *Blas
 	if err != nil {
 		return tr, err
 	}
+	cpu1, err := procsCPU(td, snd)
+	if err != nil {
+		return tr, err
+	}
 	tr.Arrived = after.rx - before.rx
 	tr.Backlog = after.txDropped - before.txDropped
 	if snd != nil {
@@ -393,6 +450,7 @@ func runTrial(ctx context.Context, opt PerfOptions, topo *PerfTopology, bl *Blas
 			return tr, err
 		}
 		c.Tool = fmt.Sprintf("lds-sender w=%d", sp.workers)
+		c.BlastCPUSeconds = cpu1[1] - cpu0[1]
 		stopSampling() // after the counters settled: the last step is in
 		c.WorstInterval = <-sampled
 		c.CPUSeconds, err = procCPUSeconds(snd.cmd.Process.Pid)
@@ -413,7 +471,7 @@ func runTrial(ctx context.Context, opt PerfOptions, topo *PerfTopology, bl *Blas
 		if err != nil {
 			return tr, err
 		}
-		c.CPUSeconds = cpu
+		c.CPUSeconds, c.BlastCPUSeconds = cpu, cpu1[0]-cpu0[0]
 		td = nil
 		tr.Tools = append([]CaptureCount{c}, tr.Tools...)
 	}
@@ -616,6 +674,13 @@ func vethCounters(t *PerfTopology) (vethStats, error) {
 	return s, nil
 }
 
+func (o PerfOptions) rxTap() string {
+	if o.RxTap == "" {
+		return IfPerfRx
+	}
+	return o.RxTap
+}
+
 // WriteMarkdown writes the trials as tables: every trial, then the per
 // tool summary over repetitions.
 func (r *PerfResult) WriteMarkdown(w *bufio.Writer) error {
@@ -625,11 +690,13 @@ func (r *PerfResult) WriteMarkdown(w *bufio.Writer) error {
 		md = o.MaxDelay.String()
 	}
 	lbs, lnb := capture.RingGeometry(o.BlockSize, o.NumBlocks)
-	fmt.Fprintf(w, "Blast: %d flows of %d-byte UDP frames, %s per trial, %d sending thread(s), %s; ring per socket %d blocks × %d KiB = %d KiB (tcpdump -B %d: libpcap uses 256 KiB blocks; lds-sender configured %d × %d KiB, asks the kernel for %d × %d KiB); lds max_delay %s; %d repetition(s), trials in the order listed.\n\n",
+	fmt.Fprintf(w, "Blast: %d flows of %d-byte UDP frames, %s per trial, %d sending thread(s), %s; ring per socket %d blocks × %d KiB = %d KiB (tcpdump -B %d: libpcap uses 256 KiB blocks; lds-sender configured %d × %d KiB, asks the kernel for %d × %d KiB); lds max_delay %s; lds-receiver taps %s (%s); %d repetition(s), trials in the order listed.\n\n",
 		o.Blast.Flows, 42+o.Blast.Payload, o.Blast.Duration, o.Blast.Threads, rateText(o.Blast.PPS, o.Blast.Threads), o.NumBlocks, o.BlockSize>>10, o.BlockSize*o.NumBlocks>>10,
-		o.BlockSize*o.NumBlocks/1024, o.NumBlocks, o.BlockSize>>10, lnb, lbs>>10, md, o.Reps)
-	fmt.Fprintln(w, "| rep | trial | sent | offered pps | arrived at pb | backlog drops | tool | captured | kernel drops | drop ratio | worst interval | CPU s | CPU ns/pkt |")
-	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+		o.BlockSize*o.NumBlocks/1024, o.NumBlocks, o.BlockSize>>10, lnb, lbs>>10, md, o.rxTap(), rxTapText(o.rxTap()), o.Reps)
+	fmt.Fprintln(w, "*CPU* is the tool's process CPU from start to the counters' read; *blast CPU* only from just before the blast until the rings drained (1.5 s after it), without start-up and idle time.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| rep | trial | sent | offered pps | arrived at pb | backlog drops | tool | captured | kernel drops | drop ratio | worst interval | CPU s | CPU ns/pkt | blast CPU s | blast CPU ns/pkt |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, t := range r.Trials {
 		for i, c := range t.Tools {
 			if i == 0 {
@@ -641,19 +708,31 @@ func (r *PerfResult) WriteMarkdown(w *bufio.Writer) error {
 			if strings.HasPrefix(c.Tool, "lds") {
 				worst = strconv.FormatUint(c.WorstInterval, 10)
 			}
-			fmt.Fprintf(w, "| %s | %d | %d | %.2f%% | %s | %.2f | %.0f |\n", c.Tool, c.Captured, c.Kernel, 100*c.DropRatio(), worst, c.CPUSeconds, c.CPUNSPerPacket())
+			fmt.Fprintf(w, "| %s | %d | %d | %.2f%% | %s | %.2f | %.0f | %.2f | %.0f |\n", c.Tool, c.Captured, c.Kernel, 100*c.DropRatio(), worst,
+				c.CPUSeconds, c.CPUNSPerPacket(), c.BlastCPUSeconds, c.BlastCPUNSPerPacket())
 		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Summary (sums over repetitions; captured per second of blast):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| trial | tool | arrived | captured | kernel drops | drop ratio | captured pps | CPU ns/pkt |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| trial | tool | arrived | captured | kernel drops | drop ratio | captured pps | CPU ns/pkt | blast CPU ns/pkt |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Summary() {
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f%% | %.0f | %.0f |\n", s.Trial, s.Tool, s.Arrived, s.Captured, s.Kernel, 100*s.DropRatio(), s.CapturedPPS,
-			CaptureCount{Captured: s.Captured, CPUSeconds: s.CPUSeconds}.CPUNSPerPacket())
+		c := CaptureCount{Captured: s.Captured, CPUSeconds: s.CPUSeconds, BlastCPUSeconds: s.BlastCPUSeconds}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f%% | %.0f | %.0f | %.0f |\n", s.Trial, s.Tool, s.Arrived, s.Captured, s.Kernel, 100*s.DropRatio(), s.CapturedPPS,
+			c.CPUNSPerPacket(), c.BlastCPUNSPerPacket())
 	}
 	return w.Flush()
+}
+
+func rxTapText(tap string) string {
+	switch tap {
+	case IfPerfRx:
+		return "silent: its hold windows stay at 50 ms, the sender's functions cover ~100 ms of traffic"
+	case "lo":
+		return "the gRPC stream's packets, which the sender never saw: its windows grow to max_delay, the sender's functions cover ~2·max_delay of traffic"
+	}
+	return "windows as its traffic makes them"
 }
 
 func rateText(pps, threads int) string {
@@ -668,6 +747,7 @@ type PerfSummary struct {
 	Trial, Tool                     string
 	Arrived, Captured, Kernel, Seen uint64
 	CapturedPPS, CPUSeconds         float64
+	BlastCPUSeconds                 float64
 }
 
 // DropRatio is Kernel / Seen.
@@ -695,6 +775,7 @@ func (r *PerfResult) Summary() []PerfSummary {
 			s.Kernel += c.Kernel
 			s.Seen += c.Seen
 			s.CPUSeconds += c.CPUSeconds
+			s.BlastCPUSeconds += c.BlastCPUSeconds
 			secs[k] += t.Blast.Elapsed.Seconds()
 		}
 	}

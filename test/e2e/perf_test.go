@@ -268,7 +268,9 @@ func TestLivePerfSmoke(t *testing.T) {
 // (0 = full speed), LDS_PERF_BLOCK_SIZE, LDS_PERF_NUM_BLOCKS,
 // LDS_PERF_WORKERS ("1,2"), LDS_PERF_FLOWS, LDS_PERF_PAYLOAD,
 // LDS_PERF_THREADS (blaster threads), LDS_PERF_MAX_DELAY (e.g. 2ms),
-// LDS_PERF_TRIALS (comma list of tcpdump, lds, both).
+// LDS_PERF_TRIALS (comma list of tcpdump, lds, both), LDS_PERF_RX_TAP
+// (the receiver's tap: rx0, silent, by default; lo for windows at
+// max_delay, PerfOptions.RxTap).
 func TestLivePerfBench(t *testing.T) {
 	if os.Getenv("LDS_PERF_BENCH") != "1" {
 		t.Skip("SKIPPED: the live capture measurement needs LDS_PERF_BENCH=1 (scripts/bench-live.sh sets it)")
@@ -295,6 +297,7 @@ func TestLivePerfBench(t *testing.T) {
 		}
 		opt.MaxDelay = d
 	}
+	opt.RxTap = os.Getenv("LDS_PERF_RX_TAP")
 	if v := os.Getenv("LDS_PERF_TRIALS"); v != "" {
 		// A comma list of: tcpdump, lds, both.
 		opt.TcpdumpAlone, opt.Concurrent = strings.Contains(v, "tcpdump"), strings.Contains(v, "both")

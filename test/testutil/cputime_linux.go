@@ -18,6 +18,17 @@ func ThreadCPU() int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
+// ProcessCPU is the process's CPU time (user + system, ns, all threads):
+// unlike ThreadCPU it counts the work the runtime does for the caller on
+// other threads (the collector's background marking).
+func ProcessCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
 // CPUMeter pins the benchmark's goroutine to its thread and returns the
 // function that reports the thread's CPU time per op ("cpu-ns/op") since
 // the call; call it when the timed loop ends.
