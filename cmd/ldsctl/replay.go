@@ -23,6 +23,7 @@ func cmdReplay(args []string) error {
 	sp := fs.String("sender-pcap", "", "capture at the upstream tap (pcap or pcapng)")
 	rp := fs.String("receiver-pcap", "", "capture at the downstream tap (pcap or pcapng)")
 	out := fs.String("out", "", "results JSONL to write")
+	lostOut := fs.String("lost-out", "", "lost-packet list JSONL to write (docs/results.md, \"Lost packets\")")
 	table := fs.Int("table", 0, "print a per-flow table of the N heaviest flows and the link figures at the end")
 	estimator := fs.String("estimator", "", "override sketch.estimator (decode or paper)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
@@ -68,7 +69,7 @@ func cmdReplay(args []string) error {
 	}
 	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()
-	opt := replay.Options{Config: cfg, SenderPcap: *sp, ReceiverPcap: *rp, Out: *out, Version: version.Version, FirstPartial: *firstPartial, AllowReversed: *allowReversed}
+	opt := replay.Options{Config: cfg, SenderPcap: *sp, ReceiverPcap: *rp, Out: *out, LostOut: *lostOut, Version: version.Version, FirstPartial: *firstPartial, AllowReversed: *allowReversed}
 	if !*quiet && isTerminal(os.Stderr) {
 		opt.Progress = os.Stderr
 	}

@@ -273,9 +273,9 @@ func TestJSONLWriter(t *testing.T) {
 	}
 	defer fh.Close()
 	want := []string{
-		`{"interval":1763000000,"start_ns":1763000000000000000,"src":"10.0.0.1","dst":"192.0.2.7","sport":51000,"dport":443,"proto":6,"delay_ns":412345.5,"stddev_ns":80211,"loss":0,"packets":1520,"samples":1498,"ci95_ns":4020.1,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0}`,
-		`{"interval":1763000000,"start_ns":0,"src":"2001:db8::1","dst":"2001:db8::2","sport":0,"dport":0,"proto":17,"delay_ns":null,"stddev_ns":null,"loss":1,"packets":3,"samples":0,"ci95_ns":null,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0}`,
-		`{"interval":1763000001,"start_ns":0,"src":"10.0.0.2","dst":"10.0.0.3","sport":0,"dport":0,"proto":1,"delay_ns":null,"stddev_ns":null,"loss":null,"packets":0,"samples":0,"ci95_ns":null,"sender":"b","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0}`,
+		`{"interval":1763000000,"start_ns":1763000000000000000,"src":"10.0.0.1","dst":"192.0.2.7","sport":51000,"dport":443,"proto":6,"delay_ns":412345.5,"stddev_ns":80211,"loss":0,"packets":1520,"samples":1498,"ci95_ns":4020.1,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
+		`{"interval":1763000000,"start_ns":0,"src":"2001:db8::1","dst":"2001:db8::2","sport":0,"dport":0,"proto":17,"delay_ns":null,"stddev_ns":null,"loss":1,"packets":3,"samples":0,"ci95_ns":null,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
+		`{"interval":1763000001,"start_ns":0,"src":"10.0.0.2","dst":"10.0.0.3","sport":0,"dport":0,"proto":1,"delay_ns":null,"stddev_ns":null,"loss":null,"packets":0,"samples":0,"ci95_ns":null,"sender":"b","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
 	}
 	sc := bufio.NewScanner(fh)
 	var got []string

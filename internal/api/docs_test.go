@@ -14,16 +14,27 @@ import (
 )
 
 // docStore holds what docs/operations.md's API examples show: sender a,
-// interval 1763000000 matched (a flow in 10.0.0.0/24 with a spike, the
-// default LDA class), 1763000001 voided, and an interval whose delays
+// interval 1763000000 matched (two flows in 10.0.0.0/24, one with a spike,
+// the default LDA class, a complete lost-packet list of three packets, two
+// of them in 10.0.0.0/24), 1763000001 voided, and an interval whose delays
 // went beyond the hold window.
 func docStore() *Store {
 	s := NewStore(10)
+	lostB := capture.MustParseFlowKey("10.0.0.2", "192.0.2.7", 6, 40100, 443)
+	lostC := capture.MustParseFlowKey("198.51.100.4", "192.0.2.9", 17, 5000, 53)
 	s.Add(&results.Interval{Sender: "a", Interval: 1763000000, StartNS: 1763000000000000000, Outcome: results.OutcomeMatched,
 		Flows: []results.FlowRecord{{Interval: 1763000000, StartNS: 1763000000000000000, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
-			DelayNS: f(412345.5), StddevNS: f(80211), Packets: 1520, Samples: 1498, CI95NS: f(4020.1), Spike: true}},
+			DelayNS: f(412345.5), StddevNS: f(80211), Loss: f(0), LossExact: true, Packets: 1520, Samples: 1498, CI95NS: f(4020.1), Spike: true},
+			{Interval: 1763000000, StartNS: 1763000000000000000, Key: lostB, Loss: f(2), LossExact: true, Packets: 812},
+			{Interval: 1763000000, StartNS: 1763000000000000000, Key: lostC, Loss: f(1), LossExact: true, Packets: 40}},
 		Links: []results.LinkRecord{{Interval: 1763000000, StartNS: 1763000000000000000, Class: "default", Sent: 4515, Received: 4499,
-			LossRatio: f(16.0 / 4515), DelayNS: f(1e6), StddevNS: f(5e5), Samples: 4000, CI95NS: f(1000)}}})
+			LossRatio: f(16.0 / 4515), DelayNS: f(1e6), StddevNS: f(5e5), Samples: 4000, CI95NS: f(1000)}},
+		LostList: &results.LostSummary{Complete: true, Lost: 3},
+		Lost: []results.LostPacket{
+			{Interval: 1763000000, Sender: "a", Key: lostB, IDKind: capture.IDTCPSeq, ID: 48213},
+			{Interval: 1763000000, Sender: "a", Key: lostB, IDKind: capture.IDTCPSeq, ID: 49661},
+			{Interval: 1763000000, Sender: "a", Key: lostC, IDKind: capture.IDIPv4, ID: 7},
+		}})
 	s.Add(&results.Interval{Sender: "a", Interval: 1763000001, StartNS: 1763000001000000000, Outcome: results.OutcomeVoidedGap})
 	s.Add(&results.Interval{Sender: "b", Interval: 1763000000, StartNS: 1763000000000000000, Outcome: results.OutcomeMatched, BeyondWindow: true})
 	return s

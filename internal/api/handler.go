@@ -8,9 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -67,6 +65,7 @@ func (s *Store) endpoints() map[string]endpoint {
 		"/api/v1/flows":     {[]string{"interval", "sender", "prefix", "min_packets", "sort", "limit"}, s.flows},
 		"/api/v1/links":     {[]string{"interval", "sender"}, s.links},
 		"/api/v1/intervals": {[]string{"sender"}, s.intervals},
+		"/api/v1/lost":      {[]string{"interval", "sender", "prefix", "min_packets", "kind", "limit"}, s.lost},
 	}
 }
 
@@ -75,6 +74,7 @@ func (s *Store) endpoints() map[string]endpoint {
 //	GET /api/v1/flows?interval=latest|<id>&sender=&prefix=<cidr>&min_packets=&sort=packets|delay|loss&limit=
 //	GET /api/v1/links?interval=latest|<id>&sender=
 //	GET /api/v1/intervals?sender=
+//	GET /api/v1/lost?interval=latest|<id>&sender=&prefix=<cidr>&min_packets=&kind=lost|extra&limit= (lost.go)
 //
 // The query is parsed strictly (ParseQuery): a bad escape, a semicolon,
 // an unknown, repeated or empty parameter, or more parameters than the
@@ -263,40 +263,22 @@ type FlowsAnswer struct {
 }
 
 func (s *Store) flows(q url.Values) (answer, *paramError) {
-	var prefix netip.Prefix
-	if p := q.Get("prefix"); p != "" {
-		var err error
-		if strings.Contains(p, "/") {
-			prefix, err = netip.ParsePrefix(p)
-		} else {
-			var a netip.Addr
-			a, err = netip.ParseAddr(p)
-			prefix = netip.PrefixFrom(a, a.BitLen())
-		}
-		if err != nil {
-			return answer{}, badParam("prefix", "%q is not a CIDR prefix like 10.0.0.0/8 or 2001:db8::/32", p)
-		}
-		prefix = netip.PrefixFrom(prefix.Addr().Unmap(), prefix.Bits()).Masked()
+	prefix, e := parsePrefix(q.Get("prefix"))
+	if e != nil {
+		return answer{}, e
 	}
-	minPackets := 0.0
-	if v := q.Get("min_packets"); v != "" {
-		var err error
-		if minPackets, err = strconv.ParseFloat(v, 64); err != nil || minPackets < 0 || math.IsNaN(minPackets) {
-			return answer{}, badParam("min_packets", "%q is not a number >= 0", v)
-		}
+	minPackets, e := parseMinPackets(q.Get("min_packets"))
+	if e != nil {
+		return answer{}, e
 	}
 	sortBy := cmp.Or(q.Get("sort"), "packets")
 	less, ok := flowOrders()[sortBy]
 	if !ok {
 		return answer{}, badParam("sort", "%q: sort by packets, delay or loss", sortBy)
 	}
-	limit := DefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxLimit {
-			return answer{}, badParam("limit", "%q is not an integer in 1..%d", v, MaxLimit)
-		}
-		limit = n
+	limit, e := parseLimit(q.Get("limit"))
+	if e != nil {
+		return answer{}, e
 	}
 	ivs, e := s.pickIntervals(q)
 	if e != nil {
@@ -455,6 +437,9 @@ type IntervalSummary struct {
 	// DelayBeyondWindow: packets slower than the hold window moved to a
 	// neighbouring interval, so loss is withheld (docs/operations.md, "Flow status").
 	DelayBeyondWindow bool `json:"delay_beyond_window,omitempty"`
+	// LostList: whether the interval's lost-packet list is complete (and
+	// its flows' loss exact); absent without lost-packet tables.
+	LostList *results.LostSummary `json:"lost_list,omitempty"`
 }
 
 // IntervalsAnswer is the body of /api/v1/intervals: newest first per sender.
@@ -477,6 +462,7 @@ func (s *Store) intervals(q url.Values) (answer, *paramError) {
 				SenderDrops: iv.SenderDrops, ReceiverDrops: iv.ReceiverDrops, SketchBytes: iv.SketchBytes,
 				CaptureDrops:      iv.CaptureDrops,
 				DelayBeyondWindow: iv.BeyondWindow,
+				LostList:          iv.LostList,
 			})
 		}
 	}

@@ -19,6 +19,9 @@ import (
 // JSONLOptions are the results file's rotation, durability and error
 // reporting. The zero value never rotates and never fsyncs.
 type JSONLOptions struct {
+	// Lost makes the file a lost-packet list: Write writes an interval's
+	// lost packets (results.MarshalLostLine) instead of its flow records.
+	Lost bool
 	// MaxBytes rotates the file before an interval's lines would take it
 	// past this size (0: never by size). An interval is never split over
 	// two files, so one interval larger than MaxBytes makes a file of its own.
@@ -198,21 +201,29 @@ func (j *JSONLWriter) Write(iv *results.Interval) error {
 	if j.closed {
 		return fmt.Errorf("results file %s: write after Close", j.path)
 	}
-	if len(iv.Flows) == 0 {
+	n := len(iv.Flows)
+	if j.opt.Lost {
+		n = len(iv.Lost)
+	}
+	if n == 0 {
 		return nil
 	}
 	w := intervalWrite{j: j, iv: iv}
 	buf := j.buf[:0]
-	for i := range iv.Flows {
-		rec := &iv.Flows[i]
-		if rec.Sender == "" && iv.Sender != "" {
-			c := *rec
-			c.Sender = iv.Sender
-			rec = &c
-		}
-		var err error
-		if buf, err = results.MarshalLine(buf, rec); err != nil {
-			return w.fail(ReasonOther, fmt.Errorf("encoding flow %s: %w", rec.Key, err))
+	for i := range n {
+		if j.opt.Lost {
+			buf = results.MarshalLostLine(buf, &iv.Lost[i])
+		} else {
+			rec := &iv.Flows[i]
+			if rec.Sender == "" && iv.Sender != "" {
+				c := *rec
+				c.Sender = iv.Sender
+				rec = &c
+			}
+			var err error
+			if buf, err = results.MarshalLine(buf, rec); err != nil {
+				return w.fail(ReasonOther, fmt.Errorf("encoding flow %s: %w", rec.Key, err))
+			}
 		}
 		if len(buf) >= j.chunk {
 			if err := w.write(buf); err != nil {

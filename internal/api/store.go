@@ -61,7 +61,7 @@ func (s *Store) Records() int {
 	return s.records
 }
 
-func records(iv *results.Interval) int { return len(iv.Flows) + len(iv.Links) }
+func records(iv *results.Interval) int { return len(iv.Flows) + len(iv.Links) + len(iv.Lost) }
 
 // Add stores iv, replacing a stored interval of the same sender and id (a
 // resend), drops the oldest beyond keep, then the oldest of all senders

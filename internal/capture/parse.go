@@ -19,7 +19,20 @@ type Packet struct {
 	WireLen  uint32
 	Weight   uint32 // from weight rules, default 1
 	Class    uint16 // index into Config.Classes plus one; 0 = default class
+	IDKind   IDKind // what ID is
+	ID       uint32 // the packet's own identifier: TCP sequence number, else IPv4 identification
 }
+
+// IDKind says which header field a packet's ID is.
+type IDKind uint8
+
+// Packet identifiers: a TCP segment's is its sequence number, another
+// IPv4 packet's its identification; other packets have none.
+const (
+	IDNone IDKind = iota
+	IDIPv4
+	IDTCPSeq
+)
 
 // Reason says why a frame was skipped (or ReasonOK).
 type Reason uint8
@@ -176,6 +189,8 @@ type fields struct {
 	proto        uint8
 	sport, dport uint16
 	fragment     bool // non-first fragment: no L4 header
+	id           uint32
+	idKind       IDKind
 }
 
 // Parse decodes one frame. It returns false, and counts the reason, for a
@@ -262,6 +277,7 @@ func (p *Parser) finish(f *fields, hn int, out *Packet) {
 	}
 	out.FlowHash = p.flowHash.hash(k)
 	out.PktHash = p.pktHash.hash(p.hb[:hn])
+	out.ID, out.IDKind = f.id, f.idKind
 }
 
 func be16(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
@@ -396,6 +412,7 @@ func (p *Parser) ipv4(data []byte, wireLen, off int, f *fields) (int, Reason) {
 	copy(f.src[:4], ip[12:16])
 	copy(f.dst[:4], ip[16:20])
 	f.proto = ip[9]
+	f.id, f.idKind = uint32(be16(ip[4:])), IDIPv4
 	frag := be16(ip[6:])
 	f.fragment = frag&0x1fff != 0
 	isFrag := frag&0x3fff != 0 // MF or an offset
@@ -541,6 +558,7 @@ func (p *Parser) l4(seg []byte, segWire, ipHdr, hn int, isFrag bool, f *fields) 
 				return 0, ReasonTruncated
 			}
 			f.sport, f.dport = be16(seg), be16(seg[2:])
+			f.id, f.idKind = uint32(be16(seg[4:]))<<16|uint32(be16(seg[6:])), IDTCPSeq
 			// ports, seq, ack, data offset + flags, window: bytes 0-15
 			copy(hb[hn:hn+16], seg[:16])
 			hn += 16

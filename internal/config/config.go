@@ -73,6 +73,7 @@ type Common struct {
 	Metrics  metrics.Config `yaml:"metrics"`
 	Log      Log            `yaml:"log"`
 	Sample   sample.Config  `yaml:"sample"` // consistent packet samples: per-flow quantiles (docs/sampling.md)
+	Lost     Lost           `yaml:"lost"`   // the lost-packet table: exact loss and the list of lost packets (lost.go)
 }
 
 // TLSClient is the sender's side of mTLS.
@@ -121,6 +122,7 @@ type ReceiverSection struct {
 	Lateness        time.Duration `yaml:"lateness"` // wait this long for the other side of an interval
 	Keep            int           `yaml:"keep"`     // intervals of results kept for the API
 	ResultsFile     string        `yaml:"results_file"`
+	LostFile        string        `yaml:"lost_file"`         // JSON Lines of lost packets (docs/results.md); empty: none
 	ResultsMaxBytes int64         `yaml:"results_max_bytes"` // rotate the results file before it passes this size; 0 = never
 	ResultsMaxAge   time.Duration `yaml:"results_max_age"`   // rotate it once it is this old; 0 = never
 	ResultsKeep     int           `yaml:"results_keep"`      // rotated files kept (results_file.1 .. .N)
@@ -171,6 +173,7 @@ func DefaultCommon() Common {
 		Metrics: metrics.DefaultConfig(),
 		Log:     Log{Level: "info", Format: "text"},
 		Sample:  sample.DefaultConfig(),
+		Lost:    DefaultLost(),
 	}
 }
 
@@ -338,6 +341,9 @@ func (c *Common) Validate() error {
 		// receiver's max_frame_bytes (1 MiB by default): 10000 IPv6 keys
 		// take about 420 KB.
 		errs = append(errs, errors.New("sketch.heavy: must be in [0, 10000]"))
+	}
+	if err := c.Lost.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.LDAParams().Validate(); err != nil {
 		errs = append(errs, err)
@@ -533,6 +539,7 @@ func (c *Common) Fingerprint() map[string]string {
 		"capture.weights": digestYAML(c.Capture.Weights),
 		"capture.classes": digestYAML(c.Capture.Classes),
 	}
+	c.Lost.fingerprint(f)
 	cc := c.CaptureConfig()
 	for k, v := range cc.FingerprintFields() {
 		if k == "capture.identity.seed" || k == "seed" {

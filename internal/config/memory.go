@@ -107,7 +107,8 @@ func newBound(terms []MemoryTerm) MemoryBound {
 	return b
 }
 
-// sketchBytes is one interval's LDS and LDA sketches.
+// sketchBytes is one interval's LDS and LDA sketches and its lost-packet
+// table (lost.capacity).
 func (c *Common) sketchBytes() int64 {
 	cell := int64(unsafe.Sizeof(sketch.Cell{}))
 	if c.Sketch.Bytes {
@@ -116,7 +117,7 @@ func (c *Common) sketchBytes() int64 {
 	classes := int64(len(c.Capture.Classes) + 1)
 	lds := int64(c.Sketch.Rows) * int64(c.Sketch.Columns) * cell
 	lda := classes * int64(c.LDA.Banks) * int64(c.LDA.Cells) * int64(unsafe.Sizeof(sketch.LDACell{}))
-	return lds + lda
+	return lds + lda + sketch.IBLTBytes(c.Lost.Cells())
 }
 
 // boundaryPackets is the packets within the hold window of one boundary

@@ -47,6 +47,7 @@ type IPFIXConfig struct {
 type KafkaConfig struct {
 	Brokers     []string      `yaml:"brokers"` // host:port seed brokers
 	Topic       string        `yaml:"topic"`
+	LostTopic   string        `yaml:"lost_topic"` // lost-packet records (LostPacket); "" = none
 	ClientID    string        `yaml:"client_id"`
 	Compression string        `yaml:"compression"` // zstd, lz4, snappy, gzip or none
 	Linger      time.Duration `yaml:"linger"`      // how long a partition's batch waits to fill
@@ -85,7 +86,7 @@ func DefaultConfig() Config {
 			MaxMessageBytes: 1400, TemplateRefresh: 30 * time.Second, TemplateRefreshMessages: 0,
 			ObservationDomains: map[string]uint32{}, QueueRecords: 65536, WriteTimeout: 5 * time.Second,
 			ReconnectMin: time.Second, ReconnectMax: 30 * time.Second},
-		Kafka: KafkaConfig{Brokers: []string{}, Topic: "lds.flows", ClientID: "lds-receiver", Compression: "zstd",
+		Kafka: KafkaConfig{Brokers: []string{}, Topic: "lds.flows", LostTopic: "lds.lost", ClientID: "lds-receiver", Compression: "zstd",
 			Linger: 50 * time.Millisecond, BatchBytes: 1 << 20, QueueRecords: 262144},
 	}
 }

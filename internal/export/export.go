@@ -99,7 +99,11 @@ func New(cfg Config, opt Options, m Metrics, log *slog.Logger) (*Set, error) {
 // blocks (unless Options.Blocking): records that do not fit an exporter's
 // queue are dropped there and counted.
 func (s *Set) Publish(iv *results.Interval) {
-	if s == nil || len(iv.Flows) == 0 {
+	if s == nil {
+		return
+	}
+	s.publishLost(iv) // lost.go
+	if len(iv.Flows) == 0 {
 		return
 	}
 	for _, k := range s.sinks {

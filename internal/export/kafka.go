@@ -164,6 +164,7 @@ func (s *kafkaSink) run(ctx context.Context, flushBy func() time.Time) {
 // produce hands a batch to the client, waiting (in this goroutine, never
 // the publisher's) while the client's buffer is full.
 func (s *kafkaSink) produce(ctx context.Context, b batch) {
+	s.produceLost(ctx, b) // lost.go
 	for i := range b.flows {
 		r := &b.flows[i]
 		val, err := proto.Marshal(ToProto(r, s.t))
@@ -238,6 +239,6 @@ func ToProto(r *results.FlowRecord, t int64) *exportv1.FlowRecord {
 		P50Ns: results.Float(p50), P90Ns: results.Float(p90), P99Ns: results.Float(p99), DelaySamples: n,
 		Status: r.Status, Estimator: r.Estimator, Partial: r.Partial, ClockUnsynced: r.Unsynced,
 		ClockErrorBoundNs: r.ErrorNS, Spike: r.Spike, LossPoint: r.LossPoint, Bytes: r.Bytes,
-		LossBound: r.LossBound, DelayFrom: r.DelayFrom, LossSpike: r.LossSpike,
+		LossBound: r.LossBound, DelayFrom: r.DelayFrom, LossSpike: r.LossSpike, LossExact: r.LossExact,
 	}
 }

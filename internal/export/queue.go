@@ -12,6 +12,9 @@ import (
 type batch struct {
 	sender string
 	flows  []results.FlowRecord
+	lost   []results.LostPacket // lost-packet records (Kafka's lost topic)
+	// lostComplete: the interval's lost-packet list is complete.
+	lostComplete bool
 }
 
 // queue is an exporter's bounded buffer, counted in records. offer never
@@ -35,16 +38,22 @@ func newQueue(capacity int) *queue {
 // offer queues as many of flows as fit and returns how many. With wait it
 // waits for room (or close) instead of dropping.
 func (q *queue) offer(sender string, flows []results.FlowRecord, wait bool) int {
+	return q.offerN(len(flows), wait, func(lo, hi int) batch { return batch{sender: sender, flows: flows[lo:hi]} })
+}
+
+// offerN queues as many as fit of n records, mk cutting the batch of
+// records lo to hi.
+func (q *queue) offerN(n int, wait bool, mk func(lo, hi int) batch) int {
 	done := 0
-	for done < len(flows) {
+	for done < n {
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
 			return done
 		}
-		k := min(q.cap-q.n, len(flows)-done)
+		k := min(q.cap-q.n, n-done)
 		if k > 0 {
-			q.items = append(q.items, batch{sender: sender, flows: flows[done : done+k]})
+			q.items = append(q.items, mk(done, done+k))
 			q.n += k
 			done += k
 		}
@@ -52,7 +61,7 @@ func (q *queue) offer(sender string, flows []results.FlowRecord, wait bool) int 
 		if k > 0 {
 			signal(q.ready)
 		}
-		if done == len(flows) || !wait {
+		if done == n || !wait {
 			break
 		}
 		select {
@@ -61,7 +70,7 @@ func (q *queue) offer(sender string, flows []results.FlowRecord, wait bool) int 
 			return done
 		}
 	}
-	if done == len(flows) {
+	if done == n {
 		q.mu.Lock()
 		q.full = false
 		q.mu.Unlock()
@@ -94,7 +103,7 @@ func (q *queue) take(ctx context.Context) (b batch, ok bool) {
 			b = q.items[0]
 			q.items[0] = batch{}
 			q.items = q.items[1:]
-			q.n -= len(b.flows)
+			q.n -= len(b.flows) + len(b.lost)
 			q.mu.Unlock()
 			signal(q.room)
 			return b, true
@@ -123,7 +132,7 @@ func (q *queue) tryTake() (batch, bool) {
 	b := q.items[0]
 	q.items[0] = batch{}
 	q.items = q.items[1:]
-	q.n -= len(b.flows)
+	q.n -= len(b.flows) + len(b.lost)
 	signal(q.room)
 	return b, true
 }

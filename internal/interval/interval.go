@@ -36,6 +36,9 @@ type Params struct {
 	Classes  int // LDA classes, including the default class 0
 	Heavy    int // sender: heaviest flow keys reported per interval
 	FlowCap  int // receiver: per-interval flow table cap
+	// LostCells: cells of the lost-packet table both ends keep per
+	// interval (sketch.IBLTCells of lost.capacity; 0: none).
+	LostCells int
 }
 
 // MaxClass bounds how many intervals max_delay may span.
@@ -71,6 +74,10 @@ type Sketches struct {
 	Packets      uint64
 	Bytes        uint64
 	ClassPackets []uint64
+	// Lost is the table of the packet identities placed in the interval
+	// (nil without lost.capacity): the sender's minus the receiver's lists
+	// the lost packets (lost.go).
+	Lost *sketch.IBLT
 }
 
 // NewSketches allocates empty sketches for p.
@@ -82,6 +89,11 @@ func NewSketches(p Params) (*Sketches, error) {
 	s := &Sketches{LDS: l, LDA: make([]*sketch.LDA, p.Classes), ClassPackets: make([]uint64, p.Classes)}
 	for i := range s.LDA {
 		if s.LDA[i], err = sketch.NewLDA(p.LDA); err != nil {
+			return nil, err
+		}
+	}
+	if p.LostCells > 0 {
+		if s.Lost, err = sketch.NewIBLT(p.LostCells); err != nil {
 			return nil, err
 		}
 	}
@@ -103,6 +115,9 @@ func (s *Sketches) AddCount(p *capture.Packet, t int64, comp []uint32) {
 	s.Packets++
 	s.Bytes += uint64(p.WireLen)
 	s.ClassPackets[c]++
+	if s.Lost != nil {
+		insertLost(s.Lost, p)
+	}
 }
 
 // Merge adds o into s (sketches are linear).
@@ -121,6 +136,9 @@ func (s *Sketches) Merge(o *Sketches) error {
 	}
 	s.Packets += o.Packets
 	s.Bytes += o.Bytes
+	if s.Lost != nil && o.Lost != nil {
+		return s.Lost.Merge(o.Lost)
+	}
 	return nil
 }
 
@@ -132,6 +150,9 @@ func (s *Sketches) Reset() {
 		s.ClassPackets[i] = 0
 	}
 	s.Packets, s.Bytes = 0, 0
+	if s.Lost != nil {
+		s.Lost.Reset()
+	}
 }
 
 // pool recycles sketches so that a boundary costs no allocation in steady

@@ -53,6 +53,8 @@ func TestAlertsUseExportedNames(t *testing.T) {
 	r.ExportQueued("ipfix", "192.0.2.10:4739", 1)
 	r.CaptureHealth().Set(1, 1, true)
 	r.ResultsFileReasons([]string{"no_space"})
+	r.LostList(&results.Interval{Sender: "a", LostList: &results.LostSummary{Reason: "overflow"}})
+	r.Reordered(&results.Interval{Sender: "a", ReorderedRatio: results.Float(0.01)})
 	s, err := NewSender(DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)

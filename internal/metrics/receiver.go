@@ -54,6 +54,7 @@ type Receiver struct {
 	packetHist  *prometheus.HistogramVec
 	estTime     *prometheus.HistogramVec
 	misassigned *prometheus.CounterVec
+	lost        lostMetrics // lost.go
 	window      *prometheus.GaugeVec
 	exp         *exportSeries
 	resErrs     *prometheus.CounterVec
@@ -224,6 +225,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		estTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_estimation_duration_seconds",
 			Help:    "Time the receiver spent estimating each interval of the sender (its rate is the share of time estimation is busy).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"sender"}),
+		lost: newLostMetrics(),
 		misassigned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_boundary_misassigned_intervals_total",
 			Help: "Intervals published with status delay_beyond_window: packets slower than the hold window may sit in the wrong interval, loss withheld."}, []string{"sender"}),
 		window: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lds_boundary_window_seconds",
@@ -242,6 +244,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 	for _, c := range append([]prometheus.Collector{
 		r.intervals, r.spikes, r.lossSpikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
 		r.misassigned, r.window, r.connRefused, r.sndRefused, r.ivRefused,
+		r.lost.listed, r.lost.extra, r.lost.incomplete, r.lost.reordered,
 		stateCollector{r}, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

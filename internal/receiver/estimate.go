@@ -170,6 +170,15 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			}
 		}
 	}
+	e.linkRecords(iv, mt, sender, clk, joined)
+	applyLost(iv, mt, sender, e.FlowHash, e.T) // lost.go
+	applyReorder(iv, joined, hashes)           // reorder.go
+	return iv, nil
+}
+
+// linkRecords appends the interval's link (LDA) record of every traffic
+// class both ends' sketches have.
+func (e *Estimation) linkRecords(iv *results.Interval, mt *interval.Matched, sender string, clk Clock, joined *sample.Joined) {
 	for c, name := range e.Classes {
 		if c >= len(mt.Snd.Sk.LDA) || c >= len(mt.Rx.LDA) {
 			break
@@ -189,7 +198,6 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		}
 		iv.Links = append(iv.Links, lr)
 	}
-	return iv, nil
 }
 
 func zeroNaN(v float64) float64 {

@@ -92,7 +92,7 @@ func newFaultFixture(t *testing.T) *faultFixture {
 	f.start = f.ids[0] * T
 	cc := cfg.CaptureConfig()
 	f.params = interval.Params{T: T, MaxDelay: maxDelay, Guard: guard, Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(),
-		Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+		Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows, LostCells: cfg.Lost.Cells()}
 	return f
 }
 

@@ -86,7 +86,8 @@ func TestReceiverIdleFlood(t *testing.T) {
 	defer ccancel()
 	go func() { _ = c.Run(cctx) }()
 	p := interval.Params{T: int64(rc.Interval), MaxDelay: int64(rc.MaxDelay), Guard: int64(rc.Guard), Sketch: rc.SketchParams(),
-		LDA: rc.LDAParams(), Classes: len(rc.CaptureConfig().Classes) + 1, Heavy: rc.Sketch.Heavy, FlowCap: rc.Sketch.MaxFlows}
+		LDA: rc.LDAParams(), Classes: len(rc.CaptureConfig().Classes) + 1, Heavy: rc.Sketch.Heavy, FlowCap: rc.Sketch.MaxFlows,
+		LostCells: rc.Lost.Cells()}
 	sk, err := interval.NewSketches(p)
 	if err != nil {
 		t.Fatal(err)

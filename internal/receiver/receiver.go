@@ -81,6 +81,7 @@ type Receiver struct {
 	metrics *metrics.Receiver
 	store   *api.Store
 	jsonl   *api.JSONLWriter
+	lostW   *api.JSONLWriter // receiver.lost_file (lostfile.go)
 	spikes  *spike.Detector
 	export  *export.Set // nil: no exporter configured
 	ptp     *ptp.Checker
@@ -133,7 +134,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		classes = append(classes, c.Name)
 	}
 	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
-		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(classes), Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(classes), Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows, LostCells: cfg.Lost.Cells()}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -265,6 +266,11 @@ func (r *Receiver) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	closeLost, err := r.openLost()
+	if err != nil {
+		return err
+	}
+	defer closeLost()
 	if !r.opt.Replay {
 		// SIGHUP reopens the results file (logrotate's create mode, or
 		// systemctl reload); without a file it is ignored, never fatal.
@@ -390,6 +396,7 @@ func (r *Receiver) openResults() (*api.JSONLWriter, error) {
 // an outside rotation moved it away, writing goes on in a new file at
 // receiver.results_file.
 func (r *Receiver) ReopenResults() {
+	r.reopenLost()
 	if r.jsonl == nil {
 		r.log.Info("SIGHUP: no results file to reopen")
 		return

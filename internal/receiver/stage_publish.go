@@ -143,6 +143,7 @@ func (r *Receiver) publish(iv *results.Interval) {
 			}
 		}
 		r.export.Publish(iv) // never blocks the daemon: a full exporter drops and counts
+		r.publishLost(iv)    // lostfile.go
 	}
 	if r.opt.OnInterval != nil {
 		r.opt.OnInterval(iv)

@@ -119,7 +119,7 @@ func (r *Receiver) FrameError(sender, reason string) { r.metrics.FrameError(send
 // senderInterval turns an interval decoded from a sender's stream into the
 // matcher's sender side and what the sender reported with it.
 func senderInterval(w *wire.Interval) (*interval.SenderInterval, interval.SenderMeta) {
-	sk := &interval.Sketches{LDS: w.LDS, LDA: w.LDA, ClassPackets: make([]uint64, len(w.LDA))}
+	sk := &interval.Sketches{LDS: w.LDS, LDA: w.LDA, ClassPackets: make([]uint64, len(w.LDA)), Lost: w.Lost}
 	e := w.End
 	if t := e.GetTotals(); t != nil {
 		sk.Packets, sk.Bytes = t.Packets, t.Bytes

@@ -30,6 +30,7 @@ type Options struct {
 	SenderPcap   string
 	ReceiverPcap string
 	Out          string // results JSONL ("" = none)
+	LostOut      string // lost-packet list JSONL ("" = none; docs/results.md, "Lost packets")
 	Version      string
 	Progress     io.Writer // progress lines (nil = none)
 	// FirstPartial: the captures began mid-traffic, so the first interval
@@ -111,6 +112,12 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	}
 	rc := opt.Config
 	rc.Receiver.ResultsFile = opt.Out
+	rc.Receiver.LostFile = opt.LostOut
+	if opt.LostOut != "" && opt.LostOut != "-" {
+		if err := os.Truncate(opt.LostOut, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return sum, fmt.Errorf("--lost-out: %w", err)
+		}
+	}
 	if opt.Out != "" && opt.Out != "-" {
 		// A replay's output is its own: start the file afresh (the daemon appends).
 		if err := os.Truncate(opt.Out, 0); err != nil && !errors.Is(err, os.ErrNotExist) {

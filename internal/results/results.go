@@ -82,6 +82,15 @@ type FlowRecord struct {
 	// the same samples (an order statistic, sample.P99LowRank): the p99's
 	// counterpart of delay − ci95 for the spike rule. Null with P99NS.
 	P99LowNS *float64
+	// LossExact: Loss is the exact count from the interval's complete
+	// lost-packet list (and Packets the exact count sent), not an estimate.
+	LossExact bool
+	// Reordered estimates the flow's packets that arrived after a packet
+	// of the flow sent later (RFC 4737), from its joined samples, and
+	// ReorderExtentNS is the largest lateness among those samples; nil
+	// where the flow has too few joined samples.
+	Reordered       *float64
+	ReorderExtentNS *float64
 }
 
 // Sources of a flow's or link's mean delay (FlowRecord.DelayFrom).
@@ -103,38 +112,41 @@ func (r *FlowRecord) LossOr(def float64) float64 {
 // line: what UnmarshalJSON decodes, and what MarshalLine writes by hand
 // (its tests hold the two to the same bytes).
 type flowJSON struct {
-	Interval     int64    `json:"interval"`
-	StartNS      int64    `json:"start_ns"`
-	Src          string   `json:"src"`
-	Dst          string   `json:"dst"`
-	SPort        uint16   `json:"sport"`
-	DPort        uint16   `json:"dport"`
-	Proto        uint8    `json:"proto"`
-	DelayNS      *float64 `json:"delay_ns"`
-	StddevNS     *float64 `json:"stddev_ns"`
-	Loss         *float64 `json:"loss"`
-	Packets      float64  `json:"packets"`
-	Samples      float64  `json:"samples"`
-	CI95NS       *float64 `json:"ci95_ns"`
-	Sender       string   `json:"sender,omitempty"`
-	Bytes        *float64 `json:"bytes,omitempty"`
-	Estimator    string   `json:"estimator,omitempty"`
-	Partial      bool     `json:"partial,omitempty"`
-	Unsynced     bool     `json:"clock_unsynced,omitempty"`
-	ErrorNS      *float64 `json:"clock_error_bound_ns,omitempty"`
-	Spike        bool     `json:"spike,omitempty"`
-	Status       string   `json:"status,omitempty"`
-	LossPoint    *float64 `json:"loss_point,omitempty"`
-	P50NS        *float64 `json:"p50_ns"`
-	P90NS        *float64 `json:"p90_ns"`
-	P99NS        *float64 `json:"p99_ns"`
-	DelaySamples int      `json:"delay_samples"`
-	StddevFrom   string   `json:"stddev_from,omitempty"`
-	SampledLost  int      `json:"sampled_lost,omitempty"`
-	LossBound    *float64 `json:"loss_bound,omitempty"`
-	DelayFrom    string   `json:"delay_from,omitempty"`
-	LossSpike    bool     `json:"loss_spike,omitempty"`
-	P99LowNS     *float64 `json:"p99_low_ns,omitempty"`
+	Interval        int64    `json:"interval"`
+	StartNS         int64    `json:"start_ns"`
+	Src             string   `json:"src"`
+	Dst             string   `json:"dst"`
+	SPort           uint16   `json:"sport"`
+	DPort           uint16   `json:"dport"`
+	Proto           uint8    `json:"proto"`
+	DelayNS         *float64 `json:"delay_ns"`
+	StddevNS        *float64 `json:"stddev_ns"`
+	Loss            *float64 `json:"loss"`
+	Packets         float64  `json:"packets"`
+	Samples         float64  `json:"samples"`
+	CI95NS          *float64 `json:"ci95_ns"`
+	Sender          string   `json:"sender,omitempty"`
+	Bytes           *float64 `json:"bytes,omitempty"`
+	Estimator       string   `json:"estimator,omitempty"`
+	Partial         bool     `json:"partial,omitempty"`
+	Unsynced        bool     `json:"clock_unsynced,omitempty"`
+	ErrorNS         *float64 `json:"clock_error_bound_ns,omitempty"`
+	Spike           bool     `json:"spike,omitempty"`
+	Status          string   `json:"status,omitempty"`
+	LossPoint       *float64 `json:"loss_point,omitempty"`
+	P50NS           *float64 `json:"p50_ns"`
+	P90NS           *float64 `json:"p90_ns"`
+	P99NS           *float64 `json:"p99_ns"`
+	DelaySamples    int      `json:"delay_samples"`
+	StddevFrom      string   `json:"stddev_from,omitempty"`
+	SampledLost     int      `json:"sampled_lost,omitempty"`
+	LossBound       *float64 `json:"loss_bound,omitempty"`
+	DelayFrom       string   `json:"delay_from,omitempty"`
+	LossSpike       bool     `json:"loss_spike,omitempty"`
+	P99LowNS        *float64 `json:"p99_low_ns,omitempty"`
+	LossExact       bool     `json:"loss_exact"`
+	Reordered       *float64 `json:"reordered"`
+	ReorderExtentNS *float64 `json:"reorder_extent_ns"`
 }
 
 // MarshalJSON writes the record's results line (without the newline).
@@ -165,7 +177,8 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 		Estimator: j.Estimator, Partial: j.Partial, Unsynced: j.Unsynced, ErrorNS: j.ErrorNS, Spike: j.Spike,
 		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
 		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
-		LossBound: j.LossBound, DelayFrom: j.DelayFrom, LossSpike: j.LossSpike, P99LowNS: j.P99LowNS}
+		LossBound: j.LossBound, DelayFrom: j.DelayFrom, LossSpike: j.LossSpike, P99LowNS: j.P99LowNS,
+		LossExact: j.LossExact, Reordered: j.Reordered, ReorderExtentNS: j.ReorderExtentNS}
 	return nil
 }
 
@@ -259,6 +272,15 @@ type Interval struct {
 	// Touched marks the flows (same index as Flows) with a cell that does
 	// not match at both ends: the ones a misplaced packet can affect.
 	Touched []bool `json:"-"`
+	// LostList says whether the interval's lost-packet list is complete
+	// (nil without lost-packet tables); Lost is the list (served by
+	// /api/v1/lost and written to receiver.lost_file, not in this JSON).
+	LostList *LostSummary `json:"lost_list,omitempty"`
+	Lost     []LostPacket `json:"-"`
+	// ReorderedRatio is the share of the interval's joined flow samples
+	// that arrived after a sample of their flow sent later (nil: none
+	// joined).
+	ReorderedRatio *float64 `json:"reordered_ratio,omitempty"`
 }
 
 // FlagBeyondWindow marks the interval as holding misplaced packets:
@@ -276,6 +298,9 @@ func (iv *Interval) FlagBeyondWindow() {
 		}
 		f.Status, f.Loss, f.LossPoint, f.LossBound = StatusBeyondWindow, nil, nil, nil
 	}
+	// The two ends' tables then differ by misplaced packets too: the list
+	// is no list of losses, and no loss is exact.
+	iv.markLostIncomplete(StatusBeyondWindow)
 	for i := range iv.Links {
 		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, nil
 	}
@@ -284,7 +309,8 @@ func (iv *Interval) FlagBeyondWindow() {
 // FlagCaptureDrops marks the interval as one where a tap's capture dropped
 // packets that may belong to it (d, added to what it already carries):
 // every flow gets StatusCaptureDrops with its loss withheld and its delays
-// kept, every link its loss ratio withheld. A no-op when d is zero.
+// kept, every link its loss ratio withheld, and the lost-packet list is
+// marked incomplete (reason capture_drops). A no-op when d is zero.
 func (iv *Interval) FlagCaptureDrops(d CaptureDrops) {
 	if !d.Any() {
 		return
@@ -294,6 +320,9 @@ func (iv *Interval) FlagCaptureDrops(d CaptureDrops) {
 	}
 	iv.CaptureDrops.Sender += d.Sender
 	iv.CaptureDrops.Receiver += d.Receiver
+	// A packet a capture dropped shows in the lost-packet list as lost or
+	// extra: the list is no list of network losses, and no loss is exact.
+	iv.markLostIncomplete(StatusCaptureDrops)
 	for i := range iv.Flows {
 		f := &iv.Flows[i]
 		f.Status, f.Loss, f.LossPoint, f.LossBound, f.SampledLost = StatusCaptureDrops, nil, nil, nil, 0
@@ -427,6 +456,15 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 		b = append(b, `,"p99_low_ns":`...)
 		b = appendFloatPtr(b, r.P99LowNS)
 	}
+	if r.LossExact {
+		b = append(b, `,"loss_exact":true`...)
+	} else {
+		b = append(b, `,"loss_exact":false`...)
+	}
+	b = append(b, `,"reordered":`...)
+	b = appendFloatPtr(b, r.Reordered)
+	b = append(b, `,"reorder_extent_ns":`...)
+	b = appendFloatPtr(b, r.ReorderExtentNS)
 	return append(b, "}\n"...), nil
 }
 

@@ -21,7 +21,8 @@ func toJSON(r *FlowRecord) flowJSON {
 		Estimator: r.Estimator, Partial: r.Partial, Unsynced: r.Unsynced, ErrorNS: r.ErrorNS, Spike: r.Spike,
 		Status: r.Status, LossPoint: r.LossPoint, P50NS: r.P50NS, P90NS: r.P90NS, P99NS: r.P99NS,
 		DelaySamples: r.DelaySamples, StddevFrom: r.StddevFrom, SampledLost: r.SampledLost, LossBound: r.LossBound,
-		DelayFrom: r.DelayFrom, LossSpike: r.LossSpike, P99LowNS: r.P99LowNS}
+		DelayFrom: r.DelayFrom, LossSpike: r.LossSpike, P99LowNS: r.P99LowNS,
+		LossExact: r.LossExact, Reordered: r.Reordered, ReorderExtentNS: r.ReorderExtentNS}
 }
 
 // TestFlowJSONHasEveryField: every FlowRecord field but the key is in the
@@ -75,7 +76,8 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 			Loss: pf(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
 			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf(),
-			DelayFrom: s(), LossSpike: rng.IntN(2) == 0, P99LowNS: pf()}
+			DelayFrom: s(), LossSpike: rng.IntN(2) == 0, P99LowNS: pf(),
+			LossExact: rng.IntN(2) == 0, Reordered: pf(), ReorderExtentNS: pf()}
 		want, err := json.Marshal(toJSON(&r))
 		if err != nil {
 			t.Fatal(err)
@@ -201,6 +203,63 @@ func TestFlagsWithholdLoss(t *testing.T) {
 				t.Errorf("link %+v, want withheld=%v for %q", l, withheld, tc.linkReason)
 			}
 		})
+	}
+}
+
+// TestFlagsMakeLostListIncomplete: an interval whose complete lost-packet
+// list made its loss exact loses that exactness when it is flagged for
+// capture drops (a dropped packet is listed as lost or extra) or for
+// delays beyond the hold window (misplaced packets are listed too): the
+// list says why, no flow claims loss_exact, and the first reason stays.
+func TestFlagsMakeLostListIncomplete(t *testing.T) {
+	mk := func() *Interval {
+		f := FlowRecord{Interval: 5, Key: capture.MustParseFlowKey("10.0.0.1", "10.0.0.2", 6, 1, 2), Loss: Float(2),
+			LossBound: Float(2), Packets: 100, LossExact: true}
+		return &Interval{Interval: 5, Flows: []FlowRecord{f, f}, Touched: []bool{true, false},
+			LostList: &LostSummary{Complete: true, Lost: 4},
+			Lost:     []LostPacket{{Interval: 5, Key: f.Key}, {Interval: 5, Key: f.Key}, {Interval: 5, Key: f.Key}, {Interval: 5, Key: f.Key}}}
+	}
+	tests := []struct {
+		name   string
+		flag   func(*Interval)
+		reason string // "": the list stays complete
+	}{
+		{"none", func(*Interval) {}, ""},
+		{"zero drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{}) }, ""},
+		{"receiver drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Receiver: 3}) }, StatusCaptureDrops},
+		{"sender drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Sender: 1}) }, StatusCaptureDrops},
+		{"beyond window", func(iv *Interval) { iv.FlagBeyondWindow() }, StatusBeyondWindow},
+		{"drops then beyond window", func(iv *Interval) {
+			iv.FlagCaptureDrops(CaptureDrops{Receiver: 3})
+			iv.FlagBeyondWindow()
+		}, StatusCaptureDrops},
+		{"beyond window then drops", func(iv *Interval) {
+			iv.FlagBeyondWindow()
+			iv.FlagCaptureDrops(CaptureDrops{Receiver: 3})
+		}, StatusBeyondWindow},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			iv := mk()
+			tc.flag(iv)
+			if l := iv.LostList; l.Complete != (tc.reason == "") || l.Reason != tc.reason || l.Lost != 4 || len(iv.Lost) != 4 {
+				t.Errorf("lost_list %+v with %d listed, want complete=%v reason %q and the list kept", *l, len(iv.Lost), tc.reason == "", tc.reason)
+			}
+			for i, f := range iv.Flows {
+				if f.LossExact != (tc.reason == "") {
+					t.Errorf("flow %d: loss_exact %v with the list's reason %q", i, f.LossExact, tc.reason)
+				}
+				if f.LossExact && f.Loss == nil {
+					t.Errorf("flow %d: loss_exact with a withheld loss", i)
+				}
+			}
+		})
+	}
+	// Without lost-packet tables there is no list to mark.
+	iv := &Interval{Flows: []FlowRecord{{Loss: Float(1)}}}
+	iv.FlagCaptureDrops(CaptureDrops{Receiver: 1})
+	if iv.LostList != nil {
+		t.Errorf("lost_list %+v on an interval without tables", *iv.LostList)
 	}
 }
 

@@ -19,6 +19,18 @@ type FlowDist struct {
 	Delays    []float64 // exact one-way delays (ns) of the samples the receiver saw, ascending
 	Lost      int       // samples the receiver provably never saw: lost packets
 	Ambiguous int       // samples two receiver candidates could be (left out)
+	// Reordered counts the joined samples that arrived after a joined
+	// sample of the flow sent later (RFC 4737 among the samples), and
+	// ReorderExtentNS is the largest lateness among them: how long after
+	// the first later-sent sample it arrived (reorder.go).
+	Reordered       int
+	ReorderExtentNS float64
+	// Overtaken[k-1] counts the reordered samples that k later-sent
+	// samples arrived before (the last bucket: k or more).
+	Overtaken [OvertakenBuckets]int32
+	// TxSpanNS is the time between the first and the last joined
+	// sample's send time.
+	TxSpanNS float64
 }
 
 // LinkSample is one joined packet of the uniform link sample.
@@ -89,13 +101,22 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 		}
 	}
 	m := matcher{w: w, start: start, rxLimit: rxLimit, prevMissing: !covered}
+	var order []txRx
 	if covered {
 		m.rxFrom = prev.From
 	}
 	for i := range set.Flows {
 		l := &set.Flows[i]
 		d := &FlowDist{}
-		m.join(l, byFlow[i], func(_ Cand, delay float64) { d.Delays = append(d.Delays, delay) }, &d.Lost, &d.Ambiguous)
+		order = order[:0]
+		m.join(l, byFlow[i], func(x Cand, delay float64) {
+			d.Delays = append(d.Delays, delay)
+			order = append(order, txRx{tx: x.TS - int64(delay), rx: x.TS})
+		}, &d.Lost, &d.Ambiguous)
+		d.Reordered, d.ReorderExtentNS, d.Overtaken = reordering(order)
+		if len(order) > 1 {
+			d.TxSpanNS = float64(order[0].tx - order[len(order)-1].tx) // reordering sorted them by send time, latest first
+		}
 		slices.Sort(d.Delays)
 		out.Flows[l.Flow] = d
 	}

@@ -382,7 +382,7 @@ func BenchmarkCaptureLoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	ip := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
-		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows, LostCells: cfg.Lost.Cells()}
 	s := &Sender{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), params: ip, cc: cc, pool: sample.NewPool(8), windows: interval.NewWindowTable()}
 	rd := capture.NewReader(&memSource{frames: makeFrames(b, 4096, 20000), n: b.N}, p)
 	out := make(chan *interval.SenderInterval, 8)

@@ -75,7 +75,7 @@ func TestSentBytesMetricCountsTheStream(t *testing.T) {
 	}))
 	cc := cfg.CaptureConfig()
 	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
-		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows, LostCells: cfg.Lost.Cells()}
 	h := &acceptAll{}
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{Fingerprint: cfg.Fingerprint(), Seed: cfg.Sketch.Seed, Params: p,
 		Limits: wire.Limits{MaxSketchBytes: 64 << 20, MaxCells: 1 << 24, MaxClasses: p.Classes}, Version: "test"}, h, slog.New(slog.DiscardHandler)))

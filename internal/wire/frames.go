@@ -77,6 +77,9 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 		}
 		add(ldsv1.ChunkKind_CHUNK_KIND_SAMPLES, 0, smp)
 	}
+	if si.Sk.Lost != nil {
+		add(ldsv1.ChunkKind_CHUNK_KIND_LOST, 0, si.Sk.Lost.AppendBinary(nil))
+	}
 	start := &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_Start{Start: &ldsv1.Start{
 		Interval: si.ID, Flags: flags, TotalBytes: uint64(total)}}}
 	heavy := make([]*ldsv1.FlowKey, len(si.Heavy))
@@ -191,6 +194,7 @@ type Interval struct {
 	LDA      []*sketch.LDA     // one per class
 	Boundary *retrieval.Func   // the boundary function, End.boundary_count keys
 	Samples  *sample.Set       // nil: the sender sent none
+	Lost     *sketch.IBLT      // the lost-packet table (nil: lost.capacity is 0)
 	Heavy    []capture.FlowKey // the sender's heaviest flows, heaviest first
 	End      *ldsv1.End
 	// SketchBytes is what the interval's chunks carried, all together.
@@ -238,7 +242,7 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 			return nil, fmt.Errorf("frame seq %d: chunk outside an interval (no Start)", f.Seq)
 		}
 		c := b.Chunk
-		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_SAMPLES {
+		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_UNSPECIFIED || c.Kind > ldsv1.ChunkKind_CHUNK_KIND_LOST {
 			return nil, fmt.Errorf("frame seq %d: unknown chunk kind %d", f.Seq, c.Kind)
 		}
 		if c.Kind == ldsv1.ChunkKind_CHUNK_KIND_BOUNDARY {
@@ -304,6 +308,8 @@ func (a *Assembler) blobLimit(kind ldsv1.ChunkKind) int {
 		return sketch.MaxEncodedLDS(a.p.Sketch)
 	case ldsv1.ChunkKind_CHUNK_KIND_LDA:
 		return sketch.MaxEncodedLDA(a.p.LDA)
+	case ldsv1.ChunkKind_CHUNK_KIND_LOST:
+		return sketch.MaxEncodedIBLT(a.p.LostCells)
 	default:
 		return retrieval.MaxEncodedLen(a.lim.MaxCells)
 	}
@@ -349,6 +355,19 @@ func (a *Assembler) build(st *ldsv1.Start, e *ldsv1.End) (*Result, error) {
 	if b, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_SAMPLES, 0}]; ok {
 		if iv.Samples, err = sample.Unmarshal(b, a.p.T); err != nil {
 			return nil, fmt.Errorf("interval %d: samples: %w", id, err)
+		}
+	}
+	// The lost-packet table is there exactly when both ends keep one (its
+	// size is in the fingerprint).
+	b, ok := a.blobs[blobKey{ldsv1.ChunkKind_CHUNK_KIND_LOST, 0}]
+	switch {
+	case ok && a.p.LostCells == 0:
+		return nil, fmt.Errorf("interval %d: a lost-packet table, but lost.capacity is 0 here", id)
+	case !ok && a.p.LostCells > 0:
+		return nil, fmt.Errorf("interval %d: no lost-packet table, but lost.capacity is set", id)
+	case ok:
+		if iv.Lost, err = sketch.UnmarshalIBLT(b, a.p.LostCells); err != nil {
+			return nil, fmt.Errorf("interval %d: lost-packet table: %w", id, err)
 		}
 	}
 	for i, hk := range e.Heavy {

@@ -40,6 +40,7 @@ func FuzzAssembler(f *testing.F) {
 	p := testParams()
 	p.Sketch.Columns = 8
 	p.LDA.Cells = 4
+	p.LostCells = 30 // the lost-packet table travels too
 	a1 := makeInterval(f, p, 5, 40, 1)
 	a2 := makeInterval(f, p, 6, 40, 2)
 	good := encodeAll(f, 32, a1, a2)

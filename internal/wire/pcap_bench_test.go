@@ -25,7 +25,7 @@ func BenchmarkBoundaryBytesPcap(b *testing.B) {
 	cfg := config.DefaultReceiver()
 	cc := cfg.CaptureConfig()
 	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
-		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows}
+		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(cc.Classes) + 1, Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows, LostCells: cfg.Lost.Cells()}
 	w := interval.DefaultMinWindow
 	if v := os.Getenv("LDS_BOUNDARY_WINDOW"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -155,6 +155,7 @@ func TestRealCongested(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		checkAcceptance(t, res.Pairs[1])
 	})
+	t.Run("lost_list", func(t *testing.T) { checkRealLost(t, opt, res, &res.Pairs[1]) })
 }
 
 // TestRealLowDelay: the same kinds of traffic through a 50-packet FIFO

@@ -361,6 +361,7 @@ func writeRealConfigs(opt RealOptions, p *PKI, i int, pr RealPair, senderPath, r
 		"tls":          map[string]any{"cert": p.ServerCert, "key": p.ServerKey, "client_ca": p.CA},
 		"senders":      []map[string]any{{"id": realSenderID(pr)}},
 		"results_file": realResultsPath(filepath.Dir(senderPath), pr),
+		"lost_file":    realLostPath(filepath.Dir(senderPath), pr),
 	}
 	if !pr.Defaults {
 		r["receiver"].(map[string]any)["lateness"] = "3s"

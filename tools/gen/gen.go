@@ -42,6 +42,8 @@ type PacketTruth struct {
 	Lost     bool
 	WireLen  int // sender-tap frame length on the wire
 	Counter  uint64
+	IPID     uint16 // the IPv4 identification (IPv4 packets)
+	Seq      uint32 // the TCP sequence number (TCP packets)
 }
 
 // Summary reports what a run produced.
@@ -738,7 +740,7 @@ func (s *runState) packet(fi int32, sendNS, iv int64) error {
 	}
 	if s.out.OnPacket != nil {
 		s.pt = PacketTruth{Flow: int(fi), Key: &f.key, Interval: iv, SendNS: sendNS, RecvNS: recvNS,
-			Lost: lost, WireLen: wireA, Counter: s.counter}
+			Lost: lost, WireLen: wireA, Counter: s.counter, IPID: s.sp.ipid, Seq: s.sp.seq}
 		s.out.OnPacket(&s.pt)
 	}
 	s.counter++

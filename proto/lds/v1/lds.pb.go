@@ -48,6 +48,13 @@ const (
 	// short sampling hashes and send times relative to the interval start.
 	// Optional: an interval without it has no per-flow quantiles.
 	ChunkKind_CHUNK_KIND_SAMPLES ChunkKind = 5
+	// The interval's lost-packet table (internal/sketch IBLT encoding
+	// version 1, docs/protocol.md): an invertible Bloom lookup table of the
+	// identities of the packets the sender placed in the interval, of the
+	// cells lost.capacity makes (part of the fingerprint). Present exactly
+	// when lost.capacity is above 0; the receiver subtracts its own table
+	// and peels the difference into the list of lost packets.
+	ChunkKind_CHUNK_KIND_LOST ChunkKind = 6
 )
 
 // Enum value maps for ChunkKind.
@@ -59,6 +66,7 @@ var (
 		3: "CHUNK_KIND_BOUNDARY",
 		4: "CHUNK_KIND_BOUNDARY_FUNC",
 		5: "CHUNK_KIND_SAMPLES",
+		6: "CHUNK_KIND_LOST",
 	}
 	ChunkKind_value = map[string]int32{
 		"CHUNK_KIND_UNSPECIFIED":   0,
@@ -67,6 +75,7 @@ var (
 		"CHUNK_KIND_BOUNDARY":      3,
 		"CHUNK_KIND_BOUNDARY_FUNC": 4,
 		"CHUNK_KIND_SAMPLES":       5,
+		"CHUNK_KIND_LOST":          6,
 	}
 )
 
@@ -1199,14 +1208,15 @@ const file_lds_v1_lds_proto_rawDesc = "" +
 	"\x04have\x18\x02 \x03(\x03R\x04have\x12'\n" +
 	"\x0fboundary_format\x18\x03 \x01(\tR\x0eboundaryFormat\"!\n" +
 	"\x03Ack\x12\x1a\n" +
-	"\binterval\x18\x01 \x01(\x03R\binterval*\x9e\x01\n" +
+	"\binterval\x18\x01 \x01(\x03R\binterval*\xb3\x01\n" +
 	"\tChunkKind\x12\x1a\n" +
 	"\x16CHUNK_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCHUNK_KIND_LDS\x10\x01\x12\x12\n" +
 	"\x0eCHUNK_KIND_LDA\x10\x02\x12\x17\n" +
 	"\x13CHUNK_KIND_BOUNDARY\x10\x03\x12\x1c\n" +
 	"\x18CHUNK_KIND_BOUNDARY_FUNC\x10\x04\x12\x16\n" +
-	"\x12CHUNK_KIND_SAMPLES\x10\x052J\n" +
+	"\x12CHUNK_KIND_SAMPLES\x10\x05\x12\x13\n" +
+	"\x0fCHUNK_KIND_LOST\x10\x062J\n" +
 	"\x0eSketchExchange\x128\n" +
 	"\x06Stream\x12\x13.lds.v1.SenderFrame\x1a\x15.lds.v1.ReceiverFrame(\x010\x01B+Z)github.com/lds-net/lds/proto/lds/v1;ldsv1b\x06proto3"
 

@@ -60,6 +60,7 @@ type FlowRecord struct {
 	LossBound         *float64               `protobuf:"fixed64,28,opt,name=loss_bound,json=lossBound,proto3,oneof" json:"loss_bound,omitempty"` // count-min bound on lost packets
 	DelayFrom         string                 `protobuf:"bytes,29,opt,name=delay_from,json=delayFrom,proto3" json:"delay_from,omitempty"`         // sketch, samples or both ("" = no delay)
 	LossSpike         bool                   `protobuf:"varint,30,opt,name=loss_spike,json=lossSpike,proto3" json:"loss_spike,omitempty"`        // loss ratio spiked against the flow's baseline
+	LossExact         bool                   `protobuf:"varint,31,opt,name=loss_exact,json=lossExact,proto3" json:"loss_exact,omitempty"`        // loss is the exact count from a complete lost-packet list
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -304,11 +305,154 @@ func (x *FlowRecord) GetLossSpike() bool {
 	return false
 }
 
+func (x *FlowRecord) GetLossExact() bool {
+	if x != nil {
+		return x.LossExact
+	}
+	return false
+}
+
+// LostPacket is one packet of an interval's lost-packet list, the same
+// record as a line of receiver.lost_file (docs/results.md, "Lost
+// packets"), produced to export.kafka.lost_topic keyed like FlowRecord
+// (its flow's 37-byte key).
+type LostPacket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Interval      int64                  `protobuf:"varint,1,opt,name=interval,proto3" json:"interval,omitempty"` // interval id = floor(sender capture ns / T)
+	Sender        string                 `protobuf:"bytes,2,opt,name=sender,proto3" json:"sender,omitempty"`      // sender id (the upstream tap)
+	Src           string                 `protobuf:"bytes,3,opt,name=src,proto3" json:"src,omitempty"`            // canonical text form, as in the JSONL
+	Dst           string                 `protobuf:"bytes,4,opt,name=dst,proto3" json:"dst,omitempty"`
+	Sport         uint32                 `protobuf:"varint,5,opt,name=sport,proto3" json:"sport,omitempty"`                                    // ICMP: type<<8 | code
+	Dport         uint32                 `protobuf:"varint,6,opt,name=dport,proto3" json:"dport,omitempty"`                                    // ICMP: identifier
+	Proto         uint32                 `protobuf:"varint,7,opt,name=proto,proto3" json:"proto,omitempty"`                                    // IP protocol number
+	SentNs        *int64                 `protobuf:"varint,8,opt,name=sent_ns,json=sentNs,proto3,oneof" json:"sent_ns,omitempty"`              // tap A's capture timestamp, Unix ns, where known
+	Id            *uint32                `protobuf:"varint,9,opt,name=id,proto3,oneof" json:"id,omitempty"`                                    // the packet's identifier: TCP sequence number, else IPv4 identification
+	IdKind        string                 `protobuf:"bytes,10,opt,name=id_kind,json=idKind,proto3" json:"id_kind,omitempty"`                    // "tcp_seq", "ipv4_id" or "" (no identifier)
+	Kind          string                 `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`                                      // "" (lost: tap A saw it, tap B did not) or "extra" (tap B only)
+	ListComplete  bool                   `protobuf:"varint,12,opt,name=list_complete,json=listComplete,proto3" json:"list_complete,omitempty"` // the interval's list is complete: its flows' loss is exact
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostPacket) Reset() {
+	*x = LostPacket{}
+	mi := &file_lds_export_v1_flow_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostPacket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostPacket) ProtoMessage() {}
+
+func (x *LostPacket) ProtoReflect() protoreflect.Message {
+	mi := &file_lds_export_v1_flow_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostPacket.ProtoReflect.Descriptor instead.
+func (*LostPacket) Descriptor() ([]byte, []int) {
+	return file_lds_export_v1_flow_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LostPacket) GetInterval() int64 {
+	if x != nil {
+		return x.Interval
+	}
+	return 0
+}
+
+func (x *LostPacket) GetSender() string {
+	if x != nil {
+		return x.Sender
+	}
+	return ""
+}
+
+func (x *LostPacket) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *LostPacket) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *LostPacket) GetSport() uint32 {
+	if x != nil {
+		return x.Sport
+	}
+	return 0
+}
+
+func (x *LostPacket) GetDport() uint32 {
+	if x != nil {
+		return x.Dport
+	}
+	return 0
+}
+
+func (x *LostPacket) GetProto() uint32 {
+	if x != nil {
+		return x.Proto
+	}
+	return 0
+}
+
+func (x *LostPacket) GetSentNs() int64 {
+	if x != nil && x.SentNs != nil {
+		return *x.SentNs
+	}
+	return 0
+}
+
+func (x *LostPacket) GetId() uint32 {
+	if x != nil && x.Id != nil {
+		return *x.Id
+	}
+	return 0
+}
+
+func (x *LostPacket) GetIdKind() string {
+	if x != nil {
+		return x.IdKind
+	}
+	return ""
+}
+
+func (x *LostPacket) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LostPacket) GetListComplete() bool {
+	if x != nil {
+		return x.ListComplete
+	}
+	return false
+}
+
 var File_lds_export_v1_flow_proto protoreflect.FileDescriptor
 
 const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\n" +
-	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\xf4\a\n" +
+	"\x18lds/export/v1/flow.proto\x12\rlds.export.v1\"\x93\b\n" +
 	"\n" +
 	"FlowRecord\x12\x1a\n" +
 	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x19\n" +
@@ -346,7 +490,9 @@ const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\n" +
 	"delay_from\x18\x1d \x01(\tR\tdelayFrom\x12\x1d\n" +
 	"\n" +
-	"loss_spike\x18\x1e \x01(\bR\tlossSpikeB\a\n" +
+	"loss_spike\x18\x1e \x01(\bR\tlossSpike\x12\x1d\n" +
+	"\n" +
+	"loss_exact\x18\x1f \x01(\bR\tlossExactB\a\n" +
 	"\x05_lossB\v\n" +
 	"\t_delay_nsB\f\n" +
 	"\n" +
@@ -359,7 +505,25 @@ const file_lds_export_v1_flow_proto_rawDesc = "" +
 	"\x15_clock_error_bound_nsB\r\n" +
 	"\v_loss_pointB\b\n" +
 	"\x06_bytesB\r\n" +
-	"\v_loss_boundB5Z3github.com/lds-net/lds/proto/lds/export/v1;exportv1b\x06proto3"
+	"\v_loss_bound\"\xbe\x02\n" +
+	"\n" +
+	"LostPacket\x12\x1a\n" +
+	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x16\n" +
+	"\x06sender\x18\x02 \x01(\tR\x06sender\x12\x10\n" +
+	"\x03src\x18\x03 \x01(\tR\x03src\x12\x10\n" +
+	"\x03dst\x18\x04 \x01(\tR\x03dst\x12\x14\n" +
+	"\x05sport\x18\x05 \x01(\rR\x05sport\x12\x14\n" +
+	"\x05dport\x18\x06 \x01(\rR\x05dport\x12\x14\n" +
+	"\x05proto\x18\a \x01(\rR\x05proto\x12\x1c\n" +
+	"\asent_ns\x18\b \x01(\x03H\x00R\x06sentNs\x88\x01\x01\x12\x13\n" +
+	"\x02id\x18\t \x01(\rH\x01R\x02id\x88\x01\x01\x12\x17\n" +
+	"\aid_kind\x18\n" +
+	" \x01(\tR\x06idKind\x12\x12\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\x12#\n" +
+	"\rlist_complete\x18\f \x01(\bR\flistCompleteB\n" +
+	"\n" +
+	"\b_sent_nsB\x05\n" +
+	"\x03_idB5Z3github.com/lds-net/lds/proto/lds/export/v1;exportv1b\x06proto3"
 
 var (
 	file_lds_export_v1_flow_proto_rawDescOnce sync.Once
@@ -373,9 +537,10 @@ func file_lds_export_v1_flow_proto_rawDescGZIP() []byte {
 	return file_lds_export_v1_flow_proto_rawDescData
 }
 
-var file_lds_export_v1_flow_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_lds_export_v1_flow_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_lds_export_v1_flow_proto_goTypes = []any{
 	(*FlowRecord)(nil), // 0: lds.export.v1.FlowRecord
+	(*LostPacket)(nil), // 1: lds.export.v1.LostPacket
 }
 var file_lds_export_v1_flow_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -391,13 +556,14 @@ func file_lds_export_v1_flow_proto_init() {
 		return
 	}
 	file_lds_export_v1_flow_proto_msgTypes[0].OneofWrappers = []any{}
+	file_lds_export_v1_flow_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lds_export_v1_flow_proto_rawDesc), len(file_lds_export_v1_flow_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

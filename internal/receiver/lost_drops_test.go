@@ -1,0 +1,80 @@
+package receiver
+
+import (
+	"testing"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sketch"
+)
+
+// TestLostListWithCaptureDrops: the two ends' tables of an interval differ
+// by the three packets tap A sent and tap B never saw. Without capture
+// drops the list is complete and the flow's loss exact (3); where either
+// end's drop ledger attributes drops to the interval, or a flow's loss is
+// withheld, the list is still given but incomplete with that reason, and
+// no loss is made exact (the record keeps what it had).
+func TestLostListWithCaptureDrops(t *testing.T) {
+	k := capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443)
+	flowHash := func(capture.FlowKey) uint64 { return 0x1234 }
+	mk := func() (*results.Interval, *interval.Matched) {
+		snd, err := sketch.NewIBLT(sketch.IBLTCells(50))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rx, _ := sketch.NewIBLT(sketch.IBLTCells(50))
+		for i := range uint32(20) {
+			it := sketch.IBLTItem{Hash: 0x9e3779b97f4a7c15 * uint64(i+1), Src: k.Src, Dst: k.Dst, SPort: k.SPort, DPort: k.DPort,
+				Proto: k.Proto, Flags: sketch.ItemIDTCPSeq, ID: 1000 + i}
+			snd.Insert(&it)
+			if i >= 3 {
+				rx.Insert(&it)
+			}
+		}
+		mt := &interval.Matched{ID: 7, Outcome: results.OutcomeMatched,
+			Snd:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
+			Rx:    &interval.Sketches{Lost: rx},
+			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+		iv := &results.Interval{Sender: "a", Interval: 7, Outcome: results.OutcomeMatched,
+			Flows: []results.FlowRecord{{Interval: 7, Key: k, Loss: results.Float(2.5), Packets: 19}}}
+		return iv, mt
+	}
+	tests := []struct {
+		name   string
+		setup  func(*results.Interval, *interval.Matched)
+		reason string // "": complete
+	}{
+		{"no drops", func(*results.Interval, *interval.Matched) {}, ""},
+		{"receiver's drops", func(_ *results.Interval, mt *interval.Matched) { mt.RxDrops, mt.RxDropsAffecting = 0, 12 }, "capture_drops"},
+		{"sender's drops", func(_ *results.Interval, mt *interval.Matched) { mt.Meta.DropsAffecting = 1 }, "capture_drops"},
+		{"loss withheld beyond the window", func(iv *results.Interval, _ *interval.Matched) {
+			iv.Flows[0].Status, iv.Flows[0].Loss = results.StatusBeyondWindow, nil
+		}, results.StatusBeyondWindow},
+		{"loss withheld for capture drops", func(iv *results.Interval, _ *interval.Matched) {
+			iv.Flows[0].Status, iv.Flows[0].Loss = results.StatusCaptureDrops, nil
+		}, results.StatusCaptureDrops},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			iv, mt := mk()
+			tc.setup(iv, mt)
+			before := iv.Flows[0].Loss
+			applyLost(iv, mt, "a", flowHash, 1e9)
+			l := iv.LostList
+			if l == nil || l.Lost != 3 || len(iv.Lost) != 3 || l.Complete != (tc.reason == "") || l.Reason != tc.reason {
+				t.Fatalf("lost_list %+v with %d listed, want 3 listed, complete=%v, reason %q", l, len(iv.Lost), tc.reason == "", tc.reason)
+			}
+			f := iv.Flows[0]
+			if tc.reason == "" {
+				if !f.LossExact || f.Loss == nil || *f.Loss != 3 {
+					t.Errorf("complete list: loss %v exact %v, want exactly 3", f.Loss, f.LossExact)
+				}
+				return
+			}
+			if f.LossExact || f.Loss != before {
+				t.Errorf("incomplete list: loss %v exact %v, want the record's own loss %v, not exact", f.Loss, f.LossExact, before)
+			}
+		})
+	}
+}
