@@ -57,8 +57,9 @@ func BenchmarkPacketPath(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				// The whole default path: the lost-packet table too (lost.capacity).
 				ip := interval.Params{T: int64(time.Second), MaxDelay: int64(c.MaxDelay), Guard: int64(c.Guard),
-					Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20}
+					Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20, LostCells: c.Lost.Cells()}
 				sb, err := interval.NewSenderBuilder(ip, 0)
 				if err != nil {
 					b.Fatal(err)
