@@ -138,7 +138,7 @@ func newPathPipeOpt(b *testing.B, o pathOpt) *pathPipe {
 		b.Fatal(err)
 	}
 	ip := interval.Params{T: int64(time.Second), MaxDelay: int64(c.MaxDelay), Guard: int64(c.Guard),
-		Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20}
+		Sketch: c.SketchParams(), LDA: c.LDAParams(), Classes: 1, Heavy: 1000, FlowCap: 1 << 20, LostCells: c.Lost.Cells()}
 	var win *interval.WindowTable
 	if o.window > 0 {
 		win = interval.NewWindowTable()
