@@ -23,12 +23,14 @@ const (
 	// 4 open-addressing slots of 16 B (load between 1/4 and 1/2). The
 	// composition counters (4·R·k B) come on top.
 	flowTableBytes = 2*88 + 4*16
-	// recordBytes is one published flow record: results.FlowRecord
-	// (248 B, its flow key inline) and up to six float pointers (8 B each
-	// from the runtime's tiny allocator). The three quantile pointers
-	// exist only for flows with packet samples, at most
+	// recordBytes is one published flow record: results.FlowRecord (its
+	// size from the type, the flow key inline) and up to eight float
+	// pointers (8 B each from the runtime's tiny allocator: delay, stddev,
+	// ci95, loss, loss_point, loss_bound, bytes, clock error). The six
+	// pointers from packet samples (p50, p90, p99, p99_low, reordered,
+	// reorder extent) exist only for flows with samples, at most
 	// sample.max_per_interval / 10 an interval: not counted.
-	recordBytes = int64(unsafe.Sizeof(results.FlowRecord{})) + 6*8
+	recordBytes = int64(unsafe.Sizeof(results.FlowRecord{})) + 8*8
 	// candBytes is one packet-sample candidate at the receiver
 	// (sample.Cand), txCandBytes one at the sender (sample.TxCand), and
 	// sampleBytes one shipped sample held decoded (sample.Sample).
