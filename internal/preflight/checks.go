@@ -67,7 +67,10 @@ func Receiver(cfg *config.Receiver, opt Options) *Report {
 		r.add(Warn, "receiver.senders", "[]", "no sender listed: whichever sender id connects first is accepted", "list each sender's sender.id, e.g. senders: [{id: edge-a}]")
 	}
 	if rc.ResultsFile != "" {
-		resultsFile(r, a, rc.ResultsFile)
+		outputFile(r, a, "receiver.results_file", rc.ResultsFile)
+	}
+	if rc.LostFile != "" {
+		outputFile(r, a, "receiver.lost_file", rc.LostFile)
 	}
 	exportFiles(r, a, cfg)
 	return r
@@ -188,9 +191,9 @@ func checkPort(r *Report, key, addr string) {
 	r.add(OK, key, addr, "free to listen on", "")
 }
 
-// resultsFile checks the results file's directory and the unit's sandbox.
-func resultsFile(r *Report, a account, path string) {
-	const key = "receiver.results_file"
+// outputFile checks the directory of a file the receiver writes (the
+// results file, the lost-packet file) and the unit's sandbox.
+func outputFile(r *Report, a account, key, path string) {
 	dir := filepath.Dir(path)
 	if !checkDirWritable(r, a, key, path, dir) {
 		return
@@ -204,7 +207,7 @@ func resultsFile(r *Report, a account, path string) {
 	}
 	if abs, _ := filepath.Abs(dir); abs != "/var/lib/lds" && !strings.HasPrefix(abs, "/var/lib/lds/") {
 		r.add(Warn, key, path, "outside /var/lib/lds: lds-receiver.service (ProtectSystem=strict) may write only there",
-			"use /var/lib/lds/results.jsonl, or `systemctl edit lds-receiver` and add ReadWritePaths="+dir)
+			"use a path under /var/lib/lds/, or `systemctl edit lds-receiver` and add ReadWritePaths="+dir)
 		return
 	}
 	r.add(OK, key, path, "directory writable by user "+a.name, "")

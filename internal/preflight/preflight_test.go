@@ -246,6 +246,7 @@ func TestReceiver(t *testing.T) {
 		{"plaintext on all addresses", "root", func(c *config.Receiver) { c.Receiver.TLS.Plaintext = true; c.Receiver.Listen = ":0" }, Fail, "receiver.tls.plaintext", "not a loopback address", true},
 		{"results directory missing", "root", func(c *config.Receiver) { c.Receiver.ResultsFile = filepath.Join(dir, "nodir", "r.jsonl") }, Fail, "receiver.results_file", "install -d", true},
 		{"results directory not writable", "nobody", func(c *config.Receiver) { c.Receiver.ResultsFile = filepath.Join(rootOnly, "r.jsonl") }, Fail, "receiver.results_file", "not writable by user nobody", true},
+		{"lost-packet file's directory missing", "root", func(c *config.Receiver) { c.Receiver.LostFile = filepath.Join(dir, "nodir", "lost.jsonl") }, Fail, "receiver.lost_file", "install -d", true},
 		{"results outside the unit's state directory", "root", func(c *config.Receiver) { c.Receiver.ResultsFile = filepath.Join(dir, "r.jsonl") }, Warn, "receiver.results_file", "ReadWritePaths=", false},
 		{"server certificate used as a client one", "root", func(c *config.Receiver) {
 			c.Receiver.TLS.Cert, c.Receiver.TLS.Key = ca.issue("client", "x", x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour))
