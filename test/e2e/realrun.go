@@ -174,17 +174,9 @@ func RunReal(ctx context.Context, opt RealOptions) (res *RealResult, err error) 
 			_ = ps.stopAll()
 		}
 	}()
-	pcapA, pcapB := filepath.Join(dir, "tap-a.pcap"), filepath.Join(dir, "tap-b.pcap")
-	filter := fmt.Sprintf("ip and src net %s and dst net %s", RealSndNet, RealRcvNet)
-	for _, td := range []struct{ ns, ifc, name, file string }{{topo.Rtr, IfRealTapA, "tcpdump-a", pcapA}, {topo.Rcv, IfRealTapB, "tcpdump-b", pcapB}} {
-		p, err := ps.start(td.ns, td.name, "tcpdump", "-n", "-i", td.ifc, "-Q", "in", "-s", "256", "-B", "32768",
-			"--time-stamp-precision=nano", "-Z", "root", "-w", td.file, filter)
-		if err != nil {
-			return res, err
-		}
-		if err := p.waitLog("listening on", 10*time.Second); err != nil {
-			return res, err
-		}
+	pcapA, pcapB, err := startTapCaptures(ps, topo, dir)
+	if err != nil {
+		return res, err
 	}
 	var daemons []*proc
 	for i, pr := range opt.Pairs {
@@ -790,4 +782,23 @@ func followAdvice(ctx context.Context, ps *procSet, ns, name string, r *Refusal,
 		return ctx.Err()
 	}
 	return nil
+}
+
+// startTapCaptures starts tcpdump at tap A (the router's ingress) and tap B
+// (the receiver's), the truth of every real-traffic run, and returns their
+// capture files once both are listening.
+func startTapCaptures(ps *procSet, topo *RealTopology, dir string) (pcapA, pcapB string, err error) {
+	pcapA, pcapB = filepath.Join(dir, "tap-a.pcap"), filepath.Join(dir, "tap-b.pcap")
+	filter := fmt.Sprintf("ip and src net %s and dst net %s", RealSndNet, RealRcvNet)
+	for _, td := range []struct{ ns, ifc, name, file string }{{topo.Rtr, IfRealTapA, "tcpdump-a", pcapA}, {topo.Rcv, IfRealTapB, "tcpdump-b", pcapB}} {
+		p, err := ps.start(td.ns, td.name, "tcpdump", "-n", "-i", td.ifc, "-Q", "in", "-s", "256", "-B", "32768",
+			"--time-stamp-precision=nano", "-Z", "root", "-w", td.file, filter)
+		if err != nil {
+			return "", "", err
+		}
+		if err := p.waitLog("listening on", 10*time.Second); err != nil {
+			return "", "", err
+		}
+	}
+	return pcapA, pcapB, nil
 }

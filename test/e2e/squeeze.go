@@ -118,17 +118,9 @@ func RunSqueeze(ctx context.Context, opt SqueezeOptions) (res *SqueezeResult, er
 			_ = ps.stopAll()
 		}
 	}()
-	pcapA, pcapB := filepath.Join(dir, "tap-a.pcap"), filepath.Join(dir, "tap-b.pcap")
-	filter := fmt.Sprintf("ip and src net %s and dst net %s", RealSndNet, RealRcvNet)
-	for _, td := range []struct{ ns, ifc, name, file string }{{topo.Rtr, IfRealTapA, "tcpdump-a", pcapA}, {topo.Rcv, IfRealTapB, "tcpdump-b", pcapB}} {
-		p, err := ps.start(td.ns, td.name, "tcpdump", "-n", "-i", td.ifc, "-Q", "in", "-s", "256", "-B", "32768",
-			"--time-stamp-precision=nano", "-Z", "root", "-w", td.file, filter)
-		if err != nil {
-			return res, err
-		}
-		if err := p.waitLog("listening on", 10*time.Second); err != nil {
-			return res, err
-		}
+	pcapA, pcapB, err := startTapCaptures(ps, topo, dir)
+	if err != nil {
+		return res, err
 	}
 	ropt := DefaultRealOptions()
 	ropt.BinDir, ropt.Seed = opt.BinDir, opt.Seed
