@@ -26,7 +26,7 @@ func cmdMemory(args []string) error {
 	pps := fs.Float64("pps", 1e6, "highest packet rate at the taps (only the packets held at interval boundaries follow it)")
 	replay := fs.Bool("replay", false, "the bound of ldsctl replay, which runs both pipelines in one process, with --receiver's file")
 	procs := fs.Int("procs", runtime.GOMAXPROCS(0), "with --replay: intervals estimated at once (GOMAXPROCS)")
-	frame := fs.Int("frame", 1500, "captured bytes of a frame at --pps, for how long the capture ring holds")
+	frame := fs.Int("frame", 1500, "bytes of a frame on the wire at --pps, for how long the capture ring holds")
 	_ = fs.Parse(args)
 	rc := config.DefaultReceiver()
 	if err := decodeFile(*rpath, &rc); err != nil {
@@ -41,10 +41,10 @@ func cmdMemory(args []string) error {
 	in := config.MemoryInput{PPS: *pps, Replay: *replay, Procs: *procs}
 	rb, sb := rc.MemoryBound(in), sc.MemoryBound(in)
 	config.WriteMemoryBound(os.Stdout, "lds-receiver", rb)
-	writeRing(os.Stdout, rc.Capture.Source, *pps, *frame)
+	writeRing(os.Stdout, rc.Capture.Source, rc.Capture.Identity, *pps, *frame)
 	fmt.Println()
 	config.WriteMemoryBound(os.Stdout, "lds-sender", sb)
-	writeRing(os.Stdout, sc.Capture.Source, *pps, *frame)
+	writeRing(os.Stdout, sc.Capture.Source, sc.Capture.Identity, *pps, *frame)
 	if *replay {
 		live := rb.Live + sb.Live
 		fmt.Printf("\nldsctl replay (both in one process): live %d bytes, peak resident %d bytes (%.0f MiB)\n",
@@ -69,17 +69,20 @@ func decodeFile(path string, into any) error {
 // writeRing prints a live source's capture ring: kernel memory outside
 // the bound above, and how long it holds traffic while the daemon does
 // not read (stopped, starved of CPU) before the kernel drops packets.
-func writeRing(w io.Writer, src capture.SourceConfig, pps float64, frame int) {
+// The ring keeps the snap length of each frame, not the whole frame.
+func writeRing(w io.Writer, src capture.SourceConfig, id capture.IdentityConfig, pps float64, frame int) {
 	if src.Kind != "afpacket" {
 		return
 	}
 	bs, nb := capture.RingGeometry(src.BlockSize, src.NumBlocks)
-	rate := pps * float64(min(frame, src.Snaplen)+capture.RingFrameOverhead)
-	fmt.Fprintf(w, "  capture ring (kernel memory, not in the bound): %d × %d × %s = %s; holds %v of traffic at low packet rates "+
-		"(num_blocks × block_timeout), %v at %.0f packets/s of %d bytes (block_size × num_blocks / bytes a second)\n",
-		max(1, src.Workers), nb, mibText(int64(bs)), mibText(int64(max(1, src.Workers)*bs*nb)),
-		capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, 0), capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, rate).Round(time.Millisecond),
-		pps, frame)
+	snap := src.SnapLen(id)
+	slot := capture.RingFrameBytes(frame, snap)
+	fmt.Fprintf(w, "  capture ring (kernel memory, not in the bound): %d × %d × %s = %s, keeping %d bytes of each frame; holds %v of traffic at low packet rates "+
+		"(num_blocks × block_timeout), %v at %.0f packets/s of %d bytes (%d ring bytes each)\n",
+		max(1, src.Workers), nb, mibText(int64(bs)), mibText(int64(max(1, src.Workers)*bs*nb)), snap,
+		capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, 0),
+		capture.RingHold(src.BlockSize, src.NumBlocks, src.BlockTimeout, pps*float64(slot)).Round(time.Millisecond),
+		pps, frame, slot)
 }
 
 func mibText(b int64) string {

@@ -37,6 +37,7 @@ type afSource struct {
 	fd     int
 	ring   []byte
 	bs, nb int
+	snap   int // bytes of each frame the socket filter keeps
 	pfd    [1]unix.PollFd
 	pollMS int
 
@@ -89,6 +90,7 @@ func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Sourc
 	s := &afSource{fd: -1, ifname: cfg.Interface, reportIf: cfg.Workers >= 0, cfg: cfg, group: fanoutGroup, log: log,
 		cbs: cmp.Or(cfg.BlockSize, d.BlockSize), cnb: cmp.Or(cfg.NumBlocks, d.NumBlocks)}
 	s.bs, s.nb = RingGeometry(s.cbs, s.cnb)
+	s.snap = cfg.SnapLen(DefaultConfig().Identity) // callers with other identity keys resolve Snaplen first (Config.Open)
 	s.cfg.BlockTimeout = cmp.Or(cfg.BlockTimeout, d.BlockTimeout)
 	s.pollMS = int(cmp.Or(cfg.PollTimeout, d.PollTimeout) / time.Millisecond)
 	if err := s.link.init(cfg.Interface); err != nil {
@@ -143,6 +145,11 @@ func (s *afSource) open(st linkState) error {
 	if s.ring, err = unix.Mmap(fd, 0, bs*nb, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		return fail("mmap of the receive ring", err)
 	}
+	// The filter goes on before bind, so no frame reaches the ring
+	// whole or unfiltered.
+	if err := s.attachFilter(); err != nil {
+		return fail("socket filter", err)
+	}
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: st.index}); err != nil {
 		return fail("bind", err)
 	}
@@ -150,11 +157,6 @@ func (s *afSource) open(st linkState) error {
 		mr := unix.PacketMreq{Ifindex: int32(st.index), Type: unix.PACKET_MR_PROMISC}
 		if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mr); err != nil {
 			return fail("promiscuous mode", err)
-		}
-	}
-	if cfg.BPF != "" {
-		if err := setAFPacketBPF(s, cfg); err != nil {
-			return fail("bpf "+strconv.Quote(cfg.BPF), err)
 		}
 	}
 	if cfg.Workers > 1 || cfg.Workers < 0 {
@@ -174,8 +176,8 @@ func (s *afSource) open(st linkState) error {
 	s.linkDown = !st.up
 	s.log.Info("afpacket source open", "interface", cfg.Interface, "block_size", bs, "num_blocks", nb,
 		"configured_block_size", s.cbs, "configured_num_blocks", s.cnb,
-		"fanout_group", s.group, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous, "mtu", st.mtu,
-		"holds_at_low_rates", RingHold(s.bs, s.nb, cfg.BlockTimeout, 0))
+		"snaplen", s.snap, "fanout_group", s.group, "workers", cfg.Workers, "promiscuous", cfg.Promiscuous, "mtu", st.mtu,
+		"holds_at_low_rates", RingHold(s.cbs, s.cnb, cfg.BlockTimeout, 0))
 	s.link.changed(st, s.reportIf, s.log)
 	return nil
 }
@@ -273,9 +275,26 @@ func (s *afSource) nextBlock() error {
 	return nil
 }
 
-// SetBPF attaches a classic BPF program to the socket (setAFPacketBPF,
-// builds with -tags pcap).
-func (s *afSource) SetBPF(ins []bpf.RawInstruction) error {
+// attachFilter attaches the socket filter: capture.source.bpf compiled by
+// libpcap (builds with -tags pcap), or accept-all, with every accepting
+// return cut to the snap length (SnapFilter).
+func (s *afSource) attachFilter() error {
+	var user []bpf.RawInstruction
+	if s.cfg.BPF != "" {
+		var err error
+		if user, err = compileAFPacketBPF(s.cfg.BPF); err != nil {
+			return fmt.Errorf("bpf %s: %w", strconv.Quote(s.cfg.BPF), err)
+		}
+	}
+	prog, err := SnapFilter(user, uint32(s.snap))
+	if err != nil {
+		return err
+	}
+	return s.setBPF(prog)
+}
+
+// setBPF attaches a classic BPF program to the socket.
+func (s *afSource) setBPF(ins []bpf.RawInstruction) error {
 	if len(ins) == 0 || len(ins) > 0xffff {
 		return fmt.Errorf("a BPF program of %d instructions (want 1..65535)", len(ins))
 	}
@@ -287,6 +306,9 @@ func (s *afSource) SetBPF(ins []bpf.RawInstruction) error {
 }
 
 func (s *afSource) LinkType() layers.LinkType { return layers.LinkTypeEthernet }
+
+// Snaplen is the bytes of each frame the socket keeps (CheckSnaplen).
+func (s *afSource) Snaplen() int { return s.snap }
 
 // Stats: the kernel's TPACKET_V3 counters are reset on every read, so
 // they are summed here. Received counts dropped packets too (the kernel

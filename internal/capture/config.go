@@ -63,10 +63,14 @@ type WeightRule struct {
 
 // SourceConfig says where packets come from.
 type SourceConfig struct {
-	Kind        string `yaml:"kind"`        // file | afpacket | pcap
-	File        string `yaml:"file"`        // kind file: pcap or pcapng path
-	Interface   string `yaml:"interface"`   // kind afpacket, pcap
-	Snaplen     int    `yaml:"snaplen"`     // kind pcap: bytes kept per packet
+	Kind      string `yaml:"kind"`      // file | afpacket | pcap
+	File      string `yaml:"file"`      // kind file: pcap or pcapng path
+	Interface string `yaml:"interface"` // kind afpacket, pcap
+	// Snaplen is the bytes a live source (afpacket, pcap) keeps of each
+	// frame; the wire length is kept whatever it is. 0 keeps the link
+	// header with two VLAN tags + identity.ip_bytes (SnapLen), all that
+	// identity reads, so the ring holds many more frames than whole ones.
+	Snaplen     int    `yaml:"snaplen"`
 	Promiscuous bool   `yaml:"promiscuous"` // kind afpacket, pcap
 	Workers     int    `yaml:"workers"`     // kind afpacket: sockets in one PACKET_FANOUT group
 	FanoutGroup uint16 `yaml:"fanout_group"`
@@ -110,7 +114,7 @@ func DefaultConfig() Config {
 		Source: SourceConfig{
 			Kind:        "file",
 			Promiscuous: true, // a tap or mirror port delivers frames addressed to other hosts
-			Snaplen:     65535,
+			Snaplen:     0,    // SnapLen: link header with two VLAN tags + identity.ip_bytes
 			Workers:     1,
 			// 256 blocks of 256 KiB: 64 MiB, and 2.56 s of traffic at
 			// low packet rates, where the kernel retires a block every
@@ -169,9 +173,25 @@ func (c IdentityConfig) MinSnaplen(lt layers.LinkType) int {
 	return max(LinkHeaderLen(lt), 0) + c.IPBytes
 }
 
-// liveLinkBudget is the link header a live libpcap capture's snaplen must
-// cover before identity.ip_bytes: Ethernet with two VLAN tags.
+// liveLinkBudget is the link header a live capture's snap length must
+// cover before identity.ip_bytes: Ethernet with two VLAN tags (the kernel
+// takes the outer tag off before a packet socket sees the frame, and
+// libpcap puts it back).
 const liveLinkBudget = 14 + 8
+
+// MaxSnaplen bounds capture.source.snaplen (libpcap's largest).
+const MaxSnaplen = 262144
+
+// SnapLen is the snap length a live source keeps of each frame:
+// source.snaplen, or where it is 0 the link header with two VLAN tags +
+// ip_bytes, which gives every packet the identity a whole-frame capture
+// gives it (docs/capture.md, "The bound B").
+func (s SourceConfig) SnapLen(id IdentityConfig) int {
+	if s.Snaplen > 0 {
+		return s.Snaplen
+	}
+	return liveLinkBudget + id.IPBytes
+}
 
 // Validate checks every key; errors name the YAML key under "capture.".
 func (c Config) Validate() error {
@@ -251,9 +271,9 @@ func (s SourceConfig) validate(id IdentityConfig) []error {
 	default:
 		bad("kind", "%q: want file, afpacket or pcap", s.Kind)
 	}
-	if s.Kind == "pcap" && s.Snaplen < liveLinkBudget+id.IPBytes {
-		bad("snaplen", "%d is too short for a link header with two VLAN tags (%d bytes) + identity.ip_bytes (%d): need at least %d",
-			s.Snaplen, liveLinkBudget, id.IPBytes, liveLinkBudget+id.IPBytes)
+	if (s.Kind == "pcap" || s.Kind == "afpacket") && s.Snaplen != 0 && (s.Snaplen < liveLinkBudget+id.IPBytes || s.Snaplen > MaxSnaplen) {
+		bad("snaplen", "%d is outside %d..%d: a link header with two VLAN tags (%d bytes) + identity.ip_bytes (%d) need at least %d; 0 keeps exactly that, %d whole frames",
+			s.Snaplen, liveLinkBudget+id.IPBytes, MaxSnaplen, liveLinkBudget, id.IPBytes, liveLinkBudget+id.IPBytes, 65535)
 	}
 	if s.Kind == "afpacket" {
 		if s.Workers < 1 || s.Workers > 256 {
@@ -397,23 +417,41 @@ func checkRuleKeys(n *yaml.Node) error {
 // bytes (as RingGeometry makes it) holds traffic while its reader does not
 // read: the kernel hands a block over when it is full or when blockTimeout
 // has passed since it was opened, whichever comes first, and drops what
-// arrives while every block waits for the reader. At a rate of bytesPerSec
-// ring bytes (frames plus ~80 B of header each) it holds
-// min(numBlocks × blockTimeout, blockSize × numBlocks / bytesPerSec): the
-// block count and the timeout bound it at low rates, the bytes at high
-// ones. bytesPerSec <= 0 gives the low-rate bound.
+// arrives while every block waits for the reader. At bytesPerSec ring
+// bytes a second (packets a second × RingFrameBytes) a block fills in
+// (block size − its header) / bytesPerSec, so the ring holds
+// numBlocks × min(blockTimeout, that): the block count and the timeout
+// bound it at low rates, the bytes at high ones. bytesPerSec <= 0 gives
+// the low-rate bound.
 func RingHold(blockSize, numBlocks int, blockTimeout time.Duration, bytesPerSec float64) time.Duration {
 	bs, nb := RingGeometry(blockSize, numBlocks)
-	hold := time.Duration(nb) * blockTimeout
+	per := blockTimeout
 	if bytesPerSec > 0 {
-		hold = min(hold, time.Duration(float64(bs)*float64(nb)/bytesPerSec*float64(time.Second)))
+		per = min(per, time.Duration(float64(bs-ringBlockHeader)/bytesPerSec*float64(time.Second)))
 	}
-	return hold
+	return time.Duration(nb) * per
 }
 
-// RingFrameOverhead is the ring bytes a TPACKET_V3 frame takes beyond its
-// captured bytes: its tpacket3_hdr, the sockaddr_ll and the alignment.
-const RingFrameOverhead = 80
+// Ring slot layout (TPACKET_V3, SOCK_RAW, kernel net/packet/af_packet.c):
+// a block starts with a 48-byte header; each frame's data starts
+// ringMacOffset bytes into its slot (the tpacket3_hdr and sockaddr_ll,
+// aligned to 16 with room for a 16-byte link header, less the 14 of
+// Ethernet), and slots are aligned to 8 bytes.
+const (
+	ringBlockHeader = 48
+	ringMacOffset   = 82
+)
+
+// RingFrameBytes is the ring bytes a frame of frame bytes takes when the
+// socket keeps snap bytes of it: 1600 for a 1514-byte frame kept whole,
+// 192 when 104 bytes are kept, 144 for a 60-byte frame. Measured against
+// the ring's own offsets by TestLiveAFPacketRingSlots.
+func RingFrameBytes(frame, snap int) int {
+	if snap > 0 {
+		frame = min(frame, snap)
+	}
+	return (ringMacOffset + frame + 7) &^ 7
+}
 
 // Ring geometry. The kernel hands TPACKET_V3 blocks over whole, and the
 // block user space is reading stays out of its hands until the reader is

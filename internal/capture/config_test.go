@@ -207,14 +207,43 @@ func TestDefaultRingHold(t *testing.T) {
 		want   time.Duration
 	}{
 		{256 << 10, 256, 10 * time.Millisecond, 0, 2560 * time.Millisecond},
-		{1 << 20, 64, 10 * time.Millisecond, 0, 640 * time.Millisecond},    // the former default
-		{1 << 20, 4, 10 * time.Millisecond, 0, 320 * time.Millisecond},     // split into 128 blocks of 32 KiB
-		{256 << 10, 256, 10 * time.Millisecond, 64 << 20, 1 * time.Second}, // bytes bound it
+		{1 << 20, 64, 10 * time.Millisecond, 0, 640 * time.Millisecond},                    // the former default
+		{1 << 20, 4, 10 * time.Millisecond, 0, 320 * time.Millisecond},                     // split into 128 blocks of 32 KiB
+		{256 << 10, 256, 10 * time.Millisecond, 64 << 20, 256 * 3905534 * time.Nanosecond}, // bytes bound it: (256 KiB − 48 B) / 64 MiB a block
 		{256 << 10, 256, 10 * time.Millisecond, 1 << 20, 2560 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		if got := RingHold(tc.bs, tc.nb, tc.tov, tc.rate); got != tc.want {
 			t.Errorf("RingHold(%d, %d, %v, %v) = %v, want %v", tc.bs, tc.nb, tc.tov, tc.rate, got, tc.want)
+		}
+	}
+	// With the default snap length a full-size frame takes 192 ring bytes
+	// instead of 1600: the default ring holds 2 s of them up to ~174 kpps
+	// (block_timeout bounds it up to ~136 kpps), whole ones only up to ~21 kpps.
+	snap := d.SnapLen(DefaultConfig().Identity)
+	for _, tc := range []struct {
+		snap int
+		pps  float64
+		want bool // holds >= 2 s
+	}{
+		{snap, 136e3, true}, {snap, 174e3, true}, {snap, 175e3, false},
+		{65535, 20e3, true}, {65535, 21e3, false}, {65535, 30e3, false},
+	} {
+		h := RingHold(d.BlockSize, d.NumBlocks, d.BlockTimeout, tc.pps*float64(RingFrameBytes(1514, tc.snap)))
+		if (h >= 2*time.Second) != tc.want {
+			t.Errorf("default ring, snap length %d, %.0f frames/s of 1514 bytes: holds %v, want >= 2s %v", tc.snap, tc.pps, h, tc.want)
+		}
+	}
+}
+
+// TestRingFrameBytes: the ring slot of a frame (the layout
+// TestLiveAFPacketRingSlots reads back from the kernel's ring).
+func TestRingFrameBytes(t *testing.T) {
+	for _, tc := range []struct{ frame, snap, want int }{
+		{1514, 0, 1600}, {1514, 65535, 1600}, {1514, 104, 192}, {60, 104, 144}, {104, 104, 192}, {98, 104, 184},
+	} {
+		if got := RingFrameBytes(tc.frame, tc.snap); got != tc.want {
+			t.Errorf("RingFrameBytes(%d, %d) = %d, want %d", tc.frame, tc.snap, got, tc.want)
 		}
 	}
 }

@@ -5,6 +5,8 @@ package capture
 import (
 	"errors"
 	"log/slog"
+
+	"golang.org/x/net/bpf"
 )
 
 const pcapBuilt = false
@@ -16,4 +18,4 @@ func OpenPcap(SourceConfig, *slog.Logger) (Source, error) { return nil, errNoPca
 
 func withBPF(Source, string) (Source, error) { return nil, errNoPcap }
 
-func setAFPacketBPF(any, SourceConfig) error { return errNoPcap }
+func compileAFPacketBPF(string) ([]bpf.RawInstruction, error) { return nil, errNoPcap }

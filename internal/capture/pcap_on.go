@@ -41,7 +41,8 @@ func OpenPcap(cfg SourceConfig, log *slog.Logger) (Source, error) {
 	fail := func(what string, err error) (Source, error) {
 		return nil, fmt.Errorf("capture: libpcap on %q: %s: %w", cfg.Interface, what, err)
 	}
-	if err := in.SetSnapLen(cfg.Snaplen); err != nil {
+	snap := cfg.SnapLen(DefaultConfig().Identity) // Config.Open resolves it against the identity keys
+	if err := in.SetSnapLen(snap); err != nil {
 		return fail("snaplen", err)
 	}
 	if err := in.SetPromisc(cfg.Promiscuous); err != nil {
@@ -90,14 +91,23 @@ func OpenPcap(cfg SourceConfig, log *slog.Logger) (Source, error) {
 	if h.Resolution() != gopacket.TimestampResolutionNanosecond && log != nil {
 		log.Warn("libpcap gives microsecond timestamps only", "interface", cfg.Interface)
 	}
+	// libpcap cuts frames to the snap length itself after reading them
+	// from its ring: only a socket filter, whose accepting returns carry
+	// the snap length, makes the kernel store that much and no more.
+	// SetBPFFilter compiles with the handle's snap length; without a
+	// filter, one that accepts everything.
+	ferr := error(nil)
 	if cfg.BPF != "" {
-		if err := h.SetBPFFilter(cfg.BPF); err != nil {
-			h.Close()
-			return nil, fmt.Errorf("capture.source.bpf: %q: %w", cfg.BPF, err)
-		}
+		ferr = h.SetBPFFilter(cfg.BPF)
+	} else {
+		ferr = h.SetBPFInstructionFilter([]pcap.BPFInstruction{{Code: bpfClassRet | bpfRvalK, K: uint32(snap)}})
+	}
+	if ferr != nil {
+		h.Close()
+		return nil, fmt.Errorf("capture.source.bpf: %q: %w", cfg.BPF, ferr)
 	}
 	if log != nil {
-		log.Info("libpcap source open", "interface", cfg.Interface, "snaplen", cfg.Snaplen,
+		log.Info("libpcap source open", "interface", cfg.Interface, "snaplen", snap,
 			"timestamp_source", cfg.TimestampSource, "bpf", cfg.BPF, "link", h.LinkType())
 	}
 	return &pcapSource{h: h, ifname: cfg.Interface, link: h.LinkType(), snaplen: h.SnapLen()}, nil
@@ -173,17 +183,17 @@ func (s *bpfSource) Snaplen() int {
 	return 0
 }
 
-// setAFPacketBPF compiles expr with libpcap and attaches it to the socket.
-func setAFPacketBPF(tp interface {
-	SetBPF([]bpf.RawInstruction) error
-}, cfg SourceConfig) error {
-	ins, err := pcap.CompileBPFFilter(layers.LinkTypeEthernet, 262144, cfg.BPF)
+// compileAFPacketBPF compiles expr with libpcap for an Ethernet packet
+// socket; its accepting returns keep MaxSnaplen bytes (SnapFilter cuts
+// them to the snap length).
+func compileAFPacketBPF(expr string) ([]bpf.RawInstruction, error) {
+	ins, err := pcap.CompileBPFFilter(layers.LinkTypeEthernet, MaxSnaplen, expr)
 	if err != nil {
-		return fmt.Errorf("capture.source.bpf: %w", err)
+		return nil, fmt.Errorf("capture.source.bpf: %w", err)
 	}
 	raw := make([]bpf.RawInstruction, len(ins))
 	for i, in := range ins {
 		raw[i] = bpf.RawInstruction{Op: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
 	}
-	return tp.SetBPF(raw)
+	return raw, nil
 }

@@ -276,7 +276,7 @@ func NewReader(src Source, p *Parser) *Reader {
 func OpenReaders(srcs []Source, cfg Config, log *slog.Logger) (readers []*Reader, release func(), err error) {
 	release = func() {}
 	if srcs == nil {
-		if srcs, err = OpenSources(cfg.Source, log); err != nil {
+		if srcs, err = OpenSources(cfg.liveSource(), log); err != nil {
 			return nil, nil, err
 		}
 		opened := srcs
@@ -366,7 +366,7 @@ func (c Config) Open(log *slog.Logger) ([]*Reader, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	srcs, err := OpenSources(c.Source, log)
+	srcs, err := OpenSources(c.liveSource(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -386,6 +386,16 @@ func (c Config) Open(log *slog.Logger) ([]*Reader, error) {
 		out = append(out, NewReader(s, p))
 	}
 	return out, nil
+}
+
+// liveSource is the source configuration with its snap length resolved
+// against the identity keys (SourceConfig.SnapLen).
+func (c Config) liveSource() SourceConfig {
+	s := c.Source
+	if s.Kind != "file" {
+		s.Snaplen = s.SnapLen(c.Identity)
+	}
+	return s
 }
 
 // CloseReaders closes every reader's source.
