@@ -224,6 +224,9 @@ func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	if wl > s.maxFrame {
 		s.countOversize(s.ring[start:end:end], wl)
 	}
+	if h.Status&unix.TP_STATUS_VLAN_VALID != 0 {
+		wl += 4 // the kernel took the outer VLAN tag off the frame; the wire carried it (as libpcap reports it)
+	}
 	s.left--
 	s.off += int(h.Next_offset)
 	return s.ring[start:end:end], ts, wl, nil
