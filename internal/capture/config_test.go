@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -68,6 +69,34 @@ func TestPcapSnaplenRefused(t *testing.T) {
 	cfg.Source.Snaplen = 104 // the advice
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("snaplen 104: %v", err)
+	}
+}
+
+// TestSourceSnaplen: an afpacket snap length is 0 (22 + ip_bytes, which
+// follows ip_bytes) or one that holds two VLAN tags + ip_bytes, up to
+// MaxSnaplen; anything else is refused naming the key and the bounds.
+func TestSourceSnaplen(t *testing.T) {
+	for _, tc := range []struct {
+		snaplen, ipBytes int
+		want             int // SnapLen, or 0 for an error
+	}{
+		{0, 82, 104}, {0, 114, 136}, {104, 82, 104}, {65535, 82, 65535}, {MaxSnaplen, 82, MaxSnaplen},
+		{103, 82, 0}, {104, 114, 0}, {MaxSnaplen + 1, 82, 0}, {-1, 82, 0},
+	} {
+		cfg := DefaultConfig()
+		cfg.Identity.IPBytes = tc.ipBytes
+		cfg.Source.Kind, cfg.Source.Interface, cfg.Source.Snaplen = "afpacket", "eth1", tc.snaplen
+		err := cfg.Validate()
+		switch {
+		case tc.want == 0 && (err == nil || !strings.Contains(err.Error(), "capture.source.snaplen") || !strings.Contains(err.Error(), fmt.Sprintf("need at least %d", 22+tc.ipBytes))):
+			t.Errorf("snaplen %d, ip_bytes %d: %v, want the bounds", tc.snaplen, tc.ipBytes, err)
+		case tc.want != 0 && err != nil:
+			t.Errorf("snaplen %d, ip_bytes %d: %v", tc.snaplen, tc.ipBytes, err)
+		case tc.want != 0 && cfg.Source.SnapLen(cfg.Identity) != tc.want:
+			t.Errorf("snaplen %d, ip_bytes %d: SnapLen %d, want %d", tc.snaplen, tc.ipBytes, cfg.Source.SnapLen(cfg.Identity), tc.want)
+		case tc.want != 0 && cfg.liveSource().Snaplen != tc.want:
+			t.Errorf("snaplen %d, ip_bytes %d: the source opens with %d, want %d", tc.snaplen, tc.ipBytes, cfg.liveSource().Snaplen, tc.want)
+		}
 	}
 }
 
