@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -69,12 +70,12 @@ func snapMatchesTcpdump(t *testing.T, kind string) {
 	}
 	defer func() { _ = td.Process.Kill(); _ = td.Wait() }()
 	sc := bufio.NewScanner(stderr)
-	for sc.Scan() && !strings.Contains(sc.Text(), "listening on") { // tcpdump's socket is bound and filtered
-	}
-	go func() {
-		for sc.Scan() { // keep the pipe drained
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "listening on") { // tcpdump's socket is bound and filtered
+			break
 		}
-	}()
+	}
+	go func() { _, _ = io.Copy(io.Discard, stderr) }() // keep the pipe drained
 
 	cfg := DefaultConfig()
 	cfg.Identity.Seed = tseed
