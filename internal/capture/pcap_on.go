@@ -96,15 +96,14 @@ func OpenPcap(cfg SourceConfig, log *slog.Logger) (Source, error) {
 	// the snap length, makes the kernel store that much and no more.
 	// SetBPFFilter compiles with the handle's snap length; without a
 	// filter, one that accepts everything.
-	ferr := error(nil)
 	if cfg.BPF != "" {
-		ferr = h.SetBPFFilter(cfg.BPF)
-	} else {
-		ferr = h.SetBPFInstructionFilter([]pcap.BPFInstruction{{Code: bpfClassRet | bpfRvalK, K: uint32(snap)}})
-	}
-	if ferr != nil {
+		if err := h.SetBPFFilter(cfg.BPF); err != nil {
+			h.Close()
+			return nil, fmt.Errorf("capture.source.bpf: %q: %w", cfg.BPF, err)
+		}
+	} else if err := h.SetBPFInstructionFilter([]pcap.BPFInstruction{{Code: bpfClassRet | bpfRvalK, K: uint32(snap)}}); err != nil {
 		h.Close()
-		return nil, fmt.Errorf("capture.source.bpf: %q: %w", cfg.BPF, ferr)
+		return fail("socket filter keeping the snap length", err)
 	}
 	if log != nil {
 		log.Info("libpcap source open", "interface", cfg.Interface, "snaplen", snap,
