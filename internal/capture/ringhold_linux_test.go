@@ -143,8 +143,8 @@ func TestLiveAFPacketRingHold(t *testing.T) {
 			pps := float64(tc.perTick) / tc.tick.Seconds()
 			want := RingHold(tc.src.BlockSize, tc.src.NumBlocks, tc.src.BlockTimeout, pps*float64(slot))
 			sent, read, d, held := holdRun(t, v, tc.src, frame, tc.perTick, tc.tick, RingHold(tc.src.BlockSize, tc.src.NumBlocks, tc.src.BlockTimeout, 0)+time.Second)
-			t.Logf("%d frames of %d bytes at up to %.0f a second (snaplen %d: %d ring bytes each) into a ring of %d × %d B (block_timeout %v, RingHold %v) nobody read: %d held over %v, %d dropped",
-				sent, len(frame), pps, snap, slot, tc.src.NumBlocks, tc.src.BlockSize, tc.src.BlockTimeout, want.Round(time.Millisecond), read, held.Round(time.Millisecond), d.Kernel)
+			t.Logf("%d frames of %d bytes at up to %.0f a second (snaplen %d: %d ring bytes each) into a ring of %d × %d B (block_timeout %v, RingHold %v) nobody read: %d held over %v (%.0f a second), %d dropped",
+				sent, len(frame), pps, snap, slot, tc.src.NumBlocks, tc.src.BlockSize, tc.src.BlockTimeout, want.Round(time.Millisecond), read, held.Round(time.Millisecond), float64(read)/held.Seconds(), d.Kernel)
 			bs, nb := RingGeometry(tc.src.BlockSize, tc.src.NumBlocks)
 			if room := nb * ((bs - ringBlockHeader) / slot); read > room {
 				t.Errorf("%d frames held, more than the ring's %d slots of %d bytes", read, room, slot)
