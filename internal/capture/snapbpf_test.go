@@ -123,3 +123,65 @@ func TestSnapFilterRefuses(t *testing.T) {
 		t.Errorf("a program of %d instructions plus the tail accepted", len(long))
 	}
 }
+
+// FuzzSnapFilter: for any program x/net/bpf's VM runs (every 8 input
+// bytes an instruction), the rewrite keeps min(what it keeps, snap) of
+// any frame, within the frame.
+func FuzzSnapFilter(f *testing.F) {
+	seed := func(prog []bpf.Instruction) []byte {
+		raw, err := bpf.Assemble(prog)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var b []byte
+		for _, in := range raw {
+			b = append(b, byte(in.Op), byte(in.Op>>8), in.Jt, in.Jf, byte(in.K), byte(in.K>>8), byte(in.K>>16), byte(in.K>>24))
+		}
+		return b
+	}
+	f.Add(seed([]bpf.Instruction{bpf.LoadExtension{Num: bpf.ExtLen}, bpf.RetA{}}), make([]byte, 200), uint16(104))
+	f.Add(seed([]bpf.Instruction{bpf.LoadAbsolute{Off: 12, Size: 2}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x86dd, SkipFalse: 1},
+		bpf.RetConstant{Val: MaxSnaplen}, bpf.RetConstant{Val: 0}}), make([]byte, 1514), uint16(60))
+	f.Fuzz(func(t *testing.T, code, frame []byte, snap uint16) {
+		if snap == 0 || len(code) < 8 || len(code) > 8*64 {
+			return
+		}
+		raw := make([]bpf.RawInstruction, len(code)/8)
+		for i := range raw {
+			c := code[8*i:]
+			raw[i] = bpf.RawInstruction{Op: uint16(c[0]) | uint16(c[1])<<8, Jt: c[2], Jf: c[3],
+				K: uint32(c[4]) | uint32(c[5])<<8 | uint32(c[6])<<16 | uint32(c[7])<<24}
+		}
+		ins, ok := bpf.Disassemble(raw)
+		if !ok {
+			return
+		}
+		orig, err := bpf.NewVM(ins)
+		if err != nil {
+			return // not a program the VM runs
+		}
+		want, err := orig.Run(frame)
+		if err != nil {
+			return
+		}
+		got, err := SnapFilter(raw, uint32(snap))
+		if err != nil {
+			t.Fatalf("a program the VM runs refused: %v", err)
+		}
+		gins, ok := bpf.Disassemble(got)
+		if !ok {
+			t.Fatalf("rewrite does not disassemble: %v", got)
+		}
+		vm, err := bpf.NewVM(gins)
+		if err != nil {
+			t.Fatalf("rewrite refused by the VM: %v", err)
+		}
+		n, err := vm.Run(frame)
+		if err != nil {
+			t.Fatalf("rewrite fails where the program ran: %v", err)
+		}
+		if min(n, len(frame)) != min(want, int(snap), len(frame)) {
+			t.Fatalf("rewrite keeps %d of a %d-byte frame, the program %d, snap %d", n, len(frame), want, snap)
+		}
+	})
+}
