@@ -144,9 +144,17 @@ func replayNoLoss(t *testing.T, estimator string) {
 	med, p95 := relErr[len(relErr)/2], relErr[len(relErr)*95/100]
 	t.Logf("flows >= 100 packets: %d, median relative error %.3g, p95 %.3g", big, med, p95)
 	// 300 flows on 4 x 4096 cells: collisions are rare, so nearly every
-	// large flow has a cell of its own and is measured exactly.
-	if med > 0.001 || p95 > 0.05 {
-		t.Errorf("median %.3g / p95 %.3g relative error above 0.1%% / 5%%", med, p95)
+	// large flow has a cell of its own and is measured exactly. Measured
+	// (the run is deterministic): median 0 under both estimators, p95
+	// 1.6e-16 (float rounding) under decode and 5.04e-05 under paper,
+	// whose least-crowded cell shares a few flows' packets. The bounds
+	// leave rounding's room and 4x paper's.
+	maxP95 := 1e-9
+	if estimator == "paper" {
+		maxP95 = 2e-4
+	}
+	if med > 1e-9 || p95 > maxP95 {
+		t.Errorf("median %.3g / p95 %.3g relative error above 1e-9 / %.3g", med, p95, maxP95)
 	}
 }
 
