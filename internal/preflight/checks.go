@@ -24,12 +24,8 @@ func Sender(cfg *config.Sender, opt Options) *Report {
 	common(r, a, &cfg.Common)
 	s := cfg.Sender
 	if s.TLS.Plaintext {
-		if wire.IsLoopback(s.Receiver) {
-			r.add(Warn, "sender.tls.plaintext", "true", "no TLS towards the loopback receiver "+s.Receiver, "")
-		} else {
-			r.add(Fail, "sender.tls.plaintext", "true", "refused towards "+s.Receiver+", which is not a loopback address (the sender would stop)",
-				"set sender.tls.cert, sender.tls.key and sender.tls.ca and remove sender.tls.plaintext (README, \"Certificates\")")
-		}
+		plaintext(r, "sender", s.Receiver, "no TLS towards the loopback receiver "+s.Receiver,
+			"refused towards "+s.Receiver+", which is not a loopback address (the sender would stop)", "sender.tls.ca")
 	} else {
 		leaf := tlsPair(r, a, "sender.tls", s.TLS.Cert, s.TLS.Key, s.TLS.CA, x509.ExtKeyUsageClientAuth)
 		if leaf != nil {
@@ -53,12 +49,8 @@ func Receiver(cfg *config.Receiver, opt Options) *Report {
 	common(r, a, &cfg.Common)
 	rc := cfg.Receiver
 	if rc.TLS.Plaintext {
-		if wire.IsLoopback(rc.Listen) {
-			r.add(Warn, "receiver.tls.plaintext", "true", "senders are served without TLS on loopback "+rc.Listen, "")
-		} else {
-			r.add(Fail, "receiver.tls.plaintext", "true", "refused on "+rc.Listen+", which is not a loopback address (the receiver would stop)",
-				"set receiver.tls.cert, receiver.tls.key and receiver.tls.client_ca and remove receiver.tls.plaintext (README, \"Certificates\")")
-		}
+		plaintext(r, "receiver", rc.Listen, "senders are served without TLS on loopback "+rc.Listen,
+			"refused on "+rc.Listen+", which is not a loopback address (the receiver would stop)", "receiver.tls.client_ca")
 	} else {
 		tlsPair(r, a, "receiver.tls", rc.TLS.Cert, rc.TLS.Key, rc.TLS.ClientCA, x509.ExtKeyUsageServerAuth)
 	}
@@ -74,6 +66,20 @@ func Receiver(cfg *config.Receiver, opt Options) *Report {
 	}
 	exportFiles(r, a, cfg)
 	return r
+}
+
+// plaintext checks <role>.tls.plaintext: allowed (a warning, loopback
+// says what goes without TLS) where addr is a loopback address, refused
+// (refused says what the daemon would do) elsewhere, with the fix naming
+// the role's certificate keys and its CA key ca.
+func plaintext(r *Report, role, addr, loopback, refused, ca string) {
+	key := role + ".tls.plaintext"
+	if wire.IsLoopback(addr) {
+		r.add(Warn, key, "true", loopback, "")
+		return
+	}
+	r.add(Fail, key, "true", refused,
+		"set "+role+".tls.cert, "+role+".tls.key and "+ca+" and remove "+key+" (README, \"Certificates\")")
 }
 
 // common is what both daemons share: the seed, PTP, metrics and capture.
