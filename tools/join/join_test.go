@@ -2,19 +2,18 @@ package join
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/gopacket/gopacket"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/test/testutil"
 	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/truth"
 )
@@ -148,42 +147,15 @@ func received(r *Result) uint64 {
 // times, each copy 3 ms after the previous; it returns the copies added.
 func rewritePcap(t *testing.T, in, out string, extra func(i int) int) int {
 	t.Helper()
-	f, err := os.Open(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	w := pcapgo.NewWriterNanos(o)
-	if err := w.WriteFileHeader(r.Snaplen(), r.LinkType()); err != nil {
-		t.Fatal(err)
-	}
 	added := 0
-	for i := 0; ; i++ {
-		data, ci, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for c := range 1 + extra(i) {
-			ci := ci
+	testutil.RewritePcap(t, in, []string{out}, 0, func(r testutil.PcapRecord, write func(int, gopacket.CaptureInfo, []byte)) {
+		for c := range 1 + extra(r.Index) {
+			ci := r.CI
 			ci.Timestamp = ci.Timestamp.Add(time.Duration(c) * 3 * time.Millisecond)
-			if err := w.WritePacket(ci, data); err != nil {
-				t.Fatal(err)
-			}
+			write(0, ci, r.Data)
 			added += b2i(c > 0)
 		}
-	}
+	})
 	return added
 }
 
