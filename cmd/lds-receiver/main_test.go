@@ -2,7 +2,6 @@ package main
 
 import (
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/lds-net/lds/internal/cli"
@@ -16,7 +15,6 @@ import (
 // stops on an error).
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "receiver.yaml")
 	// A file source that does not exist: valid, and Run fails at once.
 	yaml := `sketch: {seed: "00112233445566778899aabbccddeeff"}
 ptp: {enabled: false}
@@ -24,12 +22,8 @@ metrics: {listen: "127.0.0.1:0"}
 receiver: {listen: "127.0.0.1:0", tls: {plaintext: true}}
 capture: {source: {kind: file, file: ` + filepath.Join(dir, "none.pcap") + `}}
 `
-	testutil.WriteFile(t, cfg, yaml)
-	// The same with a capture file that exists: the preflight passes.
-	present := filepath.Join(dir, "present.yaml")
-	testutil.WriteFile(t, present, strings.Replace(yaml, "none.pcap", "present.pcap", 1))
-	testutil.WriteFile(t, filepath.Join(dir, "present.pcap"), "")
-	missing := filepath.Join(dir, "missing.yaml")
+	// present: the same with a capture file that exists, the preflight passes.
+	cfg, present, missing := testutil.DaemonConfigs(t, dir, "receiver", yaml)
 	testutil.RunMain(t, run, []testutil.MainCase{
 		{Name: "help", Args: []string{"-h"}, Stderr: []string{"Usage: lds-receiver [flags]\n\nMeasures per-flow one-way delay and loss against lds-sender at the upstream tap.\n\nFlags:\n  -check-config",
 			"-config string\n    \tconfiguration file (see configs/receiver.yaml for every key) (default \"/etc/lds/receiver.yaml\")",

@@ -16,7 +16,6 @@ import (
 // stops on an error).
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "sender.yaml")
 	// A file source that does not exist: valid, and Run fails at once.
 	yaml := `sketch: {seed: "00112233445566778899aabbccddeeff"}
 ptp: {enabled: false}
@@ -24,15 +23,11 @@ metrics: {listen: "127.0.0.1:0"}
 sender: {receiver: "127.0.0.1:1", tls: {plaintext: true}}
 capture: {source: {kind: file, file: ` + filepath.Join(dir, "none.pcap") + `}}
 `
-	testutil.WriteFile(t, cfg, yaml)
-	// The same with a capture file that exists: the preflight passes.
-	present := filepath.Join(dir, "present.yaml")
-	testutil.WriteFile(t, present, strings.Replace(yaml, "none.pcap", "present.pcap", 1))
-	testutil.WriteFile(t, filepath.Join(dir, "present.pcap"), "")
+	// present: the same with a capture file that exists, the preflight passes.
+	cfg, present, missing := testutil.DaemonConfigs(t, dir, "sender", yaml)
 	// No capture section: kind afpacket needs an interface, which a flag gives.
 	noIface := filepath.Join(dir, "noiface.yaml")
 	testutil.WriteFile(t, noIface, strings.SplitAfter(yaml, "tls: {plaintext: true}}\n")[0])
-	missing := filepath.Join(dir, "missing.yaml")
 	testutil.RunMain(t, run, []testutil.MainCase{
 		{Name: "help", Args: []string{"-h"}, Stderr: []string{"Usage: lds-sender [flags]\n\nSketches the packets at the upstream tap and streams them to lds-receiver.\n\nFlags:\n  -check-config",
 			"-config string\n    \tconfiguration file (see configs/sender.yaml for every key) (default \"/etc/lds/sender.yaml\")",

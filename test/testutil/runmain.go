@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -59,4 +60,18 @@ func WriteFile(t testing.TB, path, data string) {
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// DaemonConfigs writes a daemon's configuration for its main's tests:
+// yaml, whose capture file dir/none.pcap does not exist, as
+// dir/<role>.yaml (cfg), and the same with an empty capture file that
+// exists as dir/present.yaml (present). missing is dir/missing.yaml,
+// which does not exist.
+func DaemonConfigs(t testing.TB, dir, role, yaml string) (cfg, present, missing string) {
+	t.Helper()
+	cfg, present, missing = filepath.Join(dir, role+".yaml"), filepath.Join(dir, "present.yaml"), filepath.Join(dir, "missing.yaml")
+	WriteFile(t, cfg, yaml)
+	WriteFile(t, present, strings.Replace(yaml, "none.pcap", "present.pcap", 1))
+	WriteFile(t, filepath.Join(dir, "present.pcap"), "")
+	return cfg, present, missing
 }
