@@ -19,34 +19,33 @@ import (
 
 // Sender checks lds-sender's validated configuration against this host.
 func Sender(cfg *config.Sender, opt Options) *Report {
-	r := &Report{}
-	a := resolveUser(r, opt.User)
-	common(r, a, &cfg.Common)
+	r, a := start(opt, &cfg.Common)
 	s := cfg.Sender
 	if s.TLS.Plaintext {
 		plaintext(r, "sender", s.Receiver, "no TLS towards the loopback receiver "+s.Receiver,
 			"refused towards "+s.Receiver+", which is not a loopback address (the sender would stop)", "sender.tls.ca")
-	} else {
-		leaf := tlsPair(r, a, "sender.tls", s.TLS.Cert, s.TLS.Key, s.TLS.CA, x509.ExtKeyUsageClientAuth)
-		if leaf != nil {
-			names := wire.CertNames(leaf)
-			if containsName(names, s.ID) {
-				r.add(OK, "sender.id", s.ID, "named by the client certificate "+s.TLS.Cert, "")
-			} else {
-				r.add(Fail, "sender.id", s.ID, fmt.Sprintf("not a name of the client certificate %s (CN and DNS SANs: %s): the receiver refuses this sender", s.TLS.Cert, quoteList(names)),
-					"set sender.id to one of those names, or issue the certificate with CN="+s.ID)
-			}
-		}
+	} else if leaf := tlsPair(r, a, "sender.tls", s.TLS.Cert, s.TLS.Key, s.TLS.CA, x509.ExtKeyUsageClientAuth); leaf != nil {
+		senderID(r, leaf, s.ID, s.TLS.Cert)
 	}
 	resolveReceiver(r, s.Receiver)
 	return r
 }
 
+// senderID checks that the client certificate (certPath, leaf) names
+// sender.id, as the receiver requires.
+func senderID(r *Report, leaf *x509.Certificate, id, certPath string) {
+	names := wire.CertNames(leaf)
+	if containsName(names, id) {
+		r.add(OK, "sender.id", id, "named by the client certificate "+certPath, "")
+		return
+	}
+	r.add(Fail, "sender.id", id, fmt.Sprintf("not a name of the client certificate %s (CN and DNS SANs: %s): the receiver refuses this sender", certPath, quoteList(names)),
+		"set sender.id to one of those names, or issue the certificate with CN="+id)
+}
+
 // Receiver checks lds-receiver's validated configuration against this host.
 func Receiver(cfg *config.Receiver, opt Options) *Report {
-	r := &Report{}
-	a := resolveUser(r, opt.User)
-	common(r, a, &cfg.Common)
+	r, a := start(opt, &cfg.Common)
 	rc := cfg.Receiver
 	if rc.TLS.Plaintext {
 		plaintext(r, "receiver", rc.Listen, "senders are served without TLS on loopback "+rc.Listen,
@@ -80,6 +79,15 @@ func plaintext(r *Report, role, addr, loopback, refused, ca string) {
 	}
 	r.add(Fail, key, "true", refused,
 		"set "+role+".tls.cert, "+role+".tls.key and "+ca+" and remove "+key+" (README, \"Certificates\")")
+}
+
+// start begins a daemon's report: the account it runs as and the checks
+// of what both daemons share.
+func start(opt Options, c *config.Common) (*Report, account) {
+	r := &Report{}
+	a := resolveUser(r, opt.User)
+	common(r, a, c)
+	return r, a
 }
 
 // common is what both daemons share: the seed, PTP, metrics and capture.
