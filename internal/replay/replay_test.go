@@ -332,7 +332,8 @@ func TestReplayLossDoesNotCryWolf(t *testing.T) {
 // samples equal to the truth's, and every lost packet found lost
 // (sampled_lost = lost; in the first interval, whose earlier receive
 // window nobody captured, at most lost). The published loss never falls
-// below what the samples prove.
+// below what the samples prove, and keeps the published-loss rule
+// (checkPublishedRule) with the lost samples raising it.
 func TestReplaySamplesAgainstJoin(t *testing.T) {
 	r := replayScenario(t, scenario(21, 0.01), func(o *Options) {
 		o.Config.Sketch.VLDA = 5
@@ -362,6 +363,7 @@ func TestReplaySamplesAgainstJoin(t *testing.T) {
 			(rec.LossBound != nil && *rec.LossBound < float64(rec.SampledLost)) {
 			t.Errorf("flow %v interval %d: published loss %v (point %v, bound %v) below the %d lost samples", id.Key, id.Interval, rec.Loss, rec.LossPoint, rec.LossBound, rec.SampledLost)
 		}
+		checkPublishedRule(t, rec, float64(f.Lost()))
 		lostSeen += rec.SampledLost
 		if rec.StddevFrom == "samples" && rec.DelaySamples == int(f.Received) {
 			n := float64(f.Received)
