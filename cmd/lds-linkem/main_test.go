@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/lds-net/lds/internal/cli"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // TestRunMain runs lds-linkem's main in process up to the relay: what
@@ -15,34 +13,13 @@ import (
 func TestRunMain(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "linkem.yaml")
-	if err := os.WriteFile(cfg, []byte("a: veth-a\nb: veth-b\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, cfg, "a: veth-a\nb: veth-b\n")
 	missing := filepath.Join(dir, "missing.yaml")
-	for _, tc := range []struct {
-		name   string
-		args   []string
-		code   int
-		stdout string
-		stderr string // a part of stderr; "" for none
-	}{
-		{"help", []string{"-h"}, 0, "", "Usage: lds-linkem --config FILE [flags]\n\nRelays frames between interfaces a and b with emulated delay and loss.\n\nFlags:\n  -a string"},
-		{"bad flag", []string{"--version"}, cli.ExitUsage, "", "flag provided but not defined: -version"},
-		{"check", []string{"--config", cfg, "--check-config"}, 0, "configuration OK\n", ""},
-		{"interfaces by flag", []string{"--a", "x", "--b", "y", "--check-config"}, 0, "configuration OK\n", ""},
-		{"missing file", []string{"--config", missing}, cli.ExitUsage, "", "lds-linkem: configuration " + missing + ": "},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			if code := runMain(tc.args, &stdout, &stderr); code != tc.code {
-				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
-			}
-			if stdout.String() != tc.stdout {
-				t.Errorf("stdout %q, want %q", stdout.String(), tc.stdout)
-			}
-			if tc.stderr == "" && stderr.Len() > 0 || !strings.Contains(stderr.String(), tc.stderr) {
-				t.Errorf("stderr %q, want it to contain %q", stderr.String(), tc.stderr)
-			}
-		})
-	}
+	testutil.RunMain(t, runMain, []testutil.MainCase{
+		{Name: "help", Args: []string{"-h"}, Stderr: []string{"Usage: lds-linkem --config FILE [flags]\n\nRelays frames between interfaces a and b with emulated delay and loss.\n\nFlags:\n  -a string"}},
+		{Name: "bad flag", Args: []string{"--version"}, Code: cli.ExitUsage, Stderr: []string{"flag provided but not defined: -version"}},
+		{Name: "check", Args: []string{"--config", cfg, "--check-config"}, Stdout: "configuration OK\n"},
+		{Name: "interfaces by flag", Args: []string{"--a", "x", "--b", "y", "--check-config"}, Stdout: "configuration OK\n"},
+		{Name: "missing file", Args: []string{"--config", missing}, Code: cli.ExitUsage, Stderr: []string{"lds-linkem: configuration " + missing + ": "}},
+	})
 }

@@ -14,25 +14,14 @@ import (
 func buildSides(t *testing.T, p Params, base int64, pk []simPkt) (map[int64]*SenderInterval, map[int64]*Sealed) {
 	t.Helper()
 	snd, rx := map[int64]*SenderInterval{}, map[int64]*Sealed{}
-	sb, err := NewSenderBuilder(p, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := NewRxBuilder(p, base, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byS, byR := slices.Clone(pk), slices.Clone(pk)
-	slices.SortStableFunc(byS, func(a, b simPkt) int { return int(a.send - b.send) })
+	sb, rb := newBuilders(t, p, base)
+	byS, _ := byTime(pk)
+	byR := slices.Clone(pk)
 	slices.SortStableFunc(byR, func(a, b simPkt) int { return int(a.recv - b.recv) })
-	keepS := func(si *SenderInterval) { snd[si.ID] = si }
-	keepR := func(s *Sealed) { rx[s.ID] = s }
-	for i := range byS {
-		q := byS[i].p
-		q.TS = byS[i].send
-		sb.Add(&q, keepS)
+	for _, si := range sendAll(sb, byS) {
+		snd[si.ID] = si
 	}
-	sb.Flush(keepS)
+	keepR := func(s *Sealed) { rx[s.ID] = s }
 	for i := range byR {
 		q := byR[i].p
 		q.TS = byR[i].recv

@@ -132,6 +132,49 @@ func TestExactBoundaryAssignment(t *testing.T) {
 	}
 }
 
+// byTime returns pk in send order, and the packets received (not lost)
+// in receive order.
+func byTime(pk []simPkt) (sent, received []simPkt) {
+	sent = slices.Clone(pk)
+	slices.SortStableFunc(sent, func(a, b simPkt) int { return cmp.Compare(a.send, b.send) })
+	received = make([]simPkt, 0, len(pk))
+	for _, x := range pk {
+		if !x.lost {
+			received = append(received, x)
+		}
+	}
+	slices.SortStableFunc(received, func(a, b simPkt) int { return cmp.Compare(a.recv, b.recv) })
+	return sent, received
+}
+
+// newBuilders makes both ends' builders for p from base, or fails the test.
+func newBuilders(t *testing.T, p Params, base int64) (*SenderBuilder, *RxBuilder) {
+	t.Helper()
+	sb, err := NewSenderBuilder(p, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := NewRxBuilder(p, base, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, rb
+}
+
+// sendAll runs sent (in send order) through sb, flushes it and returns
+// its intervals in the order it emitted them.
+func sendAll(sb *SenderBuilder, sent []simPkt) []*SenderInterval {
+	var out []*SenderInterval
+	keep := func(si *SenderInterval) { out = append(out, si) }
+	for i := range sent {
+		q := sent[i].p
+		q.TS = sent[i].send
+		sb.Add(&q, keep)
+	}
+	sb.Flush(keep)
+	return out
+}
+
 // runExact runs pk through a sender builder, a receiver builder and the
 // matcher (sender intervals fed all first, or interleaved with the
 // receiver's sealing) and checks every receiver sketch and flow table
@@ -141,24 +184,8 @@ func runExact(t *testing.T, p Params, base int64, pk []simPkt, interleave bool) 
 	t.Helper()
 	wantS, wantR := expected(t, p, pk, false), expected(t, p, pk, true)
 
-	sendOrder := slices.Clone(pk)
-	slices.SortStableFunc(sendOrder, func(a, b simPkt) int { return cmp.Compare(a.send, b.send) })
-	recvOrder := make([]simPkt, 0, len(pk))
-	for _, x := range pk {
-		if !x.lost {
-			recvOrder = append(recvOrder, x)
-		}
-	}
-	slices.SortStableFunc(recvOrder, func(a, b simPkt) int { return cmp.Compare(a.recv, b.recv) })
-
-	sb, err := NewSenderBuilder(p, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := NewRxBuilder(p, base, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sendOrder, recvOrder := byTime(pk)
+	sb, rb := newBuilders(t, p, base)
 	m := NewMatcher(p, time.Hour, 64)
 	now := time.Unix(0, 0)
 	got := map[int64]*Matched{}
@@ -168,13 +195,7 @@ func runExact(t *testing.T, p Params, base int64, pk []simPkt, interleave bool) 
 		}
 		got[mt.ID] = mt
 	}
-	var sndIvs []*SenderInterval
-	for i := range sendOrder {
-		q := sendOrder[i].p
-		q.TS = sendOrder[i].send
-		sb.Add(&q, func(si *SenderInterval) { sndIvs = append(sndIvs, si) })
-	}
-	sb.Flush(func(si *SenderInterval) { sndIvs = append(sndIvs, si) })
+	sndIvs := sendAll(sb, sendOrder)
 	for i, si := range sndIvs {
 		if !sameSketches(si.Sk, wantS[si.ID]) {
 			t.Errorf("sender interval %d differs from ground truth", si.ID)

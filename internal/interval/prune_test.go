@@ -1,8 +1,6 @@
 package interval
 
 import (
-	"cmp"
-	"slices"
 	"testing"
 	"time"
 
@@ -19,30 +17,9 @@ func TestFarIntervalIdsCostOnlyThemselves(t *testing.T) {
 	base := int64(1_763_000_000) * p.T
 	pk := simulate(t, p, base, 5, 0, 7)
 	wantR := expected(t, p, pk, true)
-	sendOrder := slices.Clone(pk)
-	slices.SortStableFunc(sendOrder, func(a, b simPkt) int { return cmp.Compare(a.send, b.send) })
-	var recvOrder []simPkt
-	for _, x := range pk {
-		if !x.lost {
-			recvOrder = append(recvOrder, x)
-		}
-	}
-	slices.SortStableFunc(recvOrder, func(a, b simPkt) int { return cmp.Compare(a.recv, b.recv) })
-	sb, err := NewSenderBuilder(p, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := NewRxBuilder(p, base, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var snd []*SenderInterval
-	for i := range sendOrder {
-		q := sendOrder[i].p
-		q.TS = sendOrder[i].send
-		sb.Add(&q, func(si *SenderInterval) { snd = append(snd, si) })
-	}
-	sb.Flush(func(si *SenderInterval) { snd = append(snd, si) })
+	sendOrder, recvOrder := byTime(pk)
+	sb, rb := newBuilders(t, p, base)
+	snd := sendAll(sb, sendOrder)
 
 	m := NewMatcher(p, time.Second, 64)
 	got := map[int64]*Matched{}

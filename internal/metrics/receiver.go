@@ -211,8 +211,6 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		delayHist: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_flow_mean_delay_seconds",
 			Help:    "Distribution of per-flow mean one-way delays over all flows of each interval.",
 			Buckets: slices.Clone(cfg.Buckets)}, []string{"sender"}),
-		// 1 ms to 16 s: the paper estimator takes milliseconds, decode
-		// tenths of a second at 150k flows.
 		// Per-packet delays of the uniform link sample: a native histogram
 		// (buckets ~10 % wide) with the classic delay_buckets beside it
 		// for servers without native histograms.
@@ -222,6 +220,8 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 			NativeHistogramBucketFactor:     1.1,
 			NativeHistogramMaxBucketNumber:  160,
 			NativeHistogramMinResetDuration: time.Hour}, []string{"sender", "class"}),
+		// 1 ms to 16 s: the paper estimator takes milliseconds, decode
+		// tenths of a second at 150k flows.
 		estTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lds_estimation_duration_seconds",
 			Help:    "Time the receiver spent estimating each interval of the sender (its rate is the share of time estimation is busy).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"sender"}),

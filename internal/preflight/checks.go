@@ -19,46 +19,37 @@ import (
 
 // Sender checks lds-sender's validated configuration against this host.
 func Sender(cfg *config.Sender, opt Options) *Report {
-	r := &Report{}
-	a := resolveUser(r, opt.User)
-	common(r, a, &cfg.Common)
+	r, a := start(opt, &cfg.Common)
 	s := cfg.Sender
 	if s.TLS.Plaintext {
-		if wire.IsLoopback(s.Receiver) {
-			r.add(Warn, "sender.tls.plaintext", "true", "no TLS towards the loopback receiver "+s.Receiver, "")
-		} else {
-			r.add(Fail, "sender.tls.plaintext", "true", "refused towards "+s.Receiver+", which is not a loopback address (the sender would stop)",
-				"set sender.tls.cert, sender.tls.key and sender.tls.ca and remove sender.tls.plaintext (README, \"Certificates\")")
-		}
-	} else {
-		leaf := tlsPair(r, a, "sender.tls", s.TLS.Cert, s.TLS.Key, s.TLS.CA, x509.ExtKeyUsageClientAuth)
-		if leaf != nil {
-			names := wire.CertNames(leaf)
-			if containsName(names, s.ID) {
-				r.add(OK, "sender.id", s.ID, "named by the client certificate "+s.TLS.Cert, "")
-			} else {
-				r.add(Fail, "sender.id", s.ID, fmt.Sprintf("not a name of the client certificate %s (CN and DNS SANs: %s): the receiver refuses this sender", s.TLS.Cert, quoteList(names)),
-					"set sender.id to one of those names, or issue the certificate with CN="+s.ID)
-			}
-		}
+		plaintext(r, "sender", s.Receiver, "no TLS towards the loopback receiver "+s.Receiver,
+			"refused towards "+s.Receiver+", which is not a loopback address (the sender would stop)", "sender.tls.ca")
+	} else if leaf := tlsPair(r, a, "sender.tls", s.TLS.Cert, s.TLS.Key, s.TLS.CA, x509.ExtKeyUsageClientAuth); leaf != nil {
+		senderID(r, leaf, s.ID, s.TLS.Cert)
 	}
 	resolveReceiver(r, s.Receiver)
 	return r
 }
 
+// senderID checks that the client certificate (certPath, leaf) names
+// sender.id, as the receiver requires.
+func senderID(r *Report, leaf *x509.Certificate, id, certPath string) {
+	names := wire.CertNames(leaf)
+	if containsName(names, id) {
+		r.add(OK, "sender.id", id, "named by the client certificate "+certPath, "")
+		return
+	}
+	r.add(Fail, "sender.id", id, fmt.Sprintf("not a name of the client certificate %s (CN and DNS SANs: %s): the receiver refuses this sender", certPath, quoteList(names)),
+		"set sender.id to one of those names, or issue the certificate with CN="+id)
+}
+
 // Receiver checks lds-receiver's validated configuration against this host.
 func Receiver(cfg *config.Receiver, opt Options) *Report {
-	r := &Report{}
-	a := resolveUser(r, opt.User)
-	common(r, a, &cfg.Common)
+	r, a := start(opt, &cfg.Common)
 	rc := cfg.Receiver
 	if rc.TLS.Plaintext {
-		if wire.IsLoopback(rc.Listen) {
-			r.add(Warn, "receiver.tls.plaintext", "true", "senders are served without TLS on loopback "+rc.Listen, "")
-		} else {
-			r.add(Fail, "receiver.tls.plaintext", "true", "refused on "+rc.Listen+", which is not a loopback address (the receiver would stop)",
-				"set receiver.tls.cert, receiver.tls.key and receiver.tls.client_ca and remove receiver.tls.plaintext (README, \"Certificates\")")
-		}
+		plaintext(r, "receiver", rc.Listen, "senders are served without TLS on loopback "+rc.Listen,
+			"refused on "+rc.Listen+", which is not a loopback address (the receiver would stop)", "receiver.tls.client_ca")
 	} else {
 		tlsPair(r, a, "receiver.tls", rc.TLS.Cert, rc.TLS.Key, rc.TLS.ClientCA, x509.ExtKeyUsageServerAuth)
 	}
@@ -74,6 +65,29 @@ func Receiver(cfg *config.Receiver, opt Options) *Report {
 	}
 	exportFiles(r, a, cfg)
 	return r
+}
+
+// plaintext checks <role>.tls.plaintext: allowed (a warning, loopback
+// says what goes without TLS) where addr is a loopback address, refused
+// (refused says what the daemon would do) elsewhere, with the fix naming
+// the role's certificate keys and its CA key ca.
+func plaintext(r *Report, role, addr, loopback, refused, ca string) {
+	key := role + ".tls.plaintext"
+	if wire.IsLoopback(addr) {
+		r.add(Warn, key, "true", loopback, "")
+		return
+	}
+	r.add(Fail, key, "true", refused,
+		"set "+role+".tls.cert, "+role+".tls.key and "+ca+" and remove "+key+" (README, \"Certificates\")")
+}
+
+// start begins a daemon's report: the account it runs as and the checks
+// of what both daemons share.
+func start(opt Options, c *config.Common) (*Report, account) {
+	r := &Report{}
+	a := resolveUser(r, opt.User)
+	common(r, a, c)
+	return r, a
 }
 
 // common is what both daemons share: the seed, PTP, metrics and capture.

@@ -179,8 +179,9 @@ func TestSender(t *testing.T) {
 		{"key unreadable by the service user", "nobody", func(c *config.Sender) { c.Sender.TLS.Key = privKey }, []want{{Fail, "sender.tls.key", "not readable by user nobody"},
 			{Fail, "sender.tls.key", "chgrp nogroup " + privKey + " && chmod 0640"}}, true},
 		{"plaintext to a remote receiver", "root", func(c *config.Sender) { c.Sender.TLS.Plaintext = true; c.Sender.Receiver = "192.0.2.7:7420" },
-			[]want{{Fail, "sender.tls.plaintext", "not a loopback address"}}, true},
-		{"plaintext to loopback", "root", func(c *config.Sender) { c.Sender.TLS.Plaintext = true }, []want{{Warn, "sender.tls.plaintext", "loopback"}}, false},
+			[]want{{Fail, "sender.tls.plaintext", "refused towards 192.0.2.7:7420, which is not a loopback address (the sender would stop) " +
+				"set sender.tls.cert, sender.tls.key and sender.tls.ca and remove sender.tls.plaintext (README, \"Certificates\")"}}, true},
+		{"plaintext to loopback", "root", func(c *config.Sender) { c.Sender.TLS.Plaintext = true }, []want{{Warn, "sender.tls.plaintext", "no TLS towards the loopback receiver "}}, false},
 		{"weak seed", "root", func(c *config.Sender) { c.Sketch.Seed = "x" }, []want{{Warn, "sketch.seed", "1 characters"}}, false},
 		{"metrics port in use", "root", func(c *config.Sender) { c.Metrics.Listen = busy.Addr().String() }, []want{{Fail, "metrics.listen", "address already in use"}}, true},
 		{"no ptp4l socket", "root", func(c *config.Sender) { c.PTP.Socket = filepath.Join(dir, "none") }, []want{{Warn, "ptp.socket", "ptp4l is not running"}}, false},
@@ -243,7 +244,10 @@ func TestReceiver(t *testing.T) {
 	}{
 		{"all good", "root", func(*config.Receiver) {}, OK, "receiver.tls.cert", "chains to", false},
 		{"listen port in use", "root", func(c *config.Receiver) { c.Receiver.Listen = busy.Addr().String() }, Fail, "receiver.listen", "ss -ltnp", true},
-		{"plaintext on all addresses", "root", func(c *config.Receiver) { c.Receiver.TLS.Plaintext = true; c.Receiver.Listen = ":0" }, Fail, "receiver.tls.plaintext", "not a loopback address", true},
+		{"plaintext on all addresses", "root", func(c *config.Receiver) { c.Receiver.TLS.Plaintext = true; c.Receiver.Listen = ":0" }, Fail, "receiver.tls.plaintext", "refused on :0, which is not a loopback address (the receiver would stop) " +
+			"set receiver.tls.cert, receiver.tls.key and receiver.tls.client_ca and remove receiver.tls.plaintext (README, \"Certificates\")", true},
+		{"plaintext on loopback", "root", func(c *config.Receiver) { c.Receiver.TLS.Plaintext = true; c.Receiver.Listen = "127.0.0.1:0" }, Warn, "receiver.tls.plaintext",
+			"senders are served without TLS on loopback 127.0.0.1:0", false},
 		{"results directory missing", "root", func(c *config.Receiver) { c.Receiver.ResultsFile = filepath.Join(dir, "nodir", "r.jsonl") }, Fail, "receiver.results_file", "install -d", true},
 		{"results directory not writable", "nobody", func(c *config.Receiver) { c.Receiver.ResultsFile = filepath.Join(rootOnly, "r.jsonl") }, Fail, "receiver.results_file", "not writable by user nobody", true},
 		{"lost-packet file's directory missing", "root", func(c *config.Receiver) { c.Receiver.LostFile = filepath.Join(dir, "nodir", "lost.jsonl") }, Fail, "receiver.lost_file", "install -d", true},

@@ -74,42 +74,19 @@ func TestAheadIntervalsPoisonNoGenuine(t *testing.T) {
 		}
 		f.checkLink(t, run.pub.get(si.ID), 0)
 	}
-	if n := metricValue(t, run.rx, "lds_interval_refusals_total", interval.RefusedSupersededEarly); n != float64(len(ivs)) {
+	if n := counterValue(t, run.rx, "lds_interval_refusals_total", "reason", interval.RefusedSupersededEarly); n != float64(len(ivs)) {
 		t.Errorf("superseded_early counted %v, want %d", n, len(ivs))
 	}
-	if n := metricValue(t, run.rx, "lds_interval_refusals_total", interval.RefusedReceiverAfterFinal); n != 0 {
+	if n := counterValue(t, run.rx, "lds_interval_refusals_total", "reason", interval.RefusedReceiverAfterFinal); n != 0 {
 		t.Errorf("%v receiver halves came after their interval was final", n)
 	}
-}
-
-// metricValue sums the counter name's series whose reason label is reason.
-func metricValue(t *testing.T, rx *Receiver, name, reason string) float64 {
-	t.Helper()
-	mfs, err := rx.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
 }
 
 // waitMetric waits (bounded) until the counter reaches want.
 func waitMetric(t *testing.T, rx *Receiver, name, reason string, want float64) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for metricValue(t, rx, name, reason) < want {
+	for counterValue(t, rx, name, "reason", reason) < want {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s{reason=%q} did not reach %v", name, reason, want)
 		}

@@ -308,17 +308,6 @@ func waitClient(t *testing.T, ch chan error, d time.Duration) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // eventually polls cond until it holds or d has passed; safe off the test goroutine.
 func eventually(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
@@ -342,8 +331,9 @@ func (w logWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// outcomeCount reads lds_intervals_total{outcome} from the receiver's registry.
-func outcomeCount(t *testing.T, rx *Receiver, outcome string) float64 {
+// counterValue sums the receiver's series of the counter name whose label
+// has the value (lds_intervals_total{outcome}, lds_frame_errors_total{reason}, ...).
+func counterValue(t *testing.T, rx *Receiver, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := rx.Metrics().Registry().Gather()
 	if err != nil {
@@ -351,12 +341,12 @@ func outcomeCount(t *testing.T, rx *Receiver, outcome string) float64 {
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() != "lds_intervals_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
+				if l.GetName() == label && l.GetValue() == value {
 					n += m.GetCounter().GetValue()
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/wire"
 	"github.com/lds-net/lds/test/e2e"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // TestReceiverIdleFlood: the receiver daemon's own wiring (mTLS, the
@@ -70,7 +71,7 @@ func TestReceiverIdleFlood(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "the flood's connections", time.Minute, func() bool { return open.Load() >= int64(n) })
+	testutil.WaitFor(t, "the flood's connections", time.Minute, func() bool { return open.Load() >= int64(n) })
 
 	creds, err := wire.ClientTLS(pki.ClientCert, pki.ClientKey, pki.CA, e2e.ReceiverServerName)
 	if err != nil {
@@ -99,9 +100,9 @@ func TestReceiverIdleFlood(t *testing.T) {
 	start := time.Now()
 	// Bounded on the event, below the 10 s handshake deadline for which a
 	// cap taken before TLS would let idle sockets hold every slot.
-	waitFor(t, "the sender's interval acknowledged under the flood", 10*time.Second, func() bool { return c.Stats().Acked == 1 })
+	testutil.WaitFor(t, "the sender's interval acknowledged under the flood", 10*time.Second, func() bool { return c.Stats().Acked == 1 })
 	t.Logf("acknowledged %v after submitting, with %d idle connections open", time.Since(start).Round(time.Millisecond), open.Load())
-	waitFor(t, "refused flood connections counted", time.Minute, func() bool { return refusals(t, rx) > 0 })
+	testutil.WaitFor(t, "refused flood connections counted", time.Minute, func() bool { return refusals(t, rx) > 0 })
 }
 
 func refusals(t *testing.T, rx *receiver.Receiver) float64 {
@@ -119,15 +120,4 @@ func refusals(t *testing.T, rx *receiver.Receiver) float64 {
 		}
 	}
 	return n
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -2,19 +2,16 @@ package receiver_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
@@ -22,6 +19,7 @@ import (
 	"github.com/lds-net/lds/internal/receiver"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/sender"
+	"github.com/lds-net/lds/test/testutil"
 	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 )
@@ -153,49 +151,19 @@ func abs(x float64) float64 {
 // prefixes[i] to outs[i].
 func splitBySource(t *testing.T, in string, outs []string, prefixes []netip.Prefix) {
 	t.Helper()
-	f, err := os.Open(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := make([]*pcapgo.Writer, len(outs))
-	for i, o := range outs {
-		of, err := os.Create(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer of.Close()
-		ws[i] = pcapgo.NewWriterNanos(of)
-		if err := ws[i].WriteFileHeader(r.Snaplen(), r.LinkType()); err != nil {
-			t.Fatal(err)
-		}
-	}
 	p, err := capture.NewParser(capture.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		data, ci, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		pk, reason := p.Identify(data, ci.Length, r.LinkType())
+	testutil.RewritePcap(t, in, outs, 0, func(r testutil.PcapRecord, write func(int, gopacket.CaptureInfo, []byte)) {
+		pk, reason := p.Identify(r.Data, r.CI.Length, r.Link)
 		if reason != capture.ReasonOK {
-			continue
+			return
 		}
 		for i, pfx := range prefixes {
 			if pfx.Contains(pk.Key.SrcAddr()) {
-				if err := ws[i].WritePacket(gopacket.CaptureInfo{Timestamp: ci.Timestamp, CaptureLength: len(data), Length: ci.Length}, data); err != nil {
-					t.Fatal(err)
-				}
+				write(i, gopacket.CaptureInfo{Timestamp: r.CI.Timestamp, CaptureLength: len(r.Data), Length: r.CI.Length}, r.Data)
 			}
 		}
-	}
+	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/wire"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // TestReceiverRestartMidRun: the receiver is killed after it has matched
@@ -48,10 +49,10 @@ func TestReceiverRestartMidRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, "receiver A to match the first three intervals", 5*time.Second, func() bool {
+	testutil.WaitFor(t, "receiver A to match the first three intervals", 5*time.Second, func() bool {
 		return a.pub.has(ids[0], results.OutcomeMatched) && a.pub.has(ids[1], results.OutcomeMatched) && a.pub.has(ids[2], results.OutcomeMatched)
 	})
-	waitUntil(t, "acks of the first three intervals", 3*time.Second, func() bool { return c.Stats().Acked == 3 })
+	testutil.WaitFor(t, "acks of the first three intervals", 3*time.Second, func() bool { return c.Stats().Acked == 3 })
 
 	// Kill receiver A; the sender finishes the rest of its intervals meanwhile.
 	a.stop()
@@ -229,7 +230,7 @@ func TestReceiverDropsResentDuplicates(t *testing.T) {
 	if len(h.haves) != 3 || !slices.Contains(h.haves[2], ids[3]) {
 		t.Errorf("HelloAck.have per connection %v: want 3 connections, the last naming %d", h.haves, ids[3])
 	}
-	if n := outcomeCount(t, run.rx, results.OutcomeDuplicate); n != 1 {
+	if n := counterValue(t, run.rx, "lds_intervals_total", "outcome", results.OutcomeDuplicate); n != 1 {
 		t.Errorf("duplicates counted %v, want 1", n)
 	}
 	checkEstimationsTimed(t, run.rx)
@@ -269,7 +270,7 @@ func TestSenderRestartFirstIntervalPartial(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, "the first instance's intervals acknowledged", 5*time.Second, func() bool { return c1.Stats().Acked == 2 })
+	testutil.WaitFor(t, "the first instance's intervals acknowledged", 5*time.Second, func() bool { return c1.Stats().Acked == 2 })
 	cancel1()
 	<-done1
 
@@ -430,7 +431,7 @@ func TestReceiverVoidsSeqGap(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("acknowledged %v, want %v (all but the voided %d)", got, want, ids[2])
 	}
-	if n := outcomeCount(t, run.rx, results.OutcomeVoidedGap); n != 1 {
+	if n := counterValue(t, run.rx, "lds_intervals_total", "outcome", results.OutcomeVoidedGap); n != 1 {
 		t.Errorf("voided intervals counted %v, want 1", n)
 	}
 	checkEstimationsTimed(t, run.rx)

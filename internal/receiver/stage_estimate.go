@@ -135,9 +135,6 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	return iv, err
 }
 
-// clock judges an interval by both ends' clocks: the sender's when it
-// closed the interval, the receiver's when it sealed it. Anything but
-// synced (or disabled by choice) withholds the delays.
 // estimate runs the estimator, turning a panic into an error: the sketches
 // come from another host, and one bad interval must not stop the daemon.
 func (r *Receiver) estimate(est *Estimation, name string, mt *interval.Matched, clk Clock) (iv *results.Interval, err error) {

@@ -10,10 +10,11 @@ import (
 )
 
 // publishJob is what one sender entry's emitter (estStage.runEmitter)
-// does with each job, in the order intervals became final. It holds a matched interval with cells short of packets
-// (loss, or packets placed elsewhere) back until the next one is
-// estimated: packets of this interval slower than the hold window show as
-// a surplus in the next one, and then this one's loss is withheld too.
+// does with each job, in the order intervals became final. It holds a
+// matched interval with cells short of packets (loss, or packets placed
+// elsewhere) back until the next one is estimated: packets of this
+// interval slower than the hold window show as a surplus in the next one,
+// and then this one's loss is withheld too.
 func (r *Receiver) publishJob(s *senderState, j *estJob) {
 	if j.tick {
 		// The next interval is overdue (the sender stopped, a long gap):

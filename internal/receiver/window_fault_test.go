@@ -59,32 +59,10 @@ func TestIntervalsOutsideTheWindowRefused(t *testing.T) {
 		}
 		f.checkLink(t, run.pub.get(id), 0)
 	}
-	if n := frameErrors(t, run.rx, "interval_out_of_window"); n != 2 {
+	if n := counterValue(t, run.rx, "lds_frame_errors_total", "reason", "interval_out_of_window"); n != 2 {
 		t.Errorf("lds_frame_errors_total{reason=\"interval_out_of_window\"} = %v, want 2", n)
 	}
 	if st := c.Stats(); st.Buffered != 0 || st.Dropped != 0 || st.Acked != uint64(len(ivs)+2) {
 		t.Errorf("client stats %+v: want every interval acknowledged (the far ones too), none dropped", st)
 	}
-}
-
-func frameErrors(t *testing.T, rx *Receiver, reason string) float64 {
-	t.Helper()
-	mfs, err := rx.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "lds_frame_errors_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
 }

@@ -2,18 +2,18 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/gopacket/gopacket"
+
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/test/testutil"
 	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 )
@@ -23,39 +23,12 @@ import (
 // would have captured it (wire lengths kept).
 func truncatePcap(t *testing.T, src string, snap int) string {
 	t.Helper()
-	in, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	r, err := pcapgo.NewReader(in)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dst := strings.TrimSuffix(src, ".pcap") + fmt.Sprintf("-s%d.pcap", snap)
-	out, err := os.Create(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	w := pcapgo.NewWriterNanos(out)
-	if err := w.WriteFileHeader(uint32(snap), r.LinkType()); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		data, ci, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data = data[:min(len(data), snap)]
+	testutil.RewritePcap(t, src, []string{dst}, uint32(snap), func(r testutil.PcapRecord, write func(int, gopacket.CaptureInfo, []byte)) {
+		data, ci := r.Data[:min(len(r.Data), snap)], r.CI
 		ci.CaptureLength = len(data)
-		if err := w.WritePacket(ci, data); err != nil {
-			t.Fatal(err)
-		}
-	}
+		write(0, ci, data)
+	})
 	return dst
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sketch"
 	"github.com/lds-net/lds/tools/gen"
 	"github.com/lds-net/lds/tools/join"
 )
@@ -143,9 +144,17 @@ func replayNoLoss(t *testing.T, estimator string) {
 	med, p95 := relErr[len(relErr)/2], relErr[len(relErr)*95/100]
 	t.Logf("flows >= 100 packets: %d, median relative error %.3g, p95 %.3g", big, med, p95)
 	// 300 flows on 4 x 4096 cells: collisions are rare, so nearly every
-	// large flow has a cell of its own and is measured exactly.
-	if med > 0.001 || p95 > 0.05 {
-		t.Errorf("median %.3g / p95 %.3g relative error above 0.1%% / 5%%", med, p95)
+	// large flow has a cell of its own and is measured exactly. Measured
+	// (the run is deterministic): median 0 under both estimators, p95
+	// 1.6e-16 (float rounding) under decode and 5.04e-05 under paper,
+	// whose least-crowded cell shares a few flows' packets. The bounds
+	// leave rounding's room and 4x paper's.
+	maxP95 := 1e-9
+	if estimator == "paper" {
+		maxP95 = 2e-4
+	}
+	if med > 1e-9 || p95 > maxP95 {
+		t.Errorf("median %.3g / p95 %.3g relative error above 1e-9 / %.3g", med, p95, maxP95)
 	}
 }
 
@@ -206,6 +215,9 @@ func checkLoss(t *testing.T, r run, estimator string) lossCheck {
 		if rec.Loss == nil || *rec.Loss > bound+1e-9 || *rec.Loss < float64(rec.SampledLost) || (estimator == "paper" && *rec.Loss != bound) {
 			t.Errorf("flow %v interval %d: loss %v, bound %v, %d lost samples", id.Key, id.Interval, rec.Loss, bound, rec.SampledLost)
 		}
+		if estimator == "decode" {
+			checkPublishedRule(t, rec, lost)
+		}
 		if lost > 0 {
 			c.lossy++
 			c.bounded += b2i(bound >= 0.5)
@@ -227,6 +239,43 @@ func checkLoss(t *testing.T, r run, estimator string) lossCheck {
 	return c
 }
 
+// checkPublishedRule holds a decode record's loss to the published-loss
+// rule end to end: a count the lost-packet table made exact is the true
+// loss; otherwise the loss is what sketch.PublishedLoss makes of the
+// record's loss_point and loss_bound alone (their minimum, divided by
+// sketch.LossSupportMin below it), or more only by what is proven: lost
+// samples or cell deficits no other flow can explain (sketch.AloneLoss).
+// Proven loss is a whole number of packets (every flow here weighs 1) and
+// never above the truth, so a published loss above the rule's value that
+// is fractional or exceeds the true loss broke the rule.
+func checkPublishedRule(t *testing.T, rec results.FlowRecord, trueLost float64) {
+	t.Helper()
+	if rec.Loss == nil || rec.LossBound == nil {
+		t.Errorf("flow %v interval %d: loss %v, bound %v: want both", rec.Key, rec.Interval, rec.Loss, rec.LossBound)
+		return
+	}
+	loss := *rec.Loss
+	if rec.LossExact {
+		if loss != trueLost || *rec.LossBound != trueLost {
+			t.Errorf("flow %v interval %d: exact loss %v (bound %v), true %v", rec.Key, rec.Interval, loss, *rec.LossBound, trueLost)
+		}
+		return
+	}
+	if rec.LossPoint == nil {
+		t.Errorf("flow %v interval %d: decode record without loss_point", rec.Key, rec.Interval)
+		return
+	}
+	rule := sketch.PublishedLoss(*rec.LossPoint, *rec.LossBound, 0)
+	switch {
+	case math.Abs(loss-rule) <= 1e-9:
+	case loss < rule:
+		t.Errorf("flow %v interval %d: loss %v below the rule's %v (point %v, bound %v)", rec.Key, rec.Interval, loss, rule, *rec.LossPoint, *rec.LossBound)
+	case loss != math.Trunc(loss) || loss > trueLost:
+		t.Errorf("flow %v interval %d: loss %v above the rule's %v (point %v, bound %v) by more than is proven (true loss %v, %d lost samples)",
+			rec.Key, rec.Interval, loss, rule, *rec.LossPoint, *rec.LossBound, trueLost, rec.SampledLost)
+	}
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -238,9 +287,13 @@ func b2i(b bool) int {
 // count-min bound cries wolf: 0.2 % uniform loss plus 3 % of the flows
 // losing 5 %, k = 5 multi-bank, at about 60 packets and 20 flows per cell
 // (4 × 1024 cells for 60 kpps: the load of a 16 % false-alarm rate of the
-// bound on 4 × 4096 cells). Of the loss-free flows of >= 100 packets at
-// most 2 % may show loss >= 1, and at least 95 % of the flows of >= 100
-// packets that lost >= 3 % must (docs/RESULTS.md §3).
+// bound on 4 × 4096 cells). Of the 286 loss-free flows of >= 100 packets
+// it measures 1 with loss >= 1 (0.35 %; the same at every GOMAXPROCS: the
+// trace is seeded and the replay deterministic); at most 0.5 % may, which
+// allows that one and no second (docs/RESULTS.md §3). At least 95 % of the
+// flows of >= 100 packets that lost >= 3 % must show loss >= 1 (20 of 20
+// measured). Every record also keeps the published-loss rule
+// (checkPublishedRule).
 func TestReplayLossDoesNotCryWolf(t *testing.T) {
 	sc := scenario(31, 0.002)
 	sc.Flows, sc.RatePPS, sc.Duration = 4000, 60000, 6*time.Second
@@ -263,8 +316,8 @@ func TestReplayLossDoesNotCryWolf(t *testing.T) {
 	if c.boundCried*100 < 5*c.clean {
 		t.Fatalf("the bound cries wolf on only %d of %d loss-free flows: the scenario does not test the published loss", c.boundCried, c.clean)
 	}
-	if c.cried*100 > 2*c.clean {
-		t.Errorf("loss >= 1 on %d of %d loss-free flows of >= 100 packets, want <= 2 %%", c.cried, c.clean)
+	if c.cried*1000 > 5*c.clean {
+		t.Errorf("loss >= 1 on %d of %d loss-free flows of >= 100 packets, want <= 0.5 %% (1 measured)", c.cried, c.clean)
 	}
 	if c.flagged*100 < 95*c.heavy {
 		t.Errorf("loss >= 1 on %d of %d flows of >= 100 packets that lost >= 3 %%, want >= 95 %%", c.flagged, c.heavy)
@@ -279,7 +332,8 @@ func TestReplayLossDoesNotCryWolf(t *testing.T) {
 // samples equal to the truth's, and every lost packet found lost
 // (sampled_lost = lost; in the first interval, whose earlier receive
 // window nobody captured, at most lost). The published loss never falls
-// below what the samples prove.
+// below what the samples prove, and keeps the published-loss rule
+// (checkPublishedRule) with the lost samples raising it.
 func TestReplaySamplesAgainstJoin(t *testing.T) {
 	r := replayScenario(t, scenario(21, 0.01), func(o *Options) {
 		o.Config.Sketch.VLDA = 5
@@ -309,6 +363,7 @@ func TestReplaySamplesAgainstJoin(t *testing.T) {
 			(rec.LossBound != nil && *rec.LossBound < float64(rec.SampledLost)) {
 			t.Errorf("flow %v interval %d: published loss %v (point %v, bound %v) below the %d lost samples", id.Key, id.Interval, rec.Loss, rec.LossPoint, rec.LossBound, rec.SampledLost)
 		}
+		checkPublishedRule(t, rec, float64(f.Lost()))
 		lostSeen += rec.SampledLost
 		if rec.StddevFrom == "samples" && rec.DelaySamples == int(f.Received) {
 			n := float64(f.Received)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // syncBuf is a log sink safe for concurrent writes.
@@ -174,7 +175,7 @@ func TestIdleFloodDoesNotLockOutSenders(t *testing.T) {
 			// its goroutines reopen each one the receiver closes until the
 			// test ends (how many are open at one instant depends on the
 			// scheduler: logged, not asserted).
-			waitFor(t, "the flood's connections", 60*time.Second, func() bool { return fc.open.Load() >= int64(tc.n) })
+			testutil.WaitFor(t, "the flood's connections", 60*time.Second, func() bool { return fc.open.Load() >= int64(tc.n) })
 			cert, key := gs.ca.issue(t, gs.dir, "s1", false)
 			cfg := clientConfig(gs.addr, "s1")
 			cfg.FailFast = false
@@ -195,11 +196,11 @@ func TestIdleFloodDoesNotLockOutSenders(t *testing.T) {
 			// for which a cap taken before TLS would let idle sockets hold
 			// every slot.
 			start := time.Now()
-			waitFor(t, "the sender's interval under the flood", 10*time.Second, func() bool { return len(gs.h.ids("s1")) == 1 })
+			testutil.WaitFor(t, "the sender's interval under the flood", 10*time.Second, func() bool { return len(gs.h.ids("s1")) == 1 })
 			took, open := time.Since(start), fc.open.Load()
 			// The flood's sockets are refused (closed for the pool or
 			// the handshake deadline), counted and logged.
-			waitFor(t, "refusals of the flood's connections", 60*time.Second, func() bool {
+			testutil.WaitFor(t, "refusals of the flood's connections", 60*time.Second, func() bool {
 				return gs.conns.get(RefusedPendingEvicted)+gs.conns.get(RefusedHandshakeTimeout) > 0
 			})
 			cancel()
@@ -245,19 +246,19 @@ func TestGateAuthenticatedCap(t *testing.T) {
 	c1 := client("s1")
 	run1, stop1 := context.WithCancel(ctx)
 	done1 := runClient(run1, c1)
-	waitFor(t, "the first sender", 30*time.Second, func() bool { return gs.h.connects() == 1 })
+	testutil.WaitFor(t, "the first sender", 30*time.Second, func() bool { return gs.h.connects() == 1 })
 	c2 := client("s2")
 	done2 := runClient(ctx, c2)
 	if err := c2.Submit(makeInterval(t, testParams(), 3, 50, 3), testMeta()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second sender refused at the cap", 30*time.Second, func() bool { return gs.conns.get(RefusedMaxConnections) > 0 })
+	testutil.WaitFor(t, "the second sender refused at the cap", 30*time.Second, func() bool { return gs.conns.get(RefusedMaxConnections) > 0 })
 	if n := gs.h.connects(); n != 1 {
 		t.Fatalf("%d senders connected with one authenticated slot", n)
 	}
 	stop1()
 	<-done1
-	waitFor(t, "the second sender once the slot is free", 30*time.Second, func() bool { return len(gs.h.ids("s2")) == 1 })
+	testutil.WaitFor(t, "the second sender once the slot is free", 30*time.Second, func() bool { return len(gs.h.ids("s2")) == 1 })
 	c2.Close()
 	if err := waitErr(t, done2, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -376,9 +377,9 @@ func TestPlaintextIdleNotAuthenticated(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fc := flood(ctx, addr, 50, []string{"127.0.0.1"}, false)
-	waitFor(t, "the flood's connections", 30*time.Second, func() bool { return fc.open.Load() >= 50 })
+	testutil.WaitFor(t, "the flood's connections", 30*time.Second, func() bool { return fc.open.Load() >= 50 })
 	// After the kernel's deferral the idle sockets reach the gate.
-	waitFor(t, "idle sockets in the pending pool", 60*time.Second, func() bool { p, _ := g.Counts(); return p >= 2 })
+	testutil.WaitFor(t, "idle sockets in the pending pool", 60*time.Second, func() bool { p, _ := g.Counts(); return p >= 2 })
 	if _, authed := g.Counts(); authed != 0 {
 		t.Fatalf("%d idle plaintext sockets took authenticated slots", authed)
 	}
@@ -390,7 +391,7 @@ func TestPlaintextIdleNotAuthenticated(t *testing.T) {
 	if err := c.Submit(makeInterval(t, testParams(), 4, 50, 4), testMeta()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the sender's interval", 10*time.Second, func() bool { return len(h.ids("s1")) == 1 })
+	testutil.WaitFor(t, "the sender's interval", 10*time.Second, func() bool { return len(h.ids("s1")) == 1 })
 	c.Close()
 	cancel()
 	<-done

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
@@ -89,15 +90,21 @@ func TestCertificateBindsSenderID(t *testing.T) {
 			bCert, bKey := ca.issueNamed(t, dir, "edge-b")
 			aCert, aKey := ca.issueNamed(t, dir, "edge-a")
 			cCert, cKey := ca.issueNamed(t, dir, "tap-host-17", "edge-c", "edge-c.example")
+			// Names that only resemble a listed id: another case, a longer name.
+			xCert, xKey := ca.issueNamed(t, dir, "EDGE-A", "edge-b.x", "edge-c2")
 			for _, c := range []struct {
 				cert, key, id string
 				ok            bool
+				cn            string // the certificate's CN, which a refusal names
 			}{
-				{bCert, bKey, "edge-a", false},                  // edge-b's certificate cannot speak as edge-a
-				{aCert, aKey, "edge-a", true},                   // CN
-				{cCert, cKey, "edge-c", true},                   // DNS SAN
-				{cCert, cKey, "tap-host-17", tc.senders == nil}, // CN, listed only under the wildcard
-				{aCert, aKey, "edge-b", false},
+				{bCert, bKey, "edge-a", false, "edge-b"},            // edge-b's certificate cannot speak as edge-a
+				{aCert, aKey, "edge-a", true, "edge-a"},             // CN
+				{cCert, cKey, "edge-c", true, "tap-host-17"},        // DNS SAN
+				{cCert, cKey, "tap-host-17", tc.senders == nil, ""}, // CN, listed only under the wildcard
+				{aCert, aKey, "edge-b", false, "edge-a"},            //
+				{xCert, xKey, "edge-a", false, "EDGE-A"},            // CN in another case
+				{xCert, xKey, "edge-b", false, "EDGE-A"},            // a DNS SAN the id is a prefix of
+				{xCert, xKey, "edge-c", false, "EDGE-A"},            // a DNS SAN one character longer
 			} {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				before := h.connects()
@@ -129,8 +136,8 @@ func TestCertificateBindsSenderID(t *testing.T) {
 					!strings.Contains(s.Message(), "CN") || h.connects() != before {
 					t.Errorf("id %s with certificate %s: %v, want PermissionDenied naming the id and the certificate's names", c.id, filepath.Base(c.cert), err)
 				}
-				if c.id == "edge-a" && !strings.Contains(s.Message(), `"edge-b"`) {
-					t.Errorf("refusal %q does not name the certificate's CN edge-b", s.Message())
+				if !strings.Contains(s.Message(), `"`+c.cn+`"`) {
+					t.Errorf("refusal %q does not name the certificate's CN %s", s.Message(), c.cn)
 				}
 			}
 			h.mu.Lock()
@@ -142,6 +149,47 @@ func TestCertificateBindsSenderID(t *testing.T) {
 			}
 			if !slices.Contains(h.frameErrs, "identity_mismatch") {
 				t.Errorf("frame errors %v, want identity_mismatch counted", h.frameErrs)
+			}
+		})
+	}
+}
+
+// TestIdentityMatchesExactly: a sender id is one of its certificate's
+// names byte for byte. A name in another case, a DNS SAN that begins with
+// the id (edge-a.x is not edge-a) or one the id begins with, and a CN
+// longer or shorter than the id are all refused. (An empty id never gets
+// here: checkHello refuses it first.)
+func TestIdentityMatchesExactly(t *testing.T) {
+	cert := func(cn string, dns ...string) *x509.Certificate {
+		return &x509.Certificate{Subject: pkix.Name{CommonName: cn}, DNSNames: dns}
+	}
+	for _, c := range []struct {
+		name string
+		cert *x509.Certificate
+		id   string
+		ok   bool
+	}{
+		{"CN", cert("edge-a"), "edge-a", true},
+		{"DNS SAN", cert("host-1", "edge-a", "edge-a.example"), "edge-a", true},
+		{"longer DNS SAN", cert("host-1", "edge-a.example"), "edge-a.example", true},
+		{"CN upper case", cert("EDGE-A"), "edge-a", false},
+		{"id upper case", cert("edge-a"), "Edge-A", false},
+		{"DNS SAN upper case", cert("host-1", "EDGE-A"), "edge-a", false},
+		{"id upper case, DNS SAN", cert("host-1", "edge-a"), "EDGE-A", false},
+		{"DNS SAN with the id as prefix", cert("host-1", "edge-a.x"), "edge-a", false},
+		{"DNS SAN one character longer", cert("host-1", "edge-a2"), "edge-a", false},
+		{"id longer than the DNS SAN", cert("host-1", "edge-a"), "edge-a.x", false},
+		{"CN with the id as prefix", cert("edge-a.x"), "edge-a", false},
+		{"id longer than the CN", cert("edge-a"), "edge-a2", false},
+		{"empty id", cert("edge-a", "edge-b"), "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkIdentity(c.cert, c.id)
+			if c.ok != (err == nil) {
+				t.Fatalf("id %q, CN %q, DNS SANs %q: %v, want accepted %v", c.id, c.cert.Subject.CommonName, c.cert.DNSNames, err, c.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("%q", c.id)) {
+				t.Errorf("refusal %q does not name the id %q", err, c.id)
 			}
 		})
 	}
@@ -228,14 +276,23 @@ func TestHelloDeadline(t *testing.T) {
 
 // TestConnectionCap: with a cap of one (plaintext, so authenticated at
 // once) connection, a second sender's stream is not served while the
-// first connection is open, and is served once it closes.
+// first connection is open (its connection is refused at the cap, twice:
+// the first attempt and a retry), and is served once it closes.
 func TestConnectionCap(t *testing.T) {
 	h := newRecHandler()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewGate(GateConfig{MaxAuthenticated: 1})
+	atCap := make(chan struct{}, 16)
+	g := NewGate(GateConfig{MaxAuthenticated: 1, Refusals: &Refusals{Connection: func(reason string) {
+		if reason == RefusedMaxConnections {
+			select {
+			case atCap <- struct{}{}:
+			default:
+			}
+		}
+	}}})
 	gl, err := g.Listener(lis)
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +315,17 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2.Close()
-	time.Sleep(300 * time.Millisecond) // give a broken cap the chance to serve it
+	// A broken cap serves the second sender instead: no refusal comes,
+	// and the client ends (done) or the deadline passes first.
+	for range 2 {
+		select {
+		case <-atCap:
+		case err := <-done:
+			t.Fatalf("second sender ended (%v) before being refused twice at the cap; %d senders connected", err, h.connects())
+		case <-ctx.Done():
+			t.Fatalf("second connection never refused at the cap; %d senders connected", h.connects())
+		}
+	}
 	if n := h.connects(); n != 0 {
 		t.Fatalf("%d senders connected while the only connection slot was taken", n)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/interval"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
+	"github.com/lds-net/lds/test/testutil"
 )
 
 // recHandler is a wire.Handler that records what the server hands it.
@@ -155,17 +156,6 @@ func runClient(ctx context.Context, c *Client) chan error {
 	ch := make(chan error, 1)
 	go func() { ch <- c.Run(ctx) }()
 	return ch
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func waitErr(t *testing.T, ch chan error, d time.Duration) error {
@@ -433,7 +423,7 @@ func TestSenderRefusesOlderReceiver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	done := runClient(ctx, c)
-	waitFor(t, "the warning about a missing Challenge", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "the warning about a missing Challenge", 20*time.Second, func() bool {
 		l := logs.String()
 		return strings.Contains(l, "no Challenge") && strings.Contains(l, "older lds receiver") && strings.Contains(l, "run the same lds version")
 	})
@@ -658,7 +648,7 @@ func TestClientResendsAfterReceiverRestart(t *testing.T) {
 				}
 			}
 			<-received3
-			waitFor(t, "acks of 1 and 2", 3*time.Second, func() bool { return c.Stats().Acked == 2 })
+			testutil.WaitFor(t, "acks of 1 and 2", 3*time.Second, func() bool { return c.Stats().Acked == 2 })
 			close(kill)
 			stop1()
 			if got := first.ids("s1"); !slices.Equal(got, []int64{1, 2}) {

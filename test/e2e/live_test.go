@@ -110,8 +110,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // check asserts what every live run must show: complete taps, no false
-// loss, coverage and median delay error of the large flows against the
-// tcpdump join, and total loss close to the truth.
+// loss, coverage and median delay error of all flows and of the large
+// ones against the tcpdump join, and total loss close to the truth.
 func check(t *testing.T, res *Result) {
 	t.Helper()
 	if res.Traffic.Sent == 0 || res.Traffic.SendErrors != 0 {
@@ -148,6 +148,14 @@ func check(t *testing.T, res *Result) {
 	cv := res.Coverage(10)
 	if cv.Flows == 0 || float64(cv.Covered) < 0.9*float64(cv.Flows) {
 		t.Errorf("delay coverage of loss-free flows with >= 10 packets: %d of %d, want >= 90%%", cv.Covered, cv.Flows)
+	}
+	// Every covered flow, whatever its size: where a flow has cells of
+	// its own the sketch's mean is the exact mean of the same packets
+	// tcpdump saw (both read the kernel's timestamps), so most errors are
+	// rounding. TestLive measures a median of 0 (p95 2e-16) over 762
+	// flows; a median above 0.1 % is a bias of every published delay.
+	if all.Covered < 100 || all.MedianRelDelay > 0.001 {
+		t.Errorf("median relative delay error over all %d covered flows: %.3g, want <= 0.001 over >= 100 flows", all.Covered, all.MedianRelDelay)
 	}
 	big, _ := res.Bin(">=100")
 	if big.DelayFlows == 0 || big.Covered == 0 {

@@ -137,10 +137,10 @@ func liveRun(t *testing.T, cfg Config, n, pps int) liveResult {
 	wg.Add(2)
 	go func() { defer wg.Done(); tap(ctx, ta, res.a) }()
 	go func() { defer wg.Done(); tap(ctx, tb, res.b) }()
-	time.Sleep(50 * time.Millisecond)
 
 	src, dst := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	frame := buildUDP4(src, dst, 40000, 9, 64)
+	base := warmUp(t, em, inj, frame, res)
 	gap := time.Second / time.Duration(pps)
 	start := time.Now()
 	for i := range n {
@@ -154,14 +154,14 @@ func liveRun(t *testing.T, cfg Config, n, pps int) liveResult {
 			time.Sleep(d)
 		}
 	}
-	// Quiet period: everything held is released within the largest delay.
-	time.Sleep(300 * time.Millisecond)
+	settled(t, em, res, n, base)
 	cancel()
 	wg.Wait()
 	if err := <-emErr; err != nil {
 		t.Fatalf("emulator: %v", err)
 	}
 	res.stats = em.Stats()
+	res.stats.Forward = since(res.stats.Forward, base)
 	for i := range uint64(n) {
 		ta, okA := res.a.ts[i]
 		tb, okB := res.b.ts[i]
@@ -177,6 +177,78 @@ func liveRun(t *testing.T, cfg Config, n, pps int) liveResult {
 		maxSeen = max(maxSeen, s)
 	}
 	return res
+}
+
+// warmUp sends probe frames (sequence numbers from 1<<62, one a
+// millisecond) until both taps have seen one, so that the taps are reading
+// and the emulator relaying before the measured frames go out; then waits
+// for the probes to settle, clears the taps' logs and returns the
+// emulator's forward counters so far (the probes', taken off the run's).
+func warmUp(t *testing.T, em *Emulator, inj *rawSock, frame []byte, res liveResult) DirStats {
+	t.Helper()
+	probes := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for res.a.count() == 0 || res.b.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no probe through the emulator after %d probes: tap A saw %d, tap B %d (%+v)", probes, res.a.count(), res.b.count(), em.Stats().Forward)
+		}
+		binary.BigEndian.PutUint64(frame[14+20+8:], 1<<62+uint64(probes))
+		if err := inj.write(frame); err != nil {
+			t.Fatalf("inject a probe: %v", err)
+		}
+		probes++
+		time.Sleep(time.Millisecond)
+	}
+	settled(t, em, res, probes, DirStats{})
+	for _, l := range []*tapLog{res.a, res.b} {
+		l.mu.Lock()
+		clear(l.ts)
+		l.order = l.order[:0]
+		l.mu.Unlock()
+	}
+	return em.Stats().Forward
+}
+
+func (l *tapLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ts)
+}
+
+// since is s less the counts of base (the lateness fields are left whole).
+func since(s, base DirStats) DirStats {
+	s.Received -= base.Received
+	s.Forwarded -= base.Forwarded
+	s.Immediate -= base.Immediate
+	s.Lost -= base.Lost
+	s.Overflow -= base.Overflow
+	s.Truncated -= base.Truncated
+	s.SendErrors -= base.SendErrors
+	return s
+}
+
+// settled waits until the n frames injected since base (the emulator's
+// forward counters when the taps' logs were last cleared) have played
+// out: tap A saw every one, the emulator has dealt with every frame it
+// read (forwarded or dropped, nothing held) and tap B saw every frame it
+// forwarded. It polls the counters; the deadline only turns a hang into a
+// failure.
+func settled(t *testing.T, em *Emulator, res liveResult, n int, base DirStats) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f := since(em.Stats().Forward, base)
+		done := f.Forwarded + f.Lost + f.Overflow + f.Truncated + f.SendErrors
+		a, b := res.a.count(), res.b.count()
+		if a == n && f.Received == uint64(n) && done == f.Received && uint64(b) == f.Forwarded {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run did not settle: tap A saw %d of %d frames, the emulator dealt with %d of %d it read (%+v), tap B saw %d of %d forwarded",
+				a, n, done, f.Received, f, b, f.Forwarded)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func quantiles(v []float64, ps ...float64) []float64 {
