@@ -219,7 +219,7 @@ func TestStoreKeepsLastN(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewStore(3)
 			for i, id := range tc.add {
-				s.Add(&results.Interval{Sender: "a", Interval: id, Outcome: string(rune('a' + i))})
+				s.Add(&results.Interval{Sender: "a", Interval: id, Outcome: results.Outcome(rune('a' + i))})
 			}
 			var got []int64
 			for _, iv := range s.snapshot("a")["a"] {

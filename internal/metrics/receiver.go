@@ -16,14 +16,15 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/match"
+	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/spike"
 )
 
 // Interval outcomes that ObserveInterval and IntervalOutcome pre-create at 0
 // for every sender, so that rate() and increase() work from the first one.
-func knownOutcomes() []string {
-	return []string{
+func knownOutcomes() []results.Outcome {
+	return []results.Outcome{
 		results.OutcomeMatched, results.OutcomePartial, results.OutcomeVoidedGap, results.OutcomeNoSender,
 		results.OutcomeUnsynced, results.OutcomeDuplicate, results.OutcomeNoReceiver, results.OutcomeFailed,
 	}
@@ -72,7 +73,7 @@ type Receiver struct {
 
 // OwnClock is this host's clock as the daemon's PTP checker sees it now.
 type OwnClock struct {
-	State      string // synced, unsynced, unknown, disabled
+	State      ptp.State
 	OffsetNS   int64
 	HaveOffset bool // ptp4l has answered at least once: OffsetNS is a reading
 }
@@ -121,7 +122,7 @@ type linkSeries struct {
 type clockKey struct{ end, sender string }
 
 type clockState struct {
-	state    string
+	state    ptp.State
 	offset   float64 // seconds
 	errBound float64 // seconds
 }
@@ -267,7 +268,7 @@ func (r *Receiver) sender(name string) *senderState {
 		s = &senderState{}
 		r.senders[name] = s
 		for _, o := range knownOutcomes() {
-			r.intervals.WithLabelValues(name, o)
+			r.intervals.WithLabelValues(name, string(o))
 		}
 		r.spikes.WithLabelValues(name)
 		r.lossSpikes.WithLabelValues(name)
@@ -454,15 +455,14 @@ func (r *Receiver) recordSpikes(s *senderState, m map[capture.FlowKey]*spikeHist
 	return m
 }
 
-// IntervalOutcome counts one interval of sender by outcome (a results.Outcome*
-// constant): call it once for every interval, those published with
+// IntervalOutcome counts one interval of sender by outcome: call it once for every interval, those published with
 // ObserveInterval and those that produced none (voided by a seq gap, a
 // duplicate, refused).
-func (r *Receiver) IntervalOutcome(sender, outcome string) {
+func (r *Receiver) IntervalOutcome(sender string, outcome results.Outcome) {
 	r.mu.Lock()
 	r.sender(sender)
 	r.mu.Unlock()
-	r.intervals.WithLabelValues(sender, outcome).Inc()
+	r.intervals.WithLabelValues(sender, string(outcome)).Inc()
 }
 
 // SenderConnected records whether the sender's stream is up.
@@ -473,9 +473,9 @@ func (r *Receiver) SenderConnected(sender string, up bool) {
 }
 
 // SetClock records one end's clock: end is "sender" or "receiver", state the
-// PTP state ("synced" when disciplined), offsetNS the offset from the
+// PTP state (ptp.StateSynced when disciplined), offsetNS the offset from the
 // grandmaster, errBoundNS the bound on the clock error.
-func (r *Receiver) SetClock(end, sender, state string, offsetNS int64, errBoundNS float64) {
+func (r *Receiver) SetClock(end, sender string, state ptp.State, offsetNS int64, errBoundNS float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.clocks[clockKey{end, sender}] = clockState{state: state, offset: float64(offsetNS) / 1e9, errBound: errBoundNS / 1e9}
@@ -645,7 +645,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if oc.HaveOffset {
 			gauge(ch, d.PTPOffset, float64(oc.OffsetNS)/1e9, "receiver", "")
 		}
-		gauge(ch, d.PTPState, 1, "receiver", "", oc.State)
+		gauge(ch, d.PTPState, 1, "receiver", "", string(oc.State))
 	}
 	for k, cs := range r.clocks {
 		if own != nil && k.end == "receiver" {
@@ -653,7 +653,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(ch, d.PTPOffset, cs.offset, k.end, k.sender)
 		gauge(ch, d.PTPErr, cs.errBound, k.end, k.sender)
-		gauge(ch, d.PTPState, 1, k.end, k.sender, cs.state)
+		gauge(ch, d.PTPState, 1, k.end, k.sender, string(cs.state))
 	}
 	collectCapture(ch, d, &r.capture)
 }

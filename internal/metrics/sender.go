@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lds-net/lds/internal/ptp"
 )
 
 // Sender holds the sender daemon's series. Methods are safe for concurrent use.
@@ -114,9 +116,9 @@ func (s *Sender) CaptureCounters(packets uint64, drops map[string]uint64) {
 	s.capture = captureState{packets: packets, drops: cloneMap(drops), set: true}
 }
 
-// SetClock records this end's PTP state ("synced" when disciplined), offset
+// SetClock records this end's PTP state (ptp.StateSynced when disciplined), offset
 // from the grandmaster and error bound.
-func (s *Sender) SetClock(state string, offsetNS int64, errBoundNS float64) {
+func (s *Sender) SetClock(state ptp.State, offsetNS int64, errBoundNS float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.clock = &clockState{state: state, offset: float64(offsetNS) / 1e9, errBound: errBoundNS / 1e9}
@@ -157,7 +159,7 @@ func (c senderCollector) Collect(ch chan<- prometheus.Metric) {
 		if oc.HaveOffset {
 			gauge(ch, s.ptpOffset, float64(oc.OffsetNS)/1e9)
 		}
-		gauge(ch, s.ptpState, 1, oc.State)
+		gauge(ch, s.ptpState, 1, string(oc.State))
 		if s.clock != nil {
 			gauge(ch, s.ptpErr, s.clock.errBound)
 		}
@@ -166,6 +168,6 @@ func (c senderCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.clock != nil {
 		gauge(ch, s.ptpOffset, s.clock.offset)
 		gauge(ch, s.ptpErr, s.clock.errBound)
-		gauge(ch, s.ptpState, 1, s.clock.state)
+		gauge(ch, s.ptpState, 1, string(s.clock.state))
 	}
 }

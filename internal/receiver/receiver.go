@@ -553,9 +553,8 @@ func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
 	if other.State != "" {
 		r.metrics.SetClock("sender", sender, other.State, other.OffsetNS, math.NaN())
 	}
-	bad := func(st string) bool { return st != string(ptp.StateSynced) && st != string(ptp.StateDisabled) }
-	c := Clock{Unsynced: bad(own.State) || bad(other.State)}
-	if own.State == string(ptp.StateSynced) && other.State == string(ptp.StateSynced) {
+	c := Clock{Unsynced: !own.State.Trusted() || !other.State.Trusted()}
+	if own.State == ptp.StateSynced && other.State == ptp.StateSynced {
 		c.ErrorNS = results.Float(math.Abs(float64(own.OffsetNS)) + math.Abs(float64(other.OffsetNS)))
 	}
 	return c
