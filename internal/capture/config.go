@@ -21,10 +21,6 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// HashVersion is the version of the hashed byte layout (docs/capture.md).
-// Any change to what is hashed must bump it: it is part of the fingerprint.
-const HashVersion = 2
-
 // MaxPayloadBytes bounds identity.payload_bytes: the per-parser hash buffer
 // is sized from it.
 const MaxPayloadBytes = 1024
@@ -280,12 +276,13 @@ func (s SourceConfig) validate(id IdentityConfig) []error {
 }
 
 // FingerprintFields returns every setting that changes a hash, by YAML key,
-// in canonical text; two ends must agree on all of them.
+// in canonical text; two ends must agree on all of them. The layout of
+// the hashed bytes itself is versioned by config.HashVersion: any change
+// to what is hashed bumps it.
 func (c Config) FingerprintFields() map[string]string {
 	id := c.Identity
 	fk := id.FlowKey
 	return map[string]string{
-		"capture.hash_version":                    strconv.Itoa(HashVersion),
 		"capture.identity.seed":                   seedDigest(id.Seed),
 		"capture.identity.payload_bytes":          strconv.Itoa(id.PayloadBytes),
 		"capture.identity.ip_bytes":               strconv.Itoa(id.IPBytes),
