@@ -89,10 +89,6 @@ type JSONLWriter struct {
 	buf    []byte
 }
 
-// NewJSONLWriter opens path for appending with the zero JSONLOptions; "-"
-// writes to standard output.
-func NewJSONLWriter(path string) (*JSONLWriter, error) { return OpenJSONL(path, JSONLOptions{}) }
-
 // OpenJSONL opens path for appending, creating it if needed; "-" writes to
 // standard output (which is never rotated, reopened or synced). A torn last
 // line left by a crash is cut off.

@@ -7,11 +7,9 @@ package capture
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -300,25 +298,6 @@ func (c Config) FingerprintFields() map[string]string {
 func seedDigest(seed string) string {
 	s := sha256.Sum256([]byte("lds/capture/v1/fingerprint\x00" + seed))
 	return "sha256:" + hex.EncodeToString(s[:16])
-}
-
-// Fingerprint returns canonical bytes of FingerprintFields: sorted keys,
-// each as length-prefixed key and value.
-func (c Config) Fingerprint() []byte {
-	f := c.FingerprintFields()
-	keys := make([]string, 0, len(f))
-	for k := range f {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b []byte
-	for _, k := range keys {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(k)))
-		b = append(b, k...)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(f[k])))
-		b = append(b, f[k]...)
-	}
-	return b
 }
 
 // variantKeys are fields that change between the two taps. A selection,

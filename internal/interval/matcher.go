@@ -60,10 +60,6 @@ type Matched struct {
 	release   func()
 }
 
-// Check is the interval's assignment check, taken before its sketches are
-// released (CheckAssignment).
-type Check = Assignment
-
 // Release returns the receiver's sketches for reuse once estimated.
 func (mt *Matched) Release() {
 	if mt.release != nil {
