@@ -5,7 +5,3 @@ import "math"
 // NewStore returns a Store keeping keep intervals per sender (at least 1)
 // without a cap on records, for the tests.
 func NewStore(keep int) *Store { return NewBoundedStore(keep, math.MaxInt) }
-
-// NewJSONLWriter opens path for appending with the zero JSONLOptions, for
-// the tests.
-func NewJSONLWriter(path string) (*JSONLWriter, error) { return OpenJSONL(path, JSONLOptions{}) }
