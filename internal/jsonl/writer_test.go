@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -385,7 +384,7 @@ func TestJSONLWriter(t *testing.T) {
 		got = append(got, sc.Text())
 	}
 	if !slices.Equal(got, want) {
-		t.Fatalf("file:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Fatalf("file:\n%q\nwant:\n%q", got, want)
 	}
 	if iv1.Flows[1].Sender != "" {
 		t.Fatal("Write changed the caller's record")

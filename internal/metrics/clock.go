@@ -56,24 +56,30 @@ func (c *clockCollector) setOwn(f func() OwnClock) {
 	c.own = f
 }
 
-func (c *clockCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	own := c.own
-	c.mu.Unlock()
-	var oc OwnClock
-	if own != nil {
-		oc = own() // outside c.mu: f reads the PTP checker
+// readOwnClock calls the own-clock reader *f (guarded by mu) outside mu,
+// as the reader asks the PTP checker; ok is false without a reader.
+func readOwnClock(mu *sync.Mutex, f *func() OwnClock) (oc OwnClock, ok bool) {
+	mu.Lock()
+	own := *f
+	mu.Unlock()
+	if own == nil {
+		return OwnClock{}, false
 	}
+	return own(), true
+}
+
+func (c *clockCollector) Collect(ch chan<- prometheus.Metric) {
+	oc, own := readOwnClock(&c.mu, &c.own)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if own != nil {
+	if own {
 		if oc.HaveOffset {
 			gauge(ch, c.offset, float64(oc.OffsetNS)/1e9, "receiver", "")
 		}
 		gauge(ch, c.state, 1, "receiver", "", string(oc.State))
 	}
 	for k, cs := range c.clocks {
-		if own != nil && k.end == "receiver" {
+		if own && k.end == "receiver" {
 			continue // the own clock has one series, sender="" (above)
 		}
 		gauge(ch, c.offset, cs.offset, k.end, k.sender)

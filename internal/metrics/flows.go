@@ -57,11 +57,9 @@ func newFlowCollector(r *Receiver) *flowCollector {
 }
 
 func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
-	for name, s := range c.r.senders {
+	c.r.eachSender(func(name string, s *senderState) {
 		if !s.have {
-			continue
+			return
 		}
 		for _, f := range s.flows {
 			gauge(ch, c.delay, f.delay, f.labels...)
@@ -84,7 +82,7 @@ func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, c.tracked, float64(s.trackedWatch), name, "watch")
 		gauge(ch, c.samplesSum, s.samplesSum, name)
 		gauge(ch, c.samplesMedian, s.samplesMedian, name)
-	}
+	})
 }
 
 // recordSpikes adds the spikes of interval id to one of the sender's

@@ -23,19 +23,17 @@ func newIntervalCollector(r *Receiver) *intervalCollector {
 }
 
 func (c *intervalCollector) Collect(ch chan<- prometheus.Metric) {
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
-	for name, s := range c.r.senders {
+	c.r.eachSender(func(name string, s *senderState) {
 		if s.connected != nil {
 			gauge(ch, c.connected, boolFloat(*s.connected), name)
 		}
 		if !s.have {
-			continue
+			return
 		}
 		gauge(ch, c.flows, float64(s.nFlows), name)
 		gauge(ch, c.usable, s.usable, name)
 		gauge(ch, c.sketchBytes, s.sketchBytes, name)
 		gauge(ch, c.start, float64(s.startNS)/1e9, name)
 		gauge(ch, c.done, s.completedUnix, name)
-	}
+	})
 }

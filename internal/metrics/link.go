@@ -26,17 +26,12 @@ func newLinkCollector(r *Receiver) *linkCollector {
 }
 
 func (c *linkCollector) Collect(ch chan<- prometheus.Metric) {
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
-	for name, s := range c.r.senders {
-		if !s.have {
-			continue
-		}
-		for _, l := range s.links {
+	c.r.eachSender(func(name string, s *senderState) {
+		for _, l := range s.links { // none before an interval was observed
 			gauge(ch, c.delay, l.delay, name, l.class)
 			gauge(ch, c.stddev, l.stddev, name, l.class)
 			gauge(ch, c.ci95, l.ci95, name, l.class)
 			gauge(ch, c.loss, l.ratio, name, l.class)
 		}
-	}
+	})
 }

@@ -72,6 +72,16 @@ type Receiver struct {
 	senders map[string]*senderState
 }
 
+// eachSender calls f for every sender under r.mu: the scrape-time
+// collectors' view of the senders' state.
+func (r *Receiver) eachSender(f func(name string, s *senderState)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, s := range r.senders {
+		f(name, s)
+	}
+}
+
 // senderState is what the latest interval of one sender says; the flow,
 // link and interval collectors emit it at scrape time, so a flow that left
 // the tracked set has no series at all (nothing to delete, no ghosts).

@@ -142,16 +142,10 @@ func (c senderCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c senderCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	s.mu.Lock()
-	own := s.ownClock
-	s.mu.Unlock()
-	var oc OwnClock
-	if own != nil {
-		oc = own() // outside s.mu: f reads the PTP checker
-	}
+	oc, own := readOwnClock(&s.mu, &s.ownClock)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if own != nil {
+	if own {
 		if oc.HaveOffset {
 			gauge(ch, s.ptpOffset, float64(oc.OffsetNS)/1e9)
 		}
