@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
@@ -47,7 +48,7 @@ func TestResultsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.NewStore(4)
+	s := api.NewBoundedStore(4, math.MaxInt)
 	s.Add(&results.Interval{Sender: "edge-a", Interval: 1763000000, Outcome: results.OutcomeMatched,
 		Flows:    []results.FlowRecord{{Interval: 1763000000, Key: k, Packets: 100, Loss: results.Float(1), LossExact: true}},
 		LostList: &results.LostSummary{Complete: true, Lost: 1},

@@ -615,7 +615,7 @@ func checkAgainstTruth(t *testing.T, pcapA, pcapB, resultsPath string, rcfg conf
 			missing++
 			continue
 		}
-		if r.Unsynced || r.Status == results.OutcomeUnsynced {
+		if r.Unsynced || r.Status == results.StatusClockUnsynced {
 			t.Errorf("flow %s in %d flagged clock_unsynced while both ends were synced", f.Key, f.Interval)
 		}
 		if r.Loss == nil || *r.Loss != 0 {

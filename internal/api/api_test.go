@@ -1,17 +1,13 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/lds-net/lds/internal/capture"
@@ -219,7 +215,7 @@ func TestStoreKeepsLastN(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewStore(3)
 			for i, id := range tc.add {
-				s.Add(&results.Interval{Sender: "a", Interval: id, Outcome: string(rune('a' + i))})
+				s.Add(&results.Interval{Sender: "a", Interval: id, Outcome: results.Outcome(rune('a' + i))})
 			}
 			var got []int64
 			for _, iv := range s.snapshot("a")["a"] {
@@ -236,79 +232,6 @@ func TestStoreKeepsLastN(t *testing.T) {
 	if got := s.snapshot("a")["a"]; len(got) != 1 || got[0].Outcome != "resent" {
 		t.Fatalf("resend did not replace: %+v", got)
 	}
-}
-
-func TestJSONLWriter(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "results.jsonl")
-	w, err := NewJSONLWriter(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	iv1 := &results.Interval{Sender: "a", Interval: 1763000000, Flows: []results.FlowRecord{
-		{Interval: 1763000000, StartNS: 1763000000_000000000, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
-			DelayNS: f(412345.5), StddevNS: f(80211), Loss: f(0), Packets: 1520, Samples: 1498, CI95NS: f(4020.1)},
-		{Interval: 1763000000, Key: capture.MustParseFlowKey("2001:db8::1", "2001:db8::2", 17, 0, 0), Packets: 3, Loss: results.Float(1)},
-	}}
-	// iv3's record withholds its loss: null, never 0.
-	iv2 := &results.Interval{Sender: "a", Interval: 1763000001, Outcome: results.OutcomeVoidedGap} // no flows, no lines
-	iv3 := &results.Interval{Sender: "b", Interval: 1763000001, Flows: []results.FlowRecord{{Interval: 1763000001, Sender: "b", Key: capture.MustParseFlowKey("10.0.0.2", "10.0.0.3", 1, 0, 0)}}}
-	for _, iv := range []*results.Interval{iv1, iv2, iv3} {
-		if err := w.Write(iv); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Flushed at the end of each interval: readable before Close.
-	if b, _ := os.ReadFile(path); bytes.Count(b, []byte("\n")) != 3 {
-		t.Fatalf("before Close the file has %q, want 3 lines", b)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(iv1); err == nil {
-		t.Fatal("Write after Close succeeded")
-	}
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	want := []string{
-		`{"interval":1763000000,"start_ns":1763000000000000000,"src":"10.0.0.1","dst":"192.0.2.7","sport":51000,"dport":443,"proto":6,"delay_ns":412345.5,"stddev_ns":80211,"loss":0,"packets":1520,"samples":1498,"ci95_ns":4020.1,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
-		`{"interval":1763000000,"start_ns":0,"src":"2001:db8::1","dst":"2001:db8::2","sport":0,"dport":0,"proto":17,"delay_ns":null,"stddev_ns":null,"loss":1,"packets":3,"samples":0,"ci95_ns":null,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
-		`{"interval":1763000001,"start_ns":0,"src":"10.0.0.2","dst":"10.0.0.3","sport":0,"dport":0,"proto":1,"delay_ns":null,"stddev_ns":null,"loss":null,"packets":0,"samples":0,"ci95_ns":null,"sender":"b","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
-	}
-	sc := bufio.NewScanner(fh)
-	var got []string
-	for sc.Scan() {
-		got = append(got, sc.Text())
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("file:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	if iv1.Flows[1].Sender != "" {
-		t.Fatal("Write changed the caller's record")
-	}
-	// Appends, never truncates.
-	w2, err := NewJSONLWriter(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := errors2(w2.Write(iv3), w2.Close()); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(path); bytes.Count(b, []byte("\n")) != 4 {
-		t.Fatalf("after reopening the file has %d lines, want 4", bytes.Count(b, []byte("\n")))
-	}
-	if _, err := NewJSONLWriter(filepath.Join(t.TempDir(), "missing", "x.jsonl")); err == nil {
-		t.Fatal("NewJSONLWriter in a missing directory succeeded")
-	}
-}
-
-func errors2(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // FuzzFlowsQuery: any query string gets a JSON answer with 200, 400 or 404.

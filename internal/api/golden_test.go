@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -94,7 +95,7 @@ func TestGoldenAPI(t *testing.T) {
 // TestGoldenJSONL holds the results file's lines byte for byte.
 func TestGoldenJSONL(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "results.jsonl")
-	w, err := NewJSONLWriter(path)
+	w, err := jsonl.Open(path, jsonl.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -418,12 +418,12 @@ func (s *Store) links(q url.Values) (answer, *paramError) {
 
 // IntervalSummary is one entry of /api/v1/intervals.
 type IntervalSummary struct {
-	Sender   string `json:"sender"`
-	Interval int64  `json:"interval"`
-	StartNS  int64  `json:"start_ns"`
-	Outcome  string `json:"outcome"`
-	Flows    int    `json:"flows"`
-	Links    int    `json:"links"`
+	Sender   string          `json:"sender"`
+	Interval int64           `json:"interval"`
+	StartNS  int64           `json:"start_ns"`
+	Outcome  results.Outcome `json:"outcome"`
+	Flows    int             `json:"flows"`
+	Links    int             `json:"links"`
 	// UsableCellRatio is null where no cell was used at either end (an
 	// idle interval): a ratio without a denominator.
 	UsableCellRatio *float64 `json:"usable_cell_ratio"`

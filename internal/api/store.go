@@ -5,7 +5,6 @@
 package api
 
 import (
-	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -43,10 +42,6 @@ func (s *Store) SetWriteIdle(d time.Duration) { s.writeIdle = d }
 
 // Writing is the number of API answers being written to their clients.
 func (s *Store) Writing() int { return int(s.writing.Load()) }
-
-// NewStore returns a Store keeping keep intervals per sender (at least 1)
-// without a cap on records.
-func NewStore(keep int) *Store { return NewBoundedStore(keep, math.MaxInt) }
 
 // NewBoundedStore returns a Store keeping keep intervals per sender (at
 // least 1) and at most maxRecords records in total (at least 1).

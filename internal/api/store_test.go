@@ -13,9 +13,7 @@ import (
 func TestStoreMaxRecords(t *testing.T) {
 	s := NewBoundedStore(10, 10)
 	add := func(sender string, id int64, flows int) {
-		iv := flowInterval(id, flows)
-		iv.Sender = sender
-		s.Add(iv)
+		s.Add(&results.Interval{Sender: sender, Interval: id, StartNS: id * 1e9, Flows: make([]results.FlowRecord, flows)})
 	}
 	ids := func(sender string) []int64 {
 		var out []int64

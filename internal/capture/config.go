@@ -7,11 +7,9 @@ package capture
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -20,10 +18,6 @@ import (
 	"github.com/lds-net/lds/internal/match"
 	"gopkg.in/yaml.v3"
 )
-
-// HashVersion is the version of the hashed byte layout (docs/capture.md).
-// Any change to what is hashed must bump it: it is part of the fingerprint.
-const HashVersion = 2
 
 // MaxPayloadBytes bounds identity.payload_bytes: the per-parser hash buffer
 // is sized from it.
@@ -300,12 +294,13 @@ func (s SourceConfig) validate(id IdentityConfig) []error {
 }
 
 // FingerprintFields returns every setting that changes a hash, by YAML key,
-// in canonical text; two ends must agree on all of them.
+// in canonical text; two ends must agree on all of them. The layout of
+// the hashed bytes itself is versioned by config.HashVersion: any change
+// to what is hashed bumps it.
 func (c Config) FingerprintFields() map[string]string {
 	id := c.Identity
 	fk := id.FlowKey
 	return map[string]string{
-		"capture.hash_version":                    strconv.Itoa(HashVersion),
 		"capture.identity.seed":                   seedDigest(id.Seed),
 		"capture.identity.payload_bytes":          strconv.Itoa(id.PayloadBytes),
 		"capture.identity.ip_bytes":               strconv.Itoa(id.IPBytes),
@@ -323,25 +318,6 @@ func (c Config) FingerprintFields() map[string]string {
 func seedDigest(seed string) string {
 	s := sha256.Sum256([]byte("lds/capture/v1/fingerprint\x00" + seed))
 	return "sha256:" + hex.EncodeToString(s[:16])
-}
-
-// Fingerprint returns canonical bytes of FingerprintFields: sorted keys,
-// each as length-prefixed key and value.
-func (c Config) Fingerprint() []byte {
-	f := c.FingerprintFields()
-	keys := make([]string, 0, len(f))
-	for k := range f {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b []byte
-	for _, k := range keys {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(k)))
-		b = append(b, k...)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(f[k])))
-		b = append(b, f[k]...)
-	}
-	return b
 }
 
 // variantKeys are fields that change between the two taps. A selection,

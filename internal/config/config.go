@@ -31,8 +31,12 @@ import (
 	"github.com/lds-net/lds/internal/spike"
 )
 
-// HashVersion names the derivation of cells from packet bytes (capture's
-// identity layout plus sketch's hash derivation). Bump it on any change.
+// HashVersion names the whole derivation of cells from packet bytes:
+// capture's identity layout (the bytes each hash covers, docs/capture.md)
+// and sketch's derivation of cells, signs and sampling from the two hashes
+// (docs/sketch.md). It is the fingerprint's one hash version
+// ("hash_version"): bump it on any change to either, so that two ends
+// built from different derivations never pair.
 const HashVersion = "2"
 
 // Sketch is the `sketch:` section (stable keys of docs/config.md plus additions).

@@ -151,6 +151,45 @@ func TestFingerprintDiffNamesKeys(t *testing.T) {
 	}
 }
 
+// TestFingerprintOneHashVersion: the fingerprint carries one hash version,
+// config.HashVersion under "hash_version", and the check between the ends
+// refuses a peer whose derivation differs: one built with another hash
+// version, and one from a build that still sent the capture layout's own
+// "capture.hash_version" beside it (docs/protocol.md, "Versions").
+func TestFingerprintOneHashVersion(t *testing.T) {
+	c := DefaultCommon()
+	fp := c.Fingerprint()
+	var versions []string
+	for k := range fp {
+		if strings.Contains(k, "version") {
+			versions = append(versions, k)
+		}
+	}
+	if !slices.Equal(versions, []string{"hash_version"}) || fp["hash_version"] != HashVersion {
+		t.Fatalf("version keys %v (hash_version %q), want only hash_version = %q", versions, fp["hash_version"], HashVersion)
+	}
+	tests := []struct {
+		name string
+		peer func(map[string]string)
+		want []string
+	}{
+		{"same build", func(map[string]string) {}, nil},
+		{"another derivation", func(m map[string]string) { m["hash_version"] = "3" }, []string{"hash_version"}},
+		{"a build with a second, capture-layout version", func(m map[string]string) { m["capture.hash_version"] = HashVersion },
+			[]string{"capture.hash_version"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			other := DefaultCommon()
+			peer := other.Fingerprint()
+			tc.peer(peer)
+			if d := wire.DiffFingerprints(fp, peer); !slices.Equal(d, tc.want) {
+				t.Errorf("differing keys %v, want %v", d, tc.want)
+			}
+		})
+	}
+}
+
 // opensslSeed is a seed made as the docs and the refusal say: `openssl rand -hex 16`.
 func opensslSeed(t *testing.T) string {
 	t.Helper()

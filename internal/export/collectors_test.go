@@ -217,7 +217,7 @@ func checkNfacctd(t *testing.T, recs []results.FlowRecord, got []nfacctdRecord) 
 		if g.Packets != packetsOf(r) || g.PacketsEst != r.Packets || !sameLoss(g.Loss, r.Loss) {
 			t.Errorf("%s: packets %d (%v), loss %v; JSONL packets %v loss %v", describe(r), g.Packets, g.PacketsEst, g.Loss, r.Packets, r.Loss)
 		}
-		if g.Sender != r.Sender || g.Status != r.Status || g.Estimator != r.Estimator {
+		if g.Sender != r.Sender || g.Status != string(r.Status) || g.Estimator != r.Estimator {
 			t.Errorf("%s: sender/status/estimator %q/%q/%q, JSONL %q/%q/%q", describe(r), g.Sender, g.Status, g.Estimator, r.Sender, r.Status, r.Estimator)
 		}
 		us, has := delayUS(r)

@@ -212,7 +212,7 @@ func appendRecord(b []byte, r *results.FlowRecord, t int64) ([]byte, uint16) {
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(ptr(r.LossPoint)))
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(ptr(r.ErrorNS)))
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(ptr(r.LossBound)))
-	for _, s := range [...]string{r.Status, r.Estimator, r.Sender} {
+	for _, s := range [...]string{string(r.Status), r.Estimator, r.Sender} {
 		b = appendVarString(b, s)
 	}
 	return b, tpl

@@ -106,7 +106,7 @@ func FuzzDecode(f *testing.F) {
 	iv := flows(1, 3)
 	setAddrs(&iv.Flows[1], "2001:db8::1", "2001:db8::2")
 	iv.Flows[1].DelayNS = nil
-	iv.Flows[2].Status = strings.Repeat("x", 300) // a long variable-length field
+	iv.Flows[2].Status = results.Status(strings.Repeat("x", 300)) // a long variable-length field
 	msgs := export.EncodeMessages(iv.Flows, 9, export.DefaultEnterpriseNumber, 4000, 1e9)
 	seed := msgs[0]
 	f.Add(seed)

@@ -237,7 +237,7 @@ func ToProto(r *results.FlowRecord, t int64) *exportv1.FlowRecord {
 		Packets: r.Packets, Loss: r.Loss, Samples: r.Samples,
 		DelayNs: r.DelayNS, StddevNs: r.StddevNS, Ci95Ns: r.CI95NS,
 		P50Ns: results.Float(p50), P90Ns: results.Float(p90), P99Ns: results.Float(p99), DelaySamples: n,
-		Status: r.Status, Estimator: r.Estimator, Partial: r.Partial, ClockUnsynced: r.Unsynced,
+		Status: string(r.Status), Estimator: r.Estimator, Partial: r.Partial, ClockUnsynced: r.Unsynced,
 		ClockErrorBoundNs: r.ErrorNS, Spike: r.Spike, LossPoint: r.LossPoint, Bytes: r.Bytes,
 		LossBound: r.LossBound, DelayFrom: r.DelayFrom, LossSpike: r.LossSpike, LossExact: r.LossExact,
 	}

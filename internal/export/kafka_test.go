@@ -108,7 +108,7 @@ func checkKafka(t *testing.T, recs []results.FlowRecord, got []consumed, interva
 		}
 		if m.StartNs != r.StartNS || m.EndNs != r.StartNS+intervalNS || m.Sender != r.Sender || m.Packets != r.Packets ||
 			!eqPtr(m.Loss, r.Loss) || m.Samples != r.Samples || !eqPtr(m.DelayNs, r.DelayNS) || !eqPtr(m.StddevNs, r.StddevNS) ||
-			!eqPtr(m.Ci95Ns, r.CI95NS) || m.Status != r.Status || m.Estimator != r.Estimator || m.Partial != r.Partial ||
+			!eqPtr(m.Ci95Ns, r.CI95NS) || m.Status != string(r.Status) || m.Estimator != r.Estimator || m.Partial != r.Partial ||
 			!eqPtr(m.LossPoint, r.LossPoint) || !eqPtr(m.LossBound, r.LossBound) || !eqPtr(m.P50Ns, r.P50NS) || !eqPtr(m.P90Ns, r.P90NS) ||
 			!eqPtr(m.P99Ns, r.P99NS) || m.DelaySamples != uint32(r.DelaySamples) {
 			t.Errorf("%s: message %v differs from the JSONL record %+v", describe(r), m, *r)

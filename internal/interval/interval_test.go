@@ -352,7 +352,7 @@ func TestPartialAndMissingSender(t *testing.T) {
 	rb, _ := NewRxBuilder(p, base, false)
 	m := NewMatcher(p, time.Second, 64)
 	now := time.Unix(100, 0)
-	got := map[int64]string{}
+	got := map[int64]results.Outcome{}
 	emit := func(mt *Matched) { got[mt.ID] = mt.Outcome }
 	slices.SortFunc(pk, func(a, b simPkt) int { return int(a.recv - b.recv) })
 	for i := range pk {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/retrieval"
 )
@@ -25,7 +26,7 @@ type SenderMeta struct {
 
 // ClockStatus is one end's clock as reported for an interval.
 type ClockStatus struct {
-	State              string // synced, unsynced, unknown, disabled
+	State              ptp.State
 	OffsetNS           int64
 	GrandmasterPresent bool
 	GrandmasterID      string
@@ -36,7 +37,7 @@ type ClockStatus struct {
 // Matched pairs both ends' sketches of one interval, ready for estimation.
 type Matched struct {
 	ID      int64
-	Outcome string          // results.Outcome*
+	Outcome results.Outcome
 	Snd     *SenderInterval // nil when the sender's sketch never came
 	Meta    SenderMeta
 	Rx      *Sketches   // nil when the receiver never saw the interval
@@ -58,10 +59,6 @@ type Matched struct {
 	Misplaced uint64
 	release   func()
 }
-
-// Check is the interval's assignment check, taken before its sketches are
-// released (CheckAssignment).
-type Check = Assignment
 
 // Release returns the receiver's sketches for reuse once estimated.
 func (mt *Matched) Release() {
@@ -582,7 +579,7 @@ func (m *Matcher) believe(id int64, now time.Time) {
 	m.resolve(now)
 }
 
-func (m *Matcher) finish(id int64, outcome string, emit func(*Matched)) {
+func (m *Matcher) finish(id int64, outcome results.Outcome, emit func(*Matched)) {
 	m.believe(id, time.Time{})
 	st := m.iv(id)
 	mt := &Matched{ID: id, Outcome: outcome}

@@ -231,15 +231,10 @@ type RxBuilder struct {
 	lastFlows    int // flows of the interval sealed last: the next table's size
 }
 
-// NewRxBuilder starts a receiver builder whose windows are all max_delay;
-// see NewSenderBuilder for captureStart. composition keeps per-flow cell
-// counts (decode estimator).
-func NewRxBuilder(p Params, captureStart int64, composition bool) (*RxBuilder, error) {
-	return NewRxBuilderPlan(p, captureStart, composition, nil)
-}
-
-// NewRxBuilderPlan is NewRxBuilder with adaptive windows from plan (shared
-// by the workers of one capture).
+// NewRxBuilderPlan starts a receiver builder with adaptive windows from
+// plan (shared by the workers of one capture; nil: every window is
+// max_delay); see NewSenderBuilder for captureStart. composition keeps
+// per-flow cell counts (decode estimator).
 func NewRxBuilderPlan(p Params, captureStart int64, composition bool, plan *WindowPlan) (*RxBuilder, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err

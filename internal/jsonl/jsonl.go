@@ -1,6 +1,8 @@
-// Package jsonl reads JSON Lines files: the results (docs/results.md) and the
-// generator's ground truth share one reader, each with its own record type,
-// line limit and check.
+// Package jsonl reads and writes JSON Lines files. The results
+// (docs/results.md) and the generator's ground truth share one reader,
+// each with its own record type, line limit and check; Writer writes the
+// receiver's results and lost-packet files (rotation, durability, whole
+// lines).
 package jsonl
 
 import (

@@ -1,13 +1,11 @@
 package metrics
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,14 +14,15 @@ import (
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/match"
+	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/spike"
 )
 
 // Interval outcomes that ObserveInterval and IntervalOutcome pre-create at 0
 // for every sender, so that rate() and increase() work from the first one.
-func knownOutcomes() []string {
-	return []string{
+func knownOutcomes() []results.Outcome {
+	return []results.Outcome{
 		results.OutcomeMatched, results.OutcomePartial, results.OutcomeVoidedGap, results.OutcomeNoSender,
 		results.OutcomeUnsynced, results.OutcomeDuplicate, results.OutcomeNoReceiver, results.OutcomeFailed,
 	}
@@ -36,7 +35,6 @@ type Receiver struct {
 	watch []match.Compiled
 	log   *slog.Logger
 	reg   *prometheus.Registry
-	d     *descs
 	now   func() time.Time // replaced in tests
 
 	health *CaptureHealth
@@ -63,23 +61,30 @@ type Receiver struct {
 	sndRefused  *prometheus.CounterVec
 	ivRefused   *prometheus.CounterVec
 
-	mu       sync.Mutex
-	senders  map[string]*senderState
-	clocks   map[clockKey]clockState
-	capture  captureState
-	ownClock func() OwnClock // nil: none; read at scrape time (SetOwnClock)
+	// The scrape-time series, a collector per concern, each with its
+	// own descriptors: flows.go, link.go, interval.go, clock.go, capture.go.
+	clock   *clockCollector
+	capture *captureCollector
+
+	// mu guards senders: the latest state of each sender, which the
+	// flow, link and interval collectors read.
+	mu      sync.Mutex
+	senders map[string]*senderState
 }
 
-// OwnClock is this host's clock as the daemon's PTP checker sees it now.
-type OwnClock struct {
-	State      string // synced, unsynced, unknown, disabled
-	OffsetNS   int64
-	HaveOffset bool // ptp4l has answered at least once: OffsetNS is a reading
+// eachSender calls f for every sender under r.mu: the scrape-time
+// collectors' view of the senders' state.
+func (r *Receiver) eachSender(f func(name string, s *senderState)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, s := range r.senders {
+		f(name, s)
+	}
 }
 
-// senderState is what the latest interval of one sender says; the state
-// collector emits it at scrape time, so a flow that left the tracked set has
-// no series at all (nothing to delete, no ghosts).
+// senderState is what the latest interval of one sender says; the flow,
+// link and interval collectors emit it at scrape time, so a flow that left
+// the tracked set has no series at all (nothing to delete, no ghosts).
 type senderState struct {
 	have          bool // an interval was observed
 	interval      int64
@@ -100,78 +105,6 @@ type senderState struct {
 	lossSpikes    map[capture.FlowKey]*spikeHist // flows whose loss spiked within spike_window; at most top_n
 }
 
-// spikeHist is one flow's spiking intervals within the window.
-type spikeHist struct {
-	labels []string
-	ids    []int64 // ascending
-}
-
-type flowSeries struct {
-	labels                         []string // sender, src, dst, sport, dport, proto, watch
-	delay, stddev, ci95, lossRatio float64  // seconds; NaN = no series
-	packets                        float64
-	p50, p90, p99                  float64 // seconds, from packet samples; NaN = no series
-}
-
-type linkSeries struct {
-	class                      string
-	delay, stddev, ci95, ratio float64 // NaN = no series
-}
-
-type clockKey struct{ end, sender string }
-
-type clockState struct {
-	state    string
-	offset   float64 // seconds
-	errBound float64 // seconds
-}
-
-type captureState struct {
-	packets uint64
-	drops   map[string]uint64
-	set     bool
-}
-
-// descs are the descriptors of the scrape-time series.
-type descs struct {
-	FlowDelay, FlowP50, FlowP90, FlowP99, FlowStddev, FlowCI, FlowLoss, FlowPackets, FlowSpike, FlowLossSpike, Spiking, Tracked, Flows, LinkDelay, LinkStddev, LinkCI, LinkLoss, Usable, SamplesSum, SamplesMed, SketchSize, LastStart, LastDone, Connected, PTPOffset, PTPErr, PTPState, CapPackets, CapDrops *prometheus.Desc
-}
-
-func newDescs() *descs {
-	flowLabels := []string{"sender", "src", "dst", "sport", "dport", "proto", "watch"}
-	return &descs{
-		FlowDelay:     prometheus.NewDesc("lds_flow_delay_seconds", "Estimated mean one-way delay of a tracked flow in its sender's latest interval.", flowLabels, nil),
-		FlowP50:       prometheus.NewDesc("lds_flow_delay_p50_seconds", "Median one-way delay of a tracked flow in the latest interval, from exactly joined packet samples (series only with enough samples: docs/sampling.md).", flowLabels, nil),
-		FlowP90:       prometheus.NewDesc("lds_flow_delay_p90_seconds", "90th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
-		FlowP99:       prometheus.NewDesc("lds_flow_delay_p99_seconds", "99th percentile of the one-way delay of a tracked flow in the latest interval, from joined packet samples.", flowLabels, nil),
-		FlowStddev:    prometheus.NewDesc("lds_flow_delay_stddev_seconds", "Estimated standard deviation of the one-way delay of a tracked flow in the latest interval.", flowLabels, nil),
-		FlowCI:        prometheus.NewDesc("lds_flow_delay_ci95_seconds", "95% confidence half-width of lds_flow_delay_seconds.", flowLabels, nil),
-		FlowLoss:      prometheus.NewDesc("lds_flow_loss_ratio", "Estimated lost / sent packets of a tracked flow in the latest interval (clamped to 0..1).", flowLabels, nil),
-		FlowPackets:   prometheus.NewDesc("lds_flow_packets", "Estimated packets a tracked flow sent in the latest interval.", flowLabels, nil),
-		FlowSpike:     prometheus.NewDesc("lds_flow_spike", "Intervals among the sender's last spike_window in which this tracked flow's delay spiked against its baseline (series only while > 0; at most top_n flows per sender).", flowLabels, nil),
-		FlowLossSpike: prometheus.NewDesc("lds_flow_loss_spike", "Intervals among the sender's last spike_window in which this tracked flow's loss ratio spiked against its baseline (series only while > 0; at most top_n flows per sender).", flowLabels, nil),
-		Spiking:       prometheus.NewDesc("lds_spiking_flows", "Flows spiking in the sender's latest interval.", []string{"sender"}, nil),
-		Tracked:       prometheus.NewDesc("lds_tracked_flows", "Flows with per-flow series, by why they are tracked (top or watch).", []string{"sender", "kind"}, nil),
-		Flows:         prometheus.NewDesc("lds_interval_flows", "Flows estimated in the sender's latest interval.", []string{"sender"}, nil),
-		LinkDelay:     prometheus.NewDesc("lds_link_delay_seconds", "LDA estimate of the link's mean one-way delay per traffic class, latest interval.", []string{"sender", "class"}, nil),
-		LinkStddev:    prometheus.NewDesc("lds_link_delay_stddev_seconds", "LDA estimate of the link's delay standard deviation per class, latest interval.", []string{"sender", "class"}, nil),
-		LinkCI:        prometheus.NewDesc("lds_link_delay_ci95_seconds", "95% confidence half-width of lds_link_delay_seconds.", []string{"sender", "class"}, nil),
-		LinkLoss:      prometheus.NewDesc("lds_link_loss_ratio", "Lost / sent packets of the link per class, latest interval.", []string{"sender", "class"}, nil),
-		Usable:        prometheus.NewDesc("lds_usable_cell_ratio", "Share of sketch cells usable for estimation in the latest interval.", []string{"sender"}, nil),
-		SamplesSum:    prometheus.NewDesc("lds_effective_samples", "Sum over flows of the effective sample size of the delay estimates, latest interval.", []string{"sender"}, nil),
-		SamplesMed:    prometheus.NewDesc("lds_flow_effective_samples_median", "Median over flows with a delay estimate of their effective sample size, latest interval.", []string{"sender"}, nil),
-		SketchSize:    prometheus.NewDesc("lds_interval_sketch_bytes", "Size of the sender's sketch for the latest interval.", []string{"sender"}, nil),
-		LastStart:     prometheus.NewDesc("lds_last_interval_start_timestamp_seconds", "Start (sender clock, Unix seconds) of the latest completed interval.", []string{"sender"}, nil),
-		LastDone:      prometheus.NewDesc("lds_last_interval_completed_timestamp_seconds", "Receiver wall-clock time (Unix seconds) when the latest interval completed.", []string{"sender"}, nil),
-		Connected:     prometheus.NewDesc("lds_sender_connected", "1 while the sender's stream is connected, else 0.", []string{"sender"}, nil),
-		PTPOffset:     prometheus.NewDesc("lds_ptp_offset_seconds", "PTP offset from the grandmaster reported by ptp4l, per end.", []string{"end", "sender"}, nil),
-		PTPErr:        prometheus.NewDesc("lds_ptp_error_bound_seconds", "Bound on the clock error at this end.", []string{"end", "sender"}, nil),
-		PTPState:      prometheus.NewDesc("lds_ptp_state", "1 for the current PTP state of each end (only the current state has a series).", []string{"end", "sender", "state"}, nil),
-		CapPackets:    prometheus.NewDesc("lds_capture_packets_total", "Packets this daemon's capture saw.", nil, nil),
-		CapDrops:      prometheus.NewDesc("lds_capture_drops_total", "Packets this daemon's capture lost or left out, by reason.", []string{"reason"}, nil),
-	}
-}
-
 // NewReceiver checks cfg and registers the receiver's series, plus the Go
 // runtime and process collectors, on a new private registry.
 func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
@@ -186,10 +119,11 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Receiver{
-		cfg: cfg, watch: watch, log: log, now: time.Now, d: newDescs(), health: newCaptureHealth(), exp: newExportSeries(),
+		cfg: cfg, watch: watch, log: log, now: time.Now, health: newCaptureHealth(), exp: newExportSeries(),
 		reg:     prometheus.NewRegistry(),
 		senders: map[string]*senderState{},
-		clocks:  map[clockKey]clockState{},
+		clock:   newClockCollector(),
+		capture: newCaptureCollector(),
 		intervals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_intervals_total",
 			Help: "Intervals finalized per sender, by outcome."}, []string{"sender", "outcome"}),
 		spikes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_spikes_total",
@@ -245,7 +179,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 		r.intervals, r.spikes, r.lossSpikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
 		r.misassigned, r.window, r.connRefused, r.sndRefused, r.ivRefused,
 		r.lost.listed, r.lost.extra, r.lost.incomplete, r.lost.reordered,
-		stateCollector{r}, r.health,
+		newFlowCollector(r), newLinkCollector(r), newIntervalCollector(r), r.clock, r.capture, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, r.exp.collectors()...) {
@@ -267,7 +201,7 @@ func (r *Receiver) sender(name string) *senderState {
 		s = &senderState{}
 		r.senders[name] = s
 		for _, o := range knownOutcomes() {
-			r.intervals.WithLabelValues(name, o)
+			r.intervals.WithLabelValues(name, string(o))
 		}
 		r.spikes.WithLabelValues(name)
 		r.lossSpikes.WithLabelValues(name)
@@ -400,69 +334,14 @@ func (r *Receiver) ObserveInterval(iv *results.Interval, spikes []spike.Event) {
 	}
 }
 
-// recordSpikes adds the spikes of interval id to one of the sender's
-// windows (m: latency or loss), drops what fell out of the last
-// spike_window intervals, keeps at most top_n flows (those that spiked
-// last) and returns the window. Call with r.mu held.
-func (r *Receiver) recordSpikes(s *senderState, m map[capture.FlowKey]*spikeHist, id int64, sender string, spikes []spike.Event, watchOf map[capture.FlowKey]string) map[capture.FlowKey]*spikeHist {
-	if m == nil {
-		m = map[capture.FlowKey]*spikeHist{}
-	}
-	for _, e := range spikes {
-		k := e.Key
-		h := m[k]
-		if h == nil {
-			h = &spikeHist{}
-			m[k] = h
-		}
-		h.labels = flowLabelValues(sender, k, watchOf[k])
-		if i, found := slices.BinarySearch(h.ids, id); !found {
-			h.ids = slices.Insert(h.ids, i, id)
-		}
-	}
-	latest := id
-	if s.have && s.interval > latest {
-		latest = s.interval
-	}
-	for k, h := range m {
-		cut := 0
-		for cut < len(h.ids) && h.ids[cut] <= latest-int64(r.cfg.SpikeWindow) {
-			cut++
-		}
-		if h.ids = h.ids[cut:]; len(h.ids) == 0 {
-			delete(m, k)
-		}
-	}
-	if over := len(m) - r.cfg.TopN; over > 0 {
-		type kh struct {
-			k capture.FlowKey
-			h *spikeHist
-		}
-		all := make([]kh, 0, len(m))
-		for k, h := range m {
-			all = append(all, kh{k, h})
-		}
-		// Oldest last spike first, then fewest spikes: those go.
-		slices.SortFunc(all, func(a, b kh) int {
-			return cmp.Or(cmp.Compare(a.h.ids[len(a.h.ids)-1], b.h.ids[len(b.h.ids)-1]), cmp.Compare(len(a.h.ids), len(b.h.ids)),
-				cmp.Compare(strings.Join(a.h.labels, ","), strings.Join(b.h.labels, ",")))
-		})
-		for _, x := range all[:over] {
-			delete(m, x.k)
-		}
-	}
-	return m
-}
-
-// IntervalOutcome counts one interval of sender by outcome (a results.Outcome*
-// constant): call it once for every interval, those published with
+// IntervalOutcome counts one interval of sender by outcome: call it once for every interval, those published with
 // ObserveInterval and those that produced none (voided by a seq gap, a
 // duplicate, refused).
-func (r *Receiver) IntervalOutcome(sender, outcome string) {
+func (r *Receiver) IntervalOutcome(sender string, outcome results.Outcome) {
 	r.mu.Lock()
 	r.sender(sender)
 	r.mu.Unlock()
-	r.intervals.WithLabelValues(sender, outcome).Inc()
+	r.intervals.WithLabelValues(sender, string(outcome)).Inc()
 }
 
 // SenderConnected records whether the sender's stream is up.
@@ -473,12 +352,10 @@ func (r *Receiver) SenderConnected(sender string, up bool) {
 }
 
 // SetClock records one end's clock: end is "sender" or "receiver", state the
-// PTP state ("synced" when disciplined), offsetNS the offset from the
+// PTP state (ptp.StateSynced when disciplined), offsetNS the offset from the
 // grandmaster, errBoundNS the bound on the clock error.
-func (r *Receiver) SetClock(end, sender, state string, offsetNS int64, errBoundNS float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.clocks[clockKey{end, sender}] = clockState{state: state, offset: float64(offsetNS) / 1e9, errBound: errBoundNS / 1e9}
+func (r *Receiver) SetClock(end, sender string, state ptp.State, offsetNS int64, errBoundNS float64) {
+	r.clock.set(end, sender, state, offsetNS, errBoundNS)
 }
 
 // SetOwnClock makes every scrape read the receiver's own clock from f and
@@ -488,11 +365,7 @@ func (r *Receiver) SetClock(end, sender, state string, offsetNS int64, errBoundN
 // the place of every SetClock("receiver", ...): the receiver's clock has
 // one series, whichever senders it measures against. f must be safe for
 // concurrent use and must not call back into r.
-func (r *Receiver) SetOwnClock(f func() OwnClock) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ownClock = f
-}
+func (r *Receiver) SetOwnClock(f func() OwnClock) { r.clock.setOwn(f) }
 
 // SketchBytes counts n sketch bytes received from sender.
 func (r *Receiver) SketchBytes(sender string, n int) {
@@ -572,108 +445,7 @@ func (r *Receiver) ResultsWriteError(reason string, dropped int) {
 // CaptureCounters sets the receiver capture's cumulative totals: packets
 // seen, and packets dropped or left out by reason (a fixed set of reasons).
 func (r *Receiver) CaptureCounters(packets uint64, drops map[string]uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.capture = captureState{packets: packets, drops: cloneMap(drops), set: true}
-}
-
-// stateCollector emits the latest-state series at scrape time.
-type stateCollector struct{ r *Receiver }
-
-func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	d := c.r.d
-	for _, x := range []*prometheus.Desc{d.FlowDelay, d.FlowP50, d.FlowP90, d.FlowP99, d.FlowStddev, d.FlowCI, d.FlowLoss, d.FlowPackets,
-		d.FlowSpike, d.FlowLossSpike, d.Spiking, d.Tracked, d.Flows, d.LinkDelay, d.LinkStddev, d.LinkCI, d.LinkLoss,
-		d.Usable, d.SamplesSum, d.SamplesMed, d.SketchSize, d.LastStart, d.LastDone, d.Connected,
-		d.PTPOffset, d.PTPErr, d.PTPState, d.CapPackets, d.CapDrops} {
-		ch <- x
-	}
-}
-
-func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
-	r, d := c.r, c.r.d
-	r.mu.Lock()
-	own := r.ownClock
-	r.mu.Unlock()
-	var oc OwnClock
-	if own != nil {
-		oc = own() // outside r.mu: f reads the PTP checker
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, s := range r.senders {
-		if s.connected != nil {
-			gauge(ch, d.Connected, boolFloat(*s.connected), name)
-		}
-		if !s.have {
-			continue
-		}
-		for _, f := range s.flows {
-			gauge(ch, d.FlowDelay, f.delay, f.labels...)
-			gauge(ch, d.FlowStddev, f.stddev, f.labels...)
-			gauge(ch, d.FlowCI, f.ci95, f.labels...)
-			gauge(ch, d.FlowLoss, f.lossRatio, f.labels...)
-			gauge(ch, d.FlowPackets, f.packets, f.labels...)
-			gauge(ch, d.FlowP50, f.p50, f.labels...)
-			gauge(ch, d.FlowP90, f.p90, f.labels...)
-			gauge(ch, d.FlowP99, f.p99, f.labels...)
-		}
-		for _, h := range s.spikes {
-			gauge(ch, d.FlowSpike, float64(len(h.ids)), h.labels...)
-		}
-		for _, h := range s.lossSpikes {
-			gauge(ch, d.FlowLossSpike, float64(len(h.ids)), h.labels...)
-		}
-		gauge(ch, d.Spiking, float64(s.spikingN), name)
-		gauge(ch, d.Tracked, float64(s.trackedTop), name, "top")
-		gauge(ch, d.Tracked, float64(s.trackedWatch), name, "watch")
-		gauge(ch, d.Flows, float64(s.nFlows), name)
-		for _, l := range s.links {
-			gauge(ch, d.LinkDelay, l.delay, name, l.class)
-			gauge(ch, d.LinkStddev, l.stddev, name, l.class)
-			gauge(ch, d.LinkCI, l.ci95, name, l.class)
-			gauge(ch, d.LinkLoss, l.ratio, name, l.class)
-		}
-		gauge(ch, d.Usable, s.usable, name)
-		gauge(ch, d.SamplesSum, s.samplesSum, name)
-		gauge(ch, d.SamplesMed, s.samplesMedian, name)
-		gauge(ch, d.SketchSize, s.sketchBytes, name)
-		gauge(ch, d.LastStart, float64(s.startNS)/1e9, name)
-		gauge(ch, d.LastDone, s.completedUnix, name)
-	}
-	if own != nil {
-		if oc.HaveOffset {
-			gauge(ch, d.PTPOffset, float64(oc.OffsetNS)/1e9, "receiver", "")
-		}
-		gauge(ch, d.PTPState, 1, "receiver", "", oc.State)
-	}
-	for k, cs := range r.clocks {
-		if own != nil && k.end == "receiver" {
-			continue // the own clock has one series, sender="" (above)
-		}
-		gauge(ch, d.PTPOffset, cs.offset, k.end, k.sender)
-		gauge(ch, d.PTPErr, cs.errBound, k.end, k.sender)
-		gauge(ch, d.PTPState, 1, k.end, k.sender, cs.state)
-	}
-	collectCapture(ch, d, &r.capture)
-}
-
-func collectCapture(ch chan<- prometheus.Metric, d *descs, c *captureState) {
-	if !c.set {
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(d.CapPackets, prometheus.CounterValue, float64(c.packets))
-	for reason, n := range c.drops {
-		ch <- prometheus.MustNewConstMetric(d.CapDrops, prometheus.CounterValue, float64(n), reason)
-	}
-}
-
-// gauge emits a gauge unless v is NaN (no estimate: no series).
-func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
-	if math.IsNaN(v) {
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	r.capture.set(packets, drops)
 }
 
 func flowLabelValues(sender string, k capture.FlowKey, watch string) []string {

@@ -262,7 +262,7 @@ func TestOlderIntervalKeepsLatestState(t *testing.T) {
 	if len(s) != 1 || !hasSrc(s, "10.0.0.1") {
 		t.Fatalf("latest state replaced by an older interval: %v", s)
 	}
-	if got := testutil.ToFloat64(r.intervals.WithLabelValues("a", results.OutcomeMatched)); got != 1 {
+	if got := testutil.ToFloat64(r.intervals.WithLabelValues("a", string(results.OutcomeMatched))); got != 1 {
 		t.Fatalf("matched intervals = %v, want 1 (counted by IntervalOutcome only)", got)
 	}
 }
@@ -541,7 +541,7 @@ func TestConcurrentScrape(t *testing.T) {
 		}
 	}
 	<-done
-	if got := testutil.ToFloat64(r.intervals.WithLabelValues("a", results.OutcomeMatched)); got != 50 {
+	if got := testutil.ToFloat64(r.intervals.WithLabelValues("a", string(results.OutcomeMatched))); got != 50 {
 		t.Fatalf("matched = %v, want 50", got)
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lds-net/lds/internal/ptp"
 )
 
 // Sender holds the sender daemon's series. Methods are safe for concurrent use.
@@ -18,14 +20,13 @@ type Sender struct {
 	bytes                        prometheus.Counter
 	buffer, connected            prometheus.Gauge
 
-	captureDescs *descs
-	health       *CaptureHealth
-	ptpOffset    *prometheus.Desc
-	ptpErr       *prometheus.Desc
-	ptpState     *prometheus.Desc
+	capture   *captureCollector
+	health    *CaptureHealth
+	ptpOffset *prometheus.Desc
+	ptpErr    *prometheus.Desc
+	ptpState  *prometheus.Desc
 
 	mu       sync.Mutex
-	capture  captureState
 	clock    *clockState
 	ownClock func() OwnClock // nil: none; read at scrape time (SetOwnClock)
 }
@@ -44,24 +45,24 @@ func NewSender(cfg Config, log *slog.Logger) (*Sender, error) {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	s := &Sender{
-		reg:          prometheus.NewRegistry(),
-		log:          log,
-		sent:         counter("lds_sender_intervals_sent_total", "Intervals sent to the receiver for the first time."),
-		acked:        counter("lds_sender_intervals_acked_total", "Intervals the receiver acknowledged."),
-		resent:       counter("lds_sender_intervals_resent_total", "Intervals sent again after a reconnect."),
-		dropped:      counter("lds_sender_intervals_dropped_total", "Unacknowledged intervals dropped because the resend buffer was full."),
-		bytes:        counter("lds_sender_sent_bytes_total", "Bytes of frames sent to the receiver."),
-		buffer:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "lds_sender_buffered_intervals", Help: "Intervals held awaiting an acknowledgement."}),
-		connected:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "lds_sender_connected", Help: "1 while the stream to the receiver is up, else 0."}),
-		captureDescs: newDescs(),
-		health:       newCaptureHealth(),
-		ptpOffset:    prometheus.NewDesc("lds_ptp_offset_seconds", "PTP offset from the grandmaster reported by ptp4l.", nil, nil),
-		ptpErr:       prometheus.NewDesc("lds_ptp_error_bound_seconds", "Bound on this clock's error.", nil, nil),
-		ptpState:     prometheus.NewDesc("lds_ptp_state", "1 for the current PTP state (only the current state has a series).", []string{"state"}, nil),
+		reg:       prometheus.NewRegistry(),
+		log:       log,
+		sent:      counter("lds_sender_intervals_sent_total", "Intervals sent to the receiver for the first time."),
+		acked:     counter("lds_sender_intervals_acked_total", "Intervals the receiver acknowledged."),
+		resent:    counter("lds_sender_intervals_resent_total", "Intervals sent again after a reconnect."),
+		dropped:   counter("lds_sender_intervals_dropped_total", "Unacknowledged intervals dropped because the resend buffer was full."),
+		bytes:     counter("lds_sender_sent_bytes_total", "Bytes of frames sent to the receiver."),
+		buffer:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "lds_sender_buffered_intervals", Help: "Intervals held awaiting an acknowledgement."}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lds_sender_connected", Help: "1 while the stream to the receiver is up, else 0."}),
+		capture:   newCaptureCollector(),
+		health:    newCaptureHealth(),
+		ptpOffset: prometheus.NewDesc("lds_ptp_offset_seconds", "PTP offset from the grandmaster reported by ptp4l.", nil, nil),
+		ptpErr:    prometheus.NewDesc("lds_ptp_error_bound_seconds", "Bound on this clock's error.", nil, nil),
+		ptpState:  prometheus.NewDesc("lds_ptp_state", "1 for the current PTP state (only the current state has a series).", []string{"state"}, nil),
 	}
 	for _, c := range []prometheus.Collector{
 		s.sent, s.acked, s.resent, s.dropped, s.bytes, s.buffer, s.connected,
-		senderCollector{s}, s.health,
+		senderCollector{s}, s.capture, s.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -109,14 +110,12 @@ func (s *Sender) addBytes(n int) {
 // CaptureCounters sets the capture's cumulative totals: packets seen, and
 // packets dropped or left out by reason (a fixed set of reasons).
 func (s *Sender) CaptureCounters(packets uint64, drops map[string]uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.capture = captureState{packets: packets, drops: cloneMap(drops), set: true}
+	s.capture.set(packets, drops)
 }
 
-// SetClock records this end's PTP state ("synced" when disciplined), offset
+// SetClock records this end's PTP state (ptp.StateSynced when disciplined), offset
 // from the grandmaster and error bound.
-func (s *Sender) SetClock(state string, offsetNS int64, errBoundNS float64) {
+func (s *Sender) SetClock(state ptp.State, offsetNS int64, errBoundNS float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.clock = &clockState{state: state, offset: float64(offsetNS) / 1e9, errBound: errBoundNS / 1e9}
@@ -132,32 +131,25 @@ func (s *Sender) SetOwnClock(f func() OwnClock) {
 	s.ownClock = f
 }
 
-// senderCollector emits the sender's set-at-once series at scrape time.
+// senderCollector emits the sender's clock series at scrape time.
 type senderCollector struct{ s *Sender }
 
 func (c senderCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.s.captureDescs.CapPackets, c.s.captureDescs.CapDrops, c.s.ptpOffset, c.s.ptpErr, c.s.ptpState} {
+	for _, d := range []*prometheus.Desc{c.s.ptpOffset, c.s.ptpErr, c.s.ptpState} {
 		ch <- d
 	}
 }
 
 func (c senderCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	s.mu.Lock()
-	own := s.ownClock
-	s.mu.Unlock()
-	var oc OwnClock
-	if own != nil {
-		oc = own() // outside s.mu: f reads the PTP checker
-	}
+	oc, own := readOwnClock(&s.mu, &s.ownClock)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	collectCapture(ch, s.captureDescs, &s.capture)
-	if own != nil {
+	if own {
 		if oc.HaveOffset {
 			gauge(ch, s.ptpOffset, float64(oc.OffsetNS)/1e9)
 		}
-		gauge(ch, s.ptpState, 1, oc.State)
+		gauge(ch, s.ptpState, 1, string(oc.State))
 		if s.clock != nil {
 			gauge(ch, s.ptpErr, s.clock.errBound)
 		}
@@ -166,6 +158,6 @@ func (c senderCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.clock != nil {
 		gauge(ch, s.ptpOffset, s.clock.offset)
 		gauge(ch, s.ptpErr, s.clock.errBound)
-		gauge(ch, s.ptpState, 1, s.clock.state)
+		gauge(ch, s.ptpState, 1, string(s.clock.state))
 	}
 }

@@ -12,7 +12,26 @@ const (
 	StateUnsynced State = "unsynced"
 	StateUnknown  State = "unknown" // ptp4l has never answered
 	StateDisabled State = "disabled"
+	// StateInvalid stands for a state a peer reported that is none of the
+	// above (ParseState). It is never a verdict of this host's Judge; as a
+	// label value it keeps what a peer sends (any length, any bytes) out of
+	// the metrics, and it withholds delays as StateUnsynced does.
+	StateInvalid State = "invalid"
 )
+
+// ParseState is the State a peer reported as s, or StateInvalid where s
+// is none of the States a Judge gives.
+func ParseState(s string) State {
+	switch st := State(s); st {
+	case StateSynced, StateUnsynced, StateUnknown, StateDisabled:
+		return st
+	}
+	return StateInvalid
+}
+
+// Trusted reports whether delays measured under s can be believed: a
+// synchronized clock, or PTP disabled by the operator's choice.
+func (s State) Trusted() bool { return s == StateSynced || s == StateDisabled }
 
 // Status is what ptp4l last told us, plus the verdict.
 type Status struct {

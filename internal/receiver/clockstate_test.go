@@ -4,17 +4,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/wire"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 )
 
 // TestSenderClockStateBounded: the clock state a sender reports becomes a
 // label value only if it is one of ptp's states; anything else (900 KB of
-// it, or one byte off) becomes "invalid", which withholds delays.
+// it, or one byte off) becomes ptp.StateInvalid, which withholds delays.
 func TestSenderClockStateBounded(t *testing.T) {
-	for _, tc := range []struct{ sent, want string }{
+	for _, tc := range []struct {
+		sent string
+		want ptp.State
+	}{
 		{"synced", "synced"}, {"unsynced", "unsynced"}, {"unknown", "unknown"}, {"disabled", "disabled"},
-		{"Synced", ClockStateInvalid}, {"", ClockStateInvalid}, {strings.Repeat("x", 900<<10), ClockStateInvalid},
+		{"Synced", ptp.StateInvalid}, {"", ptp.StateInvalid}, {strings.Repeat("x", 900<<10), ptp.StateInvalid},
 	} {
 		w := &wire.Interval{End: &ldsv1.End{Clock: &ldsv1.ClockStatus{State: tc.sent}}}
 		_, meta := senderInterval(w)

@@ -18,11 +18,12 @@ func TestCombineDelay(t *testing.T) {
 		rec               results.FlowRecord
 		d                 *sample.FlowDist
 		wantDelay, wantCI float64 // NaN: null
-		wantFrom, status  string
+		wantFrom          string
+		status            results.Status
 	}{
-		{"no sketch mean: samples", results.FlowRecord{Status: "no_usable_cell", Samples: 0}, samples, 100, ci, results.DelayFromSamples, ""},
-		{"not identified: samples", results.FlowRecord{Status: "not_identified", Samples: 3}, samples, 100, ci, results.DelayFromSamples, ""},
-		{"too few samples", results.FlowRecord{Status: "no_usable_cell"}, &sample.FlowDist{Delays: []float64{1, 2, 3, 4}}, math.NaN(), math.NaN(), "", "no_usable_cell"},
+		{"no sketch mean: samples", results.FlowRecord{Status: results.StatusNoUsableCell, Samples: 0}, samples, 100, ci, results.DelayFromSamples, ""},
+		{"not identified: samples", results.FlowRecord{Status: results.StatusNotIdentified, Samples: 3}, samples, 100, ci, results.DelayFromSamples, ""},
+		{"too few samples", results.FlowRecord{Status: results.StatusNoUsableCell}, &sample.FlowDist{Delays: []float64{1, 2, 3, 4}}, math.NaN(), math.NaN(), "", results.StatusNoUsableCell},
 		{"withheld for the window: kept", results.FlowRecord{Status: results.StatusBeyondWindow}, samples, math.NaN(), math.NaN(), "", results.StatusBeyondWindow},
 		{"exact sketch mean wins", results.FlowRecord{DelayNS: f(50), CI95NS: f(0), Samples: 2, DelayFrom: "sketch"}, samples, 50, 0, results.DelayFromSketch, ""},
 		{"sketch over more packets wins", results.FlowRecord{DelayNS: f(50), CI95NS: f(10), Samples: 400, DelayFrom: "sketch"}, samples, 50, 10, results.DelayFromSketch, ""},

@@ -143,7 +143,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			r.Bytes = results.Float(est.Bytes)
 		}
 		if clk.Unsynced {
-			r.Status = "clock_unsynced"
+			r.Status = results.StatusClockUnsynced
 			continue // delays from unsynchronized clocks are withheld, counts still publish
 		}
 		if !est.Identified && fallback != nil && !math.IsNaN(fallback[i].Delay) {
@@ -152,9 +152,9 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		}
 		switch {
 		case math.IsNaN(est.Delay):
-			r.Status = "no_usable_cell"
+			r.Status = results.StatusNoUsableCell
 		case !est.Identified:
-			r.Status = "not_identified"
+			r.Status = results.StatusNotIdentified
 		default:
 			r.DelayNS, r.StddevNS, r.CI95NS = results.Float(est.Delay), results.Float(est.Stddev), results.Float(est.CI95)
 			r.DelayFrom = results.DelayFromSketch
@@ -240,13 +240,13 @@ func combineDelay(r *results.FlowRecord, m sample.Mean) {
 	if math.IsNaN(m.Mean) {
 		return
 	}
-	if r.DelayNS == nil && r.Status != "no_usable_cell" && r.Status != "not_identified" && r.Status != "" {
+	if r.DelayNS == nil && r.Status != results.StatusNoUsableCell && r.Status != results.StatusNotIdentified && r.Status != results.StatusMeasured {
 		return
 	}
 	r.DelayNS, r.CI95NS, r.DelayFrom = weigh(r.DelayNS, r.CI95NS, r.Samples, r.DelayFrom, m)
 	switch r.DelayFrom {
 	case results.DelayFromSamples:
-		r.Samples, r.Status = float64(m.N), ""
+		r.Samples, r.Status = float64(m.N), results.StatusMeasured
 	case results.DelayFromBoth:
 		r.Samples += float64(m.N)
 	}

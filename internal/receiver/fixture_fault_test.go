@@ -16,6 +16,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/results"
 	"github.com/lds-net/lds/internal/wire"
 	"github.com/lds-net/lds/tools/gen"
@@ -135,7 +136,7 @@ func (f *faultFixture) senderIntervals(t *testing.T, captureStart int64) []*inte
 }
 
 func disabledClock() interval.SenderMeta {
-	return interval.SenderMeta{Clock: interval.ClockStatus{State: "disabled"}}
+	return interval.SenderMeta{Clock: interval.ClockStatus{State: ptp.StateDisabled}}
 }
 
 // published records what one receiver published, by interval.
@@ -161,7 +162,7 @@ func (p *published) add(iv *results.Interval) {
 
 // outcome returns the outcome of interval id ("" if never published) and
 // fails the test if it was published more than once.
-func (p *published) outcome(t *testing.T, id int64) string {
+func (p *published) outcome(t *testing.T, id int64) results.Outcome {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -171,7 +172,7 @@ func (p *published) outcome(t *testing.T, id int64) string {
 	case 1:
 		return p.ivs[id][0].Outcome
 	default:
-		var o []string
+		var o []results.Outcome
 		for _, iv := range p.ivs[id] {
 			o = append(o, iv.Outcome)
 		}
@@ -189,7 +190,7 @@ func (p *published) get(id int64) *results.Interval {
 	return p.ivs[id][0]
 }
 
-func (p *published) has(id int64, outcome string) bool {
+func (p *published) has(id int64, outcome results.Outcome) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, iv := range p.ivs[id] {
@@ -374,7 +375,7 @@ func checkEstimationsTimed(t *testing.T, rx *Receiver) {
 		case "lds_intervals_total":
 			for _, m := range mf.GetMetric() {
 				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" && l.GetValue() != results.OutcomeVoidedGap && l.GetValue() != results.OutcomeDuplicate {
+					if l.GetName() == "outcome" && l.GetValue() != string(results.OutcomeVoidedGap) && l.GetValue() != string(results.OutcomeDuplicate) {
 						estimated += m.GetCounter().GetValue()
 					}
 				}

@@ -82,10 +82,10 @@ func (l *live) Interval(id int64) *results.Interval {
 }
 
 // Outcomes maps interval id to outcome.
-func (l *live) Outcomes() map[int64]string {
+func (l *live) Outcomes() map[int64]results.Outcome {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := map[int64]string{}
+	out := map[int64]results.Outcome{}
 	for id, iv := range l.got {
 		out[id] = iv.Outcome
 	}

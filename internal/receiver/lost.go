@@ -111,7 +111,7 @@ func lostWithheld(iv *results.Interval) string {
 	for i := range iv.Flows {
 		switch s := iv.Flows[i].Status; s {
 		case results.StatusCaptureDrops, results.StatusBeyondWindow:
-			return s
+			return string(s)
 		}
 	}
 	return ""
@@ -156,7 +156,7 @@ func exactLoss(iv *results.Interval, mt *interval.Matched, perFlow map[capture.F
 			continue // a receiver flow beyond the candidates' cap
 		}
 		iv.Flows = append(iv.Flows, results.FlowRecord{Interval: iv.Interval, StartNS: iv.StartNS, Key: k,
-			Loss: results.Float(float64(f.lost)), Packets: float64(f.lost), LossExact: true, Sender: iv.Sender, Status: "no_usable_cell",
+			Loss: results.Float(float64(f.lost)), Packets: float64(f.lost), LossExact: true, Sender: iv.Sender, Status: results.StatusNoUsableCell,
 			LossBound: results.Float(float64(f.lost))})
 		iv.Touched = append(iv.Touched, true)
 	}

@@ -50,10 +50,10 @@ func TestLostListWithCaptureDrops(t *testing.T) {
 		{"sender's drops", func(_ *results.Interval, mt *interval.Matched) { mt.Meta.DropsAffecting = 1 }, "capture_drops"},
 		{"loss withheld beyond the window", func(iv *results.Interval, _ *interval.Matched) {
 			iv.Flows[0].Status, iv.Flows[0].Loss = results.StatusBeyondWindow, nil
-		}, results.StatusBeyondWindow},
+		}, string(results.StatusBeyondWindow)},
 		{"loss withheld for capture drops", func(iv *results.Interval, _ *interval.Matched) {
 			iv.Flows[0].Status, iv.Flows[0].Loss = results.StatusCaptureDrops, nil
-		}, results.StatusCaptureDrops},
+		}, string(results.StatusCaptureDrops)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,7 +3,7 @@ package receiver
 import (
 	"fmt"
 
-	"github.com/lds-net/lds/internal/api"
+	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/results"
 )
 
@@ -14,12 +14,12 @@ func (r *Receiver) openLost() (func(), error) {
 	if rc.LostFile == "" {
 		return func() {}, nil
 	}
-	opt := api.JSONLOptions{Lost: true, MaxBytes: rc.ResultsMaxBytes, MaxAge: rc.ResultsMaxAge, Keep: rc.ResultsKeep, Fsync: rc.ResultsFsync,
+	opt := jsonl.Options{Lost: true, MaxBytes: rc.ResultsMaxBytes, MaxAge: rc.ResultsMaxAge, Keep: rc.ResultsKeep, Fsync: rc.ResultsFsync,
 		OnError: r.metrics.ResultsWriteError}
 	if r.opt.Replay {
 		opt.MaxBytes, opt.MaxAge, opt.Fsync = 0, 0, false
 	}
-	w, err := api.OpenJSONL(rc.LostFile, opt)
+	w, err := jsonl.Open(rc.LostFile, opt)
 	if err != nil {
 		return nil, fmt.Errorf("receiver.lost_file: %w", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
@@ -80,8 +81,8 @@ type Receiver struct {
 	estConc int // intervals estimated at once
 	metrics *metrics.Receiver
 	store   *api.Store
-	jsonl   *api.JSONLWriter
-	lostW   *api.JSONLWriter // receiver.lost_file (lostfile.go)
+	jsonl   *jsonl.Writer
+	lostW   *jsonl.Writer // receiver.lost_file (lostfile.go)
 	spikes  *spike.Detector
 	export  *export.Set // nil: no exporter configured
 	ptp     *ptp.Checker
@@ -377,15 +378,15 @@ func (r *Receiver) Run(ctx context.Context) error {
 
 // openResults opens receiver.results_file with its rotation, durability
 // and error counting; a replay writes one file, never rotated or synced.
-func (r *Receiver) openResults() (*api.JSONLWriter, error) {
+func (r *Receiver) openResults() (*jsonl.Writer, error) {
 	rc := r.cfg.Receiver
-	opt := api.JSONLOptions{MaxBytes: rc.ResultsMaxBytes, MaxAge: rc.ResultsMaxAge, Keep: rc.ResultsKeep, Fsync: rc.ResultsFsync,
+	opt := jsonl.Options{MaxBytes: rc.ResultsMaxBytes, MaxAge: rc.ResultsMaxAge, Keep: rc.ResultsKeep, Fsync: rc.ResultsFsync,
 		OnError: r.metrics.ResultsWriteError}
 	if r.opt.Replay {
 		opt.MaxBytes, opt.MaxAge, opt.Fsync = 0, 0, false
 	}
-	r.metrics.ResultsFileReasons([]string{api.ReasonNoSpace, api.ReasonIO, api.ReasonOpen, api.ReasonFsync, api.ReasonRotate, api.ReasonOther})
-	w, err := api.OpenJSONL(rc.ResultsFile, opt)
+	r.metrics.ResultsFileReasons([]string{jsonl.ReasonNoSpace, jsonl.ReasonIO, jsonl.ReasonOpen, jsonl.ReasonFsync, jsonl.ReasonRotate, jsonl.ReasonOther})
+	w, err := jsonl.Open(rc.ResultsFile, opt)
 	if err != nil {
 		return nil, fmt.Errorf("receiver.results_file: %w", err)
 	}
@@ -553,9 +554,8 @@ func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
 	if other.State != "" {
 		r.metrics.SetClock("sender", sender, other.State, other.OffsetNS, math.NaN())
 	}
-	bad := func(st string) bool { return st != string(ptp.StateSynced) && st != string(ptp.StateDisabled) }
-	c := Clock{Unsynced: bad(own.State) || bad(other.State)}
-	if own.State == string(ptp.StateSynced) && other.State == string(ptp.StateSynced) {
+	c := Clock{Unsynced: !own.State.Trusted() || !other.State.Trusted()}
+	if own.State == ptp.StateSynced && other.State == ptp.StateSynced {
 		c.ErrorNS = results.Float(math.Abs(float64(own.OffsetNS)) + math.Abs(float64(other.OffsetNS)))
 	}
 	return c

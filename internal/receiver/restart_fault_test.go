@@ -230,7 +230,7 @@ func TestReceiverDropsResentDuplicates(t *testing.T) {
 	if len(h.haves) != 3 || !slices.Contains(h.haves[2], ids[3]) {
 		t.Errorf("HelloAck.have per connection %v: want 3 connections, the last naming %d", h.haves, ids[3])
 	}
-	if n := counterValue(t, run.rx, "lds_intervals_total", "outcome", results.OutcomeDuplicate); n != 1 {
+	if n := counterValue(t, run.rx, "lds_intervals_total", "outcome", string(results.OutcomeDuplicate)); n != 1 {
 		t.Errorf("duplicates counted %v, want 1", n)
 	}
 	checkEstimationsTimed(t, run.rx)
@@ -431,7 +431,7 @@ func TestReceiverVoidsSeqGap(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("acknowledged %v, want %v (all but the voided %d)", got, want, ids[2])
 	}
-	if n := counterValue(t, run.rx, "lds_intervals_total", "outcome", results.OutcomeVoidedGap); n != 1 {
+	if n := counterValue(t, run.rx, "lds_intervals_total", "outcome", string(results.OutcomeVoidedGap)); n != 1 {
 		t.Errorf("voided intervals counted %v, want 1", n)
 	}
 	checkEstimationsTimed(t, run.rx)

@@ -131,7 +131,7 @@ func senderInterval(w *wire.Interval) (*interval.SenderInterval, interval.Sender
 		Trailer: w.Flags&wire.FlagTrailer != 0, Sk: sk, Split: w.Boundary, Samples: w.Samples, Heavy: w.Heavy}
 	meta := interval.SenderMeta{SketchBytes: uint64(w.SketchBytes)}
 	if c := e.GetClock(); c != nil {
-		meta.Clock = interval.ClockStatus{State: senderClockState(c.State), OffsetNS: c.OffsetNs, GrandmasterPresent: c.GrandmasterPresent,
+		meta.Clock = interval.ClockStatus{State: ptp.ParseState(c.State), OffsetNS: c.OffsetNs, GrandmasterPresent: c.GrandmasterPresent,
 			GrandmasterID: c.GrandmasterId, PortState: c.PortState, Err: c.Error}
 	}
 	if d := e.GetDrops(); d != nil {
@@ -142,19 +142,4 @@ func senderInterval(w *wire.Interval) (*interval.SenderInterval, interval.Sender
 		si.Late = d.Parse["late"]
 	}
 	return si, meta
-}
-
-// ClockStateInvalid stands for a clock state a sender reported that is not
-// one of ptp's states: it becomes a label value, so what a peer sends is
-// never one (any length, any bytes); delays are withheld as for unsynced.
-const ClockStateInvalid = "invalid"
-
-// senderClockState is the sender's reported clock state if it is one of
-// ptp's, else ClockStateInvalid.
-func senderClockState(s string) string {
-	switch ptp.State(s) {
-	case ptp.StateSynced, ptp.StateUnsynced, ptp.StateUnknown, ptp.StateDisabled:
-		return s
-	}
-	return ClockStateInvalid
 }

@@ -34,7 +34,7 @@ func truncatePcap(t *testing.T, src string, snap int) string {
 
 // replayPair replays a pair of captures and returns its records by
 // (interval, flow) and the interval outcomes.
-func replayPair(t *testing.T, a, b string, configure func(*Options)) (map[join.FlowID]results.FlowRecord, map[string]int, error) {
+func replayPair(t *testing.T, a, b string, configure func(*Options)) (map[join.FlowID]results.FlowRecord, map[results.Outcome]int, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

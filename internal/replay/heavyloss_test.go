@@ -113,7 +113,7 @@ func TestReplayHeavyLossDelay(t *testing.T) {
 			if !ok || rec.DelayNS == nil {
 				st := "no record"
 				if ok {
-					st = rec.Status
+					st = string(rec.Status)
 				}
 				t.Logf("seed %d: flow %v interval %d (%d sent, %d lost, %d samples): no delay (%s)", seed, id.Key, id.Interval, f.Sent, f.Lost(), rec.DelaySamples, st)
 				continue

@@ -45,8 +45,8 @@ type Options struct {
 
 // Summary of a replay.
 type Summary struct {
-	Intervals map[string]int // by outcome
-	Flows     int            // flow records published
+	Intervals map[results.Outcome]int
+	Flows     int // flow records published
 	// SketchBytes is what the sender shipped for the complete intervals
 	// (sketch chunks and boundary lists), the cost lds pays.
 	SketchBytes uint64
@@ -86,7 +86,7 @@ func loadInto(path string, c *config.Receiver) error {
 // Run replays the two captures and returns once every interval is final.
 func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	t0 := time.Now()
-	sum := Summary{Intervals: map[string]int{}}
+	sum := Summary{Intervals: map[results.Outcome]int{}}
 	if !opt.AllowReversed {
 		if err := checkDirection(opt.Config, opt.SenderPcap, opt.ReceiverPcap); err != nil {
 			return sum, err
@@ -176,7 +176,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	return sum, err
 }
 
-func total(m map[string]int) int {
+func total(m map[results.Outcome]int) int {
 	n := 0
 	for _, v := range m {
 		n += v

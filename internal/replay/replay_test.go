@@ -39,7 +39,7 @@ func scenario(seed uint64, loss float64) gen.Scenario {
 type run struct {
 	truth       *join.Result
 	recs        map[join.FlowID]results.FlowRecord
-	outcome     map[string]int
+	outcome     map[results.Outcome]int
 	sketchBytes uint64 // what the sender shipped (Summary.SketchBytes)
 }
 

@@ -26,7 +26,7 @@ func Table(w io.Writer, ivs []*results.Interval, n int) {
 	}
 	flows := map[capture.FlowKey]*agg{}
 	var links []results.LinkRecord
-	outcomes := map[string]int{}
+	outcomes := map[results.Outcome]int{}
 	for _, iv := range ivs {
 		outcomes[iv.Outcome]++
 		if iv.Outcome != results.OutcomeMatched {
@@ -113,8 +113,8 @@ sample size behind the delay. "-": not estimated (a quantile needs at least 10
 
 // Outcomes prints interval counts by outcome as "matched 5, partial 1",
 // sorted by outcome.
-func Outcomes(m map[string]int) string {
-	keys := make([]string, 0, len(m))
+func Outcomes(m map[results.Outcome]int) string {
+	keys := make([]results.Outcome, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}

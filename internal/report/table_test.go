@@ -10,7 +10,7 @@ import (
 // TestTableForPeople: the table people read names outcomes in words (no
 // Go map syntax) and explains its columns.
 func TestTableForPeople(t *testing.T) {
-	if got := Outcomes(map[string]int{"matched": 5, "no_sender_sketch": 1}); got != "matched 5, no_sender_sketch 1" {
+	if got := Outcomes(map[results.Outcome]int{"matched": 5, "no_sender_sketch": 1}); got != "matched 5, no_sender_sketch 1" {
 		t.Errorf("Outcomes = %q", got)
 	}
 	if got := Outcomes(nil); got != "none" {

@@ -46,7 +46,7 @@ type FlowRecord struct {
 	Unsynced  bool     // "clock_unsynced"
 	Spike     bool     // latency spike against the flow's baseline
 	ErrorNS   *float64 // "clock_error_bound_ns": |offset_A| + |offset_B|
-	Status    string   // "", or why no delay is given
+	Status    Status   // StatusMeasured, or why a value is missing or flagged
 	// LossPoint is the decoding estimator's point estimate of lost packets.
 	// Loss is it where it reaches sketch.LossSupportMin packets (below,
 	// it divided by that, under one packet), never above LossBound nor
@@ -132,7 +132,7 @@ type flowJSON struct {
 	Unsynced        bool     `json:"clock_unsynced,omitempty"`
 	ErrorNS         *float64 `json:"clock_error_bound_ns,omitempty"`
 	Spike           bool     `json:"spike,omitempty"`
-	Status          string   `json:"status,omitempty"`
+	Status          Status   `json:"status,omitempty"`
 	LossPoint       *float64 `json:"loss_point,omitempty"`
 	P50NS           *float64 `json:"p50_ns"`
 	P90NS           *float64 `json:"p90_ns"`
@@ -220,19 +220,37 @@ type LinkRecord struct {
 	CaptureDrops bool `json:"capture_drops,omitempty"`
 }
 
-// StatusBeyondWindow is a flow's status when packets slower than the
-// receiver's hold window (at most max_delay) may have been placed in the
-// wrong interval and the flow has cells that do not match: its loss is
-// withheld (loss, loss_point and loss_bound null) and its delay comes only from cells
-// that match exactly.
-const StatusBeyondWindow = "delay_beyond_window"
+// Status says why a flow record's value is missing or flagged (JSON
+// "status", docs/operations.md "Flow status"): a bounded set, part of the
+// results contract.
+type Status string
 
-// StatusCaptureDrops is every flow's status in an interval where either
-// tap's capture dropped packets that may belong to it (CaptureDrops): a
-// packet the receiver's capture dropped would count as lost, so loss,
-// loss_point, loss_bound and sampled_lost are withheld; the delays the
-// remaining packets give are kept.
-const StatusCaptureDrops = "capture_drops"
+// Flow statuses.
+const (
+	// StatusMeasured (absent from the JSON): everything was measured.
+	StatusMeasured Status = ""
+	// StatusClockUnsynced: a PTP check failed at one end; counts and loss
+	// are published, delays are not.
+	StatusClockUnsynced Status = "clock_unsynced"
+	// StatusNoUsableCell: every cell of the flow differs at the two ends
+	// and too few of its samples were joined for a delay.
+	StatusNoUsableCell Status = "no_usable_cell"
+	// StatusNotIdentified: the usable cells do not pin the flow's delay
+	// down and too few of its samples were joined for a delay.
+	StatusNotIdentified Status = "not_identified"
+	// StatusBeyondWindow: packets slower than the receiver's hold window
+	// (at most max_delay) may have been placed in the wrong interval and
+	// the flow has cells that do not match: its loss is withheld (loss,
+	// loss_point and loss_bound null) and its delay comes only from cells
+	// that match exactly.
+	StatusBeyondWindow Status = "delay_beyond_window"
+	// StatusCaptureDrops: either tap's capture dropped packets that may
+	// belong to the interval (CaptureDrops): a packet the receiver's
+	// capture dropped would count as lost, so loss, loss_point, loss_bound
+	// and sampled_lost are withheld; the delays the remaining packets give
+	// are kept. Every flow of such an interval has it.
+	StatusCaptureDrops Status = "capture_drops"
+)
 
 // CaptureDrops counts, for one interval, the packets each tap's capture
 // dropped (kernel ring and interface counters) in the reads whose time
@@ -253,7 +271,7 @@ type Interval struct {
 	Sender   string       `json:"sender"`
 	Interval int64        `json:"interval"`
 	StartNS  int64        `json:"start_ns"`
-	Outcome  string       `json:"outcome"` // see Outcome* constants
+	Outcome  Outcome      `json:"outcome"`
 	Flows    []FlowRecord `json:"flows"`
 	Links    []LinkRecord `json:"links"`
 	// Health of the estimate. SenderDrops and ReceiverDrops are the capture
@@ -300,7 +318,7 @@ func (iv *Interval) FlagBeyondWindow() {
 	}
 	// The two ends' tables then differ by misplaced packets too: the list
 	// is no list of losses, and no loss is exact.
-	iv.markLostIncomplete(StatusBeyondWindow)
+	iv.markLostIncomplete(string(StatusBeyondWindow))
 	for i := range iv.Links {
 		iv.Links[i].BeyondWindow, iv.Links[i].LossRatio = true, nil
 	}
@@ -322,7 +340,7 @@ func (iv *Interval) FlagCaptureDrops(d CaptureDrops) {
 	iv.CaptureDrops.Receiver += d.Receiver
 	// A packet a capture dropped shows in the lost-packet list as lost or
 	// extra: the list is no list of network losses, and no loss is exact.
-	iv.markLostIncomplete(StatusCaptureDrops)
+	iv.markLostIncomplete(string(StatusCaptureDrops))
 	for i := range iv.Flows {
 		f := &iv.Flows[i]
 		f.Status, f.Loss, f.LossPoint, f.LossBound, f.SampledLost = StatusCaptureDrops, nil, nil, nil, 0
@@ -332,16 +350,21 @@ func (iv *Interval) FlagCaptureDrops(d CaptureDrops) {
 	}
 }
 
-// Interval outcomes, a bounded set used as a metric label.
+// Outcome is what became of one interval of one sender (JSON "outcome"
+// of /api/v1/intervals, the outcome label of lds_intervals_total): a
+// bounded set, part of the results contract.
+type Outcome string
+
+// Interval outcomes.
 const (
-	OutcomeMatched    = "matched"
-	OutcomePartial    = "partial"
-	OutcomeVoidedGap  = "voided_seq_gap"
-	OutcomeNoSender   = "no_sender_sketch"
-	OutcomeUnsynced   = "clock_unsynced"
-	OutcomeDuplicate  = "duplicate"
-	OutcomeNoReceiver = "no_receiver_sketch"
-	OutcomeFailed     = "estimation_failed"
+	OutcomeMatched    Outcome = "matched"
+	OutcomePartial    Outcome = "partial"
+	OutcomeVoidedGap  Outcome = "voided_seq_gap"
+	OutcomeNoSender   Outcome = "no_sender_sketch"
+	OutcomeUnsynced   Outcome = "clock_unsynced"
+	OutcomeDuplicate  Outcome = "duplicate"
+	OutcomeNoReceiver Outcome = "no_receiver_sketch"
+	OutcomeFailed     Outcome = "estimation_failed"
 )
 
 // Float returns a pointer to v, or nil where v is NaN or infinite, so that
@@ -417,9 +440,9 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	if r.Spike {
 		b = append(b, `,"spike":true`...)
 	}
-	if r.Status != "" {
+	if r.Status != StatusMeasured {
 		b = append(b, `,"status":`...)
-		b = appendString(b, r.Status)
+		b = appendString(b, string(r.Status))
 	}
 	if r.LossPoint != nil {
 		b = append(b, `,"loss_point":`...)

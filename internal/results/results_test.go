@@ -74,7 +74,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 			Key:     capture.MustParseFlowKey(a[0], a[1], uint8(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())),
 			DelayNS: pf(), StddevNS: pf(),
 			Loss: pf(), Packets: f(), Samples: f(), CI95NS: pf(), Sender: s(), Bytes: pf(), Estimator: s(),
-			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: s(), LossPoint: pf(),
+			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: Status(s()), LossPoint: pf(),
 			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf(),
 			DelayFrom: s(), LossSpike: rng.IntN(2) == 0, P99LowNS: pf(),
 			LossExact: rng.IntN(2) == 0, Reordered: pf(), ReorderExtentNS: pf()}
@@ -96,7 +96,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal(want, &back); err != nil {
 			t.Fatal(err)
 		}
-		lossless := utf8.ValidString(r.Sender + r.Estimator + r.Status + r.StddevFrom + r.DelayFrom) // JSON replaces bad UTF-8
+		lossless := utf8.ValidString(r.Sender + r.Estimator + string(r.Status) + r.StddevFrom + r.DelayFrom) // JSON replaces bad UTF-8
 		if again, _ := MarshalLine(nil, &back); lossless && !bytes.Equal(again, got[6:]) {
 			t.Fatalf("read back as %s, written as %s", again, got[6:])
 		}
@@ -153,22 +153,22 @@ func TestFlagsWithholdLoss(t *testing.T) {
 	tests := []struct {
 		name       string
 		flag       func(*Interval)
-		status     []string // per flow
+		status     []Status // per flow
 		nullLoss   []bool
 		drops      *CaptureDrops
 		linkReason string
 	}{
-		{"none", func(*Interval) {}, []string{"", ""}, []bool{false, false}, nil, ""},
-		{"zero drops flag nothing", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{}) }, []string{"", ""}, []bool{false, false}, nil, ""},
+		{"none", func(*Interval) {}, []Status{"", ""}, []bool{false, false}, nil, ""},
+		{"zero drops flag nothing", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{}) }, []Status{"", ""}, []bool{false, false}, nil, ""},
 		{"beyond window: touched flows", func(iv *Interval) { iv.FlagBeyondWindow() },
-			[]string{StatusBeyondWindow, ""}, []bool{true, false}, nil, "beyond"},
+			[]Status{StatusBeyondWindow, ""}, []bool{true, false}, nil, "beyond"},
 		{"capture drops: every flow", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Receiver: 7}) },
-			[]string{StatusCaptureDrops, StatusCaptureDrops}, []bool{true, true}, &CaptureDrops{Receiver: 7}, "drops"},
+			[]Status{StatusCaptureDrops, StatusCaptureDrops}, []bool{true, true}, &CaptureDrops{Receiver: 7}, "drops"},
 		{"capture drops then beyond window", func(iv *Interval) {
 			iv.FlagCaptureDrops(CaptureDrops{Sender: 2})
 			iv.FlagCaptureDrops(CaptureDrops{Sender: 1, Receiver: 1})
 			iv.FlagBeyondWindow()
-		}, []string{StatusCaptureDrops, StatusCaptureDrops}, []bool{true, true}, &CaptureDrops{Sender: 3, Receiver: 1}, "both"},
+		}, []Status{StatusCaptureDrops, StatusCaptureDrops}, []bool{true, true}, &CaptureDrops{Sender: 3, Receiver: 1}, "both"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,17 +226,17 @@ func TestFlagsMakeLostListIncomplete(t *testing.T) {
 	}{
 		{"none", func(*Interval) {}, ""},
 		{"zero drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{}) }, ""},
-		{"receiver drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Receiver: 3}) }, StatusCaptureDrops},
-		{"sender drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Sender: 1}) }, StatusCaptureDrops},
-		{"beyond window", func(iv *Interval) { iv.FlagBeyondWindow() }, StatusBeyondWindow},
+		{"receiver drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Receiver: 3}) }, string(StatusCaptureDrops)},
+		{"sender drops", func(iv *Interval) { iv.FlagCaptureDrops(CaptureDrops{Sender: 1}) }, string(StatusCaptureDrops)},
+		{"beyond window", func(iv *Interval) { iv.FlagBeyondWindow() }, string(StatusBeyondWindow)},
 		{"drops then beyond window", func(iv *Interval) {
 			iv.FlagCaptureDrops(CaptureDrops{Receiver: 3})
 			iv.FlagBeyondWindow()
-		}, StatusCaptureDrops},
+		}, string(StatusCaptureDrops)},
 		{"beyond window then drops", func(iv *Interval) {
 			iv.FlagBeyondWindow()
 			iv.FlagCaptureDrops(CaptureDrops{Receiver: 3})
-		}, StatusBeyondWindow},
+		}, string(StatusBeyondWindow)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,9 +2,10 @@ package sketch
 
 import "math/bits"
 
-// Hash derivation, version 1. This is a wire contract: a sender and a
-// receiver must derive exactly the same cells, signs and sampling decisions
-// from the two 64-bit hashes that internal/capture computes per packet.
+// Hash derivation. This is a wire contract: a sender and a receiver must
+// derive exactly the same cells, signs and sampling decisions from the two
+// 64-bit hashes that internal/capture computes per packet. Any change to it
+// bumps config.HashVersion, the fingerprint's one hash version.
 // docs/sketch.md spells it out; TestHashDerivationV1 re-implements it from
 // the document and checks the code against it.
 //
@@ -17,10 +18,6 @@ import "math/bits"
 //	               digest             =  P
 //	LDA:           z = splitmix64(P) (the "row -1" value), bank = min(clz(z), B-1),
 //	               cell = ((z & 0xffffffff) * m) >> 32, sign = +1 on even cells.
-
-// HashVersion names the derivation above; it belongs in the configuration
-// fingerprint so that two ends built from different derivations never pair.
-const HashVersion = 1
 
 const gamma = 0x9e3779b97f4a7c15 // splitmix64's increment (golden ratio)
 

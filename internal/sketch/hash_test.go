@@ -18,7 +18,7 @@ func TestSplitmixKnownAnswers(t *testing.T) {
 	}
 }
 
-// docDerivation re-implements docs/sketch.md "Hash derivation, version 1"
+// docDerivation re-implements docs/sketch.md "Hash derivation"
 // literally, with no shared code, to pin the wire contract.
 func docDerivation(F, P uint64, rows, C, k int, rates []float64) []int32 {
 	mix := func(z uint64) uint64 {

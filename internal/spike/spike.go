@@ -258,7 +258,7 @@ func (d *Detector) observe(e *ewma, x, low, margin float64, ev *Event) bool {
 // loss baseline.
 func LossWithheld(r *results.FlowRecord) bool {
 	switch r.Status {
-	case results.StatusCaptureDrops, results.StatusBeyondWindow, "clock_unsynced":
+	case results.StatusCaptureDrops, results.StatusBeyondWindow, results.StatusClockUnsynced:
 		return true
 	}
 	return r.Unsynced

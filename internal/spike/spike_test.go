@@ -298,7 +298,7 @@ func TestLossSpike(t *testing.T) {
 	tests := []struct {
 		name      string
 		n, lost   float64
-		status    string
+		status    results.Status
 		wantSpike bool
 	}{
 		{"a fifth lost", 500, 100, "", true},
@@ -306,9 +306,9 @@ func TestLossSpike(t *testing.T) {
 		{"5 of 20: 25 % but the Wilson bound is 11 %", 20, 5, "", true},
 		{"2 of 10: bound 5.7 %", 10, 2, "", true},
 		{"1 of 10: bound 1.8 %", 10, 1, "", false},
-		{"capture drops: withheld", 500, 100, "capture_drops", false},
+		{"capture drops: withheld", 500, 100, results.StatusCaptureDrops, false},
 		{"beyond the window: withheld", 500, 100, results.StatusBeyondWindow, false},
-		{"clock unsynced: withheld", 500, 100, "clock_unsynced", false},
+		{"clock unsynced: withheld", 500, 100, results.StatusClockUnsynced, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -339,7 +339,7 @@ func TestWithheldLossDoesNotUpdate(t *testing.T) {
 	}
 	for i := range 20 {
 		r := lossRec("10.0.0.1", 500, 250)
-		r.Status = "capture_drops"
+		r.Status = results.StatusCaptureDrops
 		d.Observe(interval(int64(5+i), r), nil)
 	}
 	if ev := d.Observe(interval(25, lossRec("10.0.0.1", 500, 100)), nil); len(ev) != 1 {

@@ -129,10 +129,10 @@ func Wait(g *errgroup.Group) error {
 // disabled without a checker (PTP off, or a replay).
 func Clock(c *ptp.Checker) interval.ClockStatus {
 	if c == nil {
-		return interval.ClockStatus{State: string(ptp.StateDisabled)}
+		return interval.ClockStatus{State: ptp.StateDisabled}
 	}
 	st := c.Status()
-	return interval.ClockStatus{State: string(st.State), OffsetNS: st.OffsetNS, GrandmasterPresent: st.GrandmasterPresent,
+	return interval.ClockStatus{State: st.State, OffsetNS: st.OffsetNS, GrandmasterPresent: st.GrandmasterPresent,
 		GrandmasterID: st.GrandmasterID, PortState: st.PortState, Err: st.Err}
 }
 
@@ -141,6 +141,6 @@ func Clock(c *ptp.Checker) interval.ClockStatus {
 func OwnClock(c *ptp.Checker) func() metrics.OwnClock {
 	return func() metrics.OwnClock {
 		st := c.Status()
-		return metrics.OwnClock{State: string(st.State), OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
+		return metrics.OwnClock{State: st.State, OffsetNS: st.OffsetNS, HaveOffset: !st.LastOK.IsZero()}
 	}
 }

@@ -93,7 +93,7 @@ func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes in
 	end := &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_End{End: &ldsv1.End{
 		Interval: si.ID,
 		Totals:   &ldsv1.Totals{Packets: si.Sk.Packets, Bytes: si.Sk.Bytes, ClassPackets: slices.Clone(si.Sk.ClassPackets)},
-		Clock: &ldsv1.ClockStatus{State: meta.Clock.State, OffsetNs: meta.Clock.OffsetNS,
+		Clock: &ldsv1.ClockStatus{State: string(meta.Clock.State), OffsetNs: meta.Clock.OffsetNS,
 			GrandmasterPresent: meta.Clock.GrandmasterPresent, GrandmasterId: meta.Clock.GrandmasterID,
 			PortState: meta.Clock.PortState, Error: meta.Clock.Err},
 		Drops:         &ldsv1.Drops{Kernel: meta.KernelDrops, Interface: meta.IfDrops, Parse: parse, Affecting: meta.DropsAffecting},

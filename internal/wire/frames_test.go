@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/sketch"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 	"google.golang.org/protobuf/proto"
@@ -102,7 +103,7 @@ func TestEncodeAssembleRoundTrip(t *testing.T) {
 			t.Errorf("chunk %d: heavy keys %v, want %v", chunk, g.Heavy, si.Heavy)
 		}
 		c, d, wm := g.End.GetClock(), g.End.GetDrops(), testMeta()
-		gotClock := interval.ClockStatus{State: c.GetState(), OffsetNS: c.GetOffsetNs(), GrandmasterPresent: c.GetGrandmasterPresent(),
+		gotClock := interval.ClockStatus{State: ptp.State(c.GetState()), OffsetNS: c.GetOffsetNs(), GrandmasterPresent: c.GetGrandmasterPresent(),
 			GrandmasterID: c.GetGrandmasterId(), PortState: c.GetPortState(), Err: c.GetError()}
 		if gotClock != wm.Clock || d.GetKernel() != wm.KernelDrops || d.GetInterface() != wm.IfDrops || d.GetAffecting() != wm.DropsAffecting {
 			t.Errorf("chunk %d: clock %+v drops %v, want %+v", chunk, gotClock, d, wm)

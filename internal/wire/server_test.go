@@ -271,7 +271,9 @@ func TestStreamDeliversEveryInterval(t *testing.T) {
 }
 
 // TestConfigMismatchNamesKeys: the receiver refuses a sender whose
-// configuration differs, naming exactly the differing keys and never the seed.
+// configuration differs, naming exactly the differing keys and never the
+// seed; so too a sender of another hash version, and one of a build whose
+// fingerprint carried a second hash version (docs/protocol.md, "Versions").
 func TestConfigMismatchNamesKeys(t *testing.T) {
 	base := config.DefaultCommon()
 	base.Sketch.Seed = "receiver-seed-secret"
@@ -279,13 +281,17 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 		name   string
 		mutate func(*config.Common)
 		want   []string
+		edit   func(fingerprint map[string]string) // what the sender's build sends otherwise; nil: nothing
 	}{
-		{"seed", func(c *config.Common) { c.Sketch.Seed = "sender-seed-secret" }, []string{"sketch.seed"}},
-		{"columns", func(c *config.Common) { c.Sketch.Columns = 2048 }, []string{"sketch.columns"}},
-		{"interval", func(c *config.Common) { c.Interval = 2 * time.Second }, []string{"interval"}},
+		{"seed", func(c *config.Common) { c.Sketch.Seed = "sender-seed-secret" }, []string{"sketch.seed"}, nil},
+		{"columns", func(c *config.Common) { c.Sketch.Columns = 2048 }, []string{"sketch.columns"}, nil},
+		{"interval", func(c *config.Common) { c.Interval = 2 * time.Second }, []string{"interval"}, nil},
 		{"all three", func(c *config.Common) {
 			c.Sketch.Seed, c.Sketch.Columns, c.Interval = "sender-seed-secret", 2048, 2*time.Second
-		}, []string{"interval", "sketch.columns", "sketch.seed"}},
+		}, []string{"interval", "sketch.columns", "sketch.seed"}, nil},
+		{"hash version", func(*config.Common) {}, []string{"hash_version"}, func(f map[string]string) { f["hash_version"] = "3" }},
+		{"a second hash version", func(*config.Common) {}, []string{"capture.hash_version"},
+			func(f map[string]string) { f["capture.hash_version"] = config.HashVersion }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -296,13 +302,17 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 			snd := base
 			snd.Sketch.Sampling = slices.Clone(base.Sketch.Sampling)
 			tc.mutate(&snd)
+			fp := snd.Fingerprint()
+			if tc.edit != nil {
+				tc.edit(fp)
+			}
 
 			// The status a hand-made stream sees.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			st := rawStream(t, ctx, addr, nil)
 			st.seed = snd.Sketch.Seed
-			if err := st.Send(hello("s1", snd.Fingerprint())); err != nil {
+			if err := st.Send(hello("s1", fp)); err != nil {
 				t.Fatal(err)
 			}
 			_, err := recvUntilErr(st)
@@ -319,7 +329,7 @@ func TestConfigMismatchNamesKeys(t *testing.T) {
 			}
 
 			// What the sender's client does with it (FailFast: gives up, saying why).
-			c, err := NewClient(ClientConfig{Addr: addr, SenderID: "s1", Fingerprint: snd.Fingerprint(), Seed: snd.Sketch.Seed, ResendBuffer: 4,
+			c, err := NewClient(ClientConfig{Addr: addr, SenderID: "s1", Fingerprint: fp, Seed: snd.Sketch.Seed, ResendBuffer: 4,
 				BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, RPCTimeout: 2 * time.Second,
 				ChunkBytes: 1024, FailFast: true}, testLog(t))
 			if err != nil {

@@ -66,12 +66,12 @@ type stallScore struct {
 	nonNullFlagged   int      // capture_drops records with a loss
 	lossyInFlagged   int      // truth records with loss inside flagged intervals
 	truthInStalled   int      // truth records in stalled intervals
-	recordsByStatusF map[string]int
+	recordsByStatusF map[results.Status]int
 }
 
 func scoreStall(pr RealPairResult, stalls []StallResult) stallScore {
 	T := pr.Pair.Interval
-	s := stallScore{recordsByStatusF: map[string]int{}}
+	s := stallScore{recordsByStatusF: map[results.Status]int{}}
 	stalled := map[int64]bool{}
 	for _, st := range stalls {
 		if st.Drops() <= 0 {
@@ -111,7 +111,7 @@ func scoreStall(pr RealPairResult, stalls []StallResult) stallScore {
 		desc := func() string {
 			st, loss := "no record", "-"
 			if r != nil {
-				st, loss = r.Status, fmtLoss(r.Loss)
+				st, loss = string(r.Status), fmtLoss(r.Loss)
 			}
 			return fmt.Sprintf("interval %d %s: sent %d lost %d, loss %s status %q", tr.Interval, capture.FlowKey(k), tr.Sent, tr.Lost, loss, st)
 		}

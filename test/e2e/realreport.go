@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/lds-net/lds/internal/results"
 )
 
 // WriteMarkdown writes the run's setup, what the bottleneck and the taps
@@ -55,7 +57,7 @@ func pct(x float64) string {
 	return fmt.Sprintf("%.2f%%", 100*x)
 }
 
-func statusText(m map[string]int) string {
+func statusText(m map[results.Status]int) string {
 	if len(m) == 0 {
 		return "–"
 	}

@@ -123,8 +123,8 @@ type RealScore struct {
 	LossyWithheld      int     // of those, flagged delay_beyond_window: loss withheld, not claimed absent
 	LossyBig           int
 	LossyBigDetected   int
-	Statuses           map[string]int // result records by status ("" left out)
-	Spurious           int            // result records with no truth record
+	Statuses           map[results.Status]int // result records by status (StatusMeasured left out)
+	Spurious           int                    // result records with no truth record
 }
 
 // Coverage is BigCovered / BigDelayFlows.
@@ -605,12 +605,12 @@ func packetDelaysMS(pcapA, pcapB string, c config.Common) (p50, maxMS float64, e
 
 // scoreReal counts what the acceptance asks about (see RealScore).
 func scoreReal(pr *RealPairResult) RealScore {
-	s := RealScore{Statuses: map[string]int{}}
+	s := RealScore{Statuses: map[results.Status]int{}}
 	recs := map[join.FlowID]*results.FlowRecord{}
 	for i := range pr.Results {
 		r := &pr.Results[i]
 		recs[join.FlowID{Interval: r.Interval, Key: r.Key}] = r
-		if r.Status != "" {
+		if r.Status != results.StatusMeasured {
 			s.Statuses[r.Status]++
 		}
 	}

@@ -1,4 +1,4 @@
-package api
+package jsonl
 
 import (
 	"bufio"
@@ -99,7 +99,7 @@ func TestJSONLRotateBySize(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.jsonl")
 	one := len(mustLines(t, flowInterval(1, 5)))
 	// Three intervals fit in a file, the fourth rotates.
-	w, err := OpenJSONL(path, JSONLOptions{MaxBytes: int64(3*one + one/2), Keep: 2})
+	w, err := Open(path, Options{MaxBytes: int64(3*one + one/2), Keep: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestJSONLRotateByAge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.jsonl")
 	now := time.Now()
 	clock := func() time.Time { return now }
-	w, err := OpenJSONL(path, JSONLOptions{MaxAge: time.Hour, Keep: 1, Now: clock})
+	w, err := Open(path, Options{MaxAge: time.Hour, Keep: 1, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestJSONLRotateByAge(t *testing.T) {
 func TestJSONLDeletedAndMoved(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.jsonl")
-	w, err := OpenJSONL(path, JSONLOptions{})
+	w, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestJSONLCutsTornLineAtOpen(t *testing.T) {
 	if err := os.WriteFile(path, append(slices.Clone(whole), `{"interval":2,"sta`...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, err := OpenJSONL(path, JSONLOptions{})
+	w, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func testNoSpace(t *testing.T, chunk int) {
 	dir := mountTmpfs(t, 64<<10)
 	path := filepath.Join(dir, "r.jsonl")
 	var errs errCounter
-	w, err := OpenJSONL(path, JSONLOptions{Fsync: true, OnError: errs.on})
+	w, err := Open(path, Options{Fsync: true, OnError: errs.on})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func testNoSpace(t *testing.T, chunk int) {
 // ports): it is created readable by its owner and group only.
 func TestJSONLNotWorldReadable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "results.jsonl")
-	w, err := OpenJSONL(path, JSONLOptions{})
+	w, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,3 +338,78 @@ func TestJSONLNotWorldReadable(t *testing.T) {
 		t.Errorf("results file created %v, want no access for others (0640 before the umask)", perm)
 	}
 }
+
+func TestJSONLWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "results.jsonl")
+	w, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iv1 := &results.Interval{Sender: "a", Interval: 1763000000, Flows: []results.FlowRecord{
+		{Interval: 1763000000, StartNS: 1763000000_000000000, Key: capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443),
+			DelayNS: f(412345.5), StddevNS: f(80211), Loss: f(0), Packets: 1520, Samples: 1498, CI95NS: f(4020.1)},
+		{Interval: 1763000000, Key: capture.MustParseFlowKey("2001:db8::1", "2001:db8::2", 17, 0, 0), Packets: 3, Loss: results.Float(1)},
+	}}
+	// iv3's record withholds its loss: null, never 0.
+	iv2 := &results.Interval{Sender: "a", Interval: 1763000001, Outcome: results.OutcomeVoidedGap} // no flows, no lines
+	iv3 := &results.Interval{Sender: "b", Interval: 1763000001, Flows: []results.FlowRecord{{Interval: 1763000001, Sender: "b", Key: capture.MustParseFlowKey("10.0.0.2", "10.0.0.3", 1, 0, 0)}}}
+	for _, iv := range []*results.Interval{iv1, iv2, iv3} {
+		if err := w.Write(iv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Flushed at the end of each interval: readable before Close.
+	if b, _ := os.ReadFile(path); bytes.Count(b, []byte("\n")) != 3 {
+		t.Fatalf("before Close the file has %q, want 3 lines", b)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(iv1); err == nil {
+		t.Fatal("Write after Close succeeded")
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	want := []string{
+		`{"interval":1763000000,"start_ns":1763000000000000000,"src":"10.0.0.1","dst":"192.0.2.7","sport":51000,"dport":443,"proto":6,"delay_ns":412345.5,"stddev_ns":80211,"loss":0,"packets":1520,"samples":1498,"ci95_ns":4020.1,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
+		`{"interval":1763000000,"start_ns":0,"src":"2001:db8::1","dst":"2001:db8::2","sport":0,"dport":0,"proto":17,"delay_ns":null,"stddev_ns":null,"loss":1,"packets":3,"samples":0,"ci95_ns":null,"sender":"a","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
+		`{"interval":1763000001,"start_ns":0,"src":"10.0.0.2","dst":"10.0.0.3","sport":0,"dport":0,"proto":1,"delay_ns":null,"stddev_ns":null,"loss":null,"packets":0,"samples":0,"ci95_ns":null,"sender":"b","p50_ns":null,"p90_ns":null,"p99_ns":null,"delay_samples":0,"loss_exact":false,"reordered":null,"reorder_extent_ns":null}`,
+	}
+	sc := bufio.NewScanner(fh)
+	var got []string
+	for sc.Scan() {
+		got = append(got, sc.Text())
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("file:\n%q\nwant:\n%q", got, want)
+	}
+	if iv1.Flows[1].Sender != "" {
+		t.Fatal("Write changed the caller's record")
+	}
+	// Appends, never truncates.
+	w2, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors2(w2.Write(iv3), w2.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); bytes.Count(b, []byte("\n")) != 4 {
+		t.Fatalf("after reopening the file has %d lines, want 4", bytes.Count(b, []byte("\n")))
+	}
+	if _, err := Open(filepath.Join(t.TempDir(), "missing", "x.jsonl"), Options{}); err == nil {
+		t.Fatal("Open in a missing directory succeeded")
+	}
+}
+
+func errors2(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func f(v float64) *float64 { return &v }

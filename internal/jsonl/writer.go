@@ -1,4 +1,4 @@
-package api
+package jsonl
 
 import (
 	"bytes"
@@ -16,9 +16,9 @@ import (
 	"github.com/lds-net/lds/internal/results"
 )
 
-// JSONLOptions are the results file's rotation, durability and error
+// Options are a results file's rotation, durability and error
 // reporting. The zero value never rotates and never fsyncs.
-type JSONLOptions struct {
+type Options struct {
 	// Lost makes the file a lost-packet list: Write writes an interval's
 	// lost packets (results.MarshalLostLine) instead of its flow records.
 	Lost bool
@@ -66,7 +66,7 @@ func ErrorReason(err error) string {
 	return ReasonOther
 }
 
-// JSONLWriter appends one results line (docs/results.md) per flow record to a
+// Writer appends one results line (docs/results.md) per flow record to a
 // file. Each interval's lines go to the OS in one write; a write that fails
 // part-way is cut back to the last whole line, so a reader never sees a torn
 // line, and the interval's records are dropped (counted through OnError).
@@ -74,10 +74,10 @@ func ErrorReason(err error) string {
 // itself. Before each interval the writer checks that path still names its
 // file, and creates it again if it was deleted or moved away. It is safe for
 // concurrent use.
-type JSONLWriter struct {
+type Writer struct {
 	mu     sync.Mutex
 	path   string
-	opt    JSONLOptions
+	opt    Options
 	f      *os.File // nil: closed, or to be opened at the next Write
 	stdout bool
 	closed bool
@@ -89,14 +89,10 @@ type JSONLWriter struct {
 	buf    []byte
 }
 
-// NewJSONLWriter opens path for appending with the zero JSONLOptions; "-"
-// writes to standard output.
-func NewJSONLWriter(path string) (*JSONLWriter, error) { return OpenJSONL(path, JSONLOptions{}) }
-
-// OpenJSONL opens path for appending, creating it if needed; "-" writes to
+// Open opens path for appending, creating it if needed; "-" writes to
 // standard output (which is never rotated, reopened or synced). A torn last
 // line left by a crash is cut off.
-func OpenJSONL(path string, opt JSONLOptions) (*JSONLWriter, error) {
+func Open(path string, opt Options) (*Writer, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -104,9 +100,9 @@ func OpenJSONL(path string, opt JSONLOptions) (*JSONLWriter, error) {
 		opt.OnError = func(string, int) {}
 	}
 	if path == "-" {
-		return &JSONLWriter{path: path, opt: opt, f: os.Stdout, stdout: true, chunk: writeChunk}, nil
+		return &Writer{path: path, opt: opt, f: os.Stdout, stdout: true, chunk: writeChunk}, nil
 	}
-	j := &JSONLWriter{path: path, opt: opt, chunk: writeChunk}
+	j := &Writer{path: path, opt: opt, chunk: writeChunk}
 	if err := j.open(); err != nil {
 		return nil, err
 	}
@@ -115,7 +111,7 @@ func OpenJSONL(path string, opt JSONLOptions) (*JSONLWriter, error) {
 
 // open opens (or creates) path, cuts a torn last line, and records the
 // file's identity, size and age origin.
-func (j *JSONLWriter) open() error {
+func (j *Writer) open() error {
 	// Owner and group only: the records name flows (addresses, ports).
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
@@ -192,7 +188,7 @@ const writeChunk = 4 << 20
 // the interval's. On an error the interval's records are not in the file
 // (not even in part: what was written of them is cut off again) and
 // OnError has counted them.
-func (j *JSONLWriter) Write(iv *results.Interval) error {
+func (j *Writer) Write(iv *results.Interval) error {
 	if iv == nil {
 		return nil
 	}
@@ -254,7 +250,7 @@ func (j *JSONLWriter) Write(iv *results.Interval) error {
 // intervalWrite is one interval being written: j.size stays at the
 // interval's start until every chunk is in.
 type intervalWrite struct {
-	j       *JSONLWriter
+	j       *Writer
 	iv      *results.Interval
 	written int64 // bytes of this interval handed to the OS
 }
@@ -301,7 +297,7 @@ func (w *intervalWrite) fail(reason string, err error) error {
 
 // ready makes j.f the file path names now, rotated if the next n bytes
 // would take it past MaxBytes or it has reached MaxAge.
-func (j *JSONLWriter) ready(n int64) error {
+func (j *Writer) ready(n int64) error {
 	if j.f != nil {
 		if size, ok := j.sameFile(); ok {
 			// The size as it is now: someone may have truncated the file
@@ -339,7 +335,7 @@ func (j *JSONLWriter) ready(n int64) error {
 }
 
 // sameFile reports whether path still names the open file, and its size.
-func (j *JSONLWriter) sameFile() (int64, bool) {
+func (j *Writer) sameFile() (int64, bool) {
 	var st unix.Stat_t
 	if err := unix.Stat(j.path, &st); err != nil {
 		return 0, false
@@ -349,7 +345,7 @@ func (j *JSONLWriter) sameFile() (int64, bool) {
 
 // rotate shifts path.(k) to path.(k+1), removing path.Keep, and renames
 // path to path.1; the caller opens a new path. On success j.f is closed.
-func (j *JSONLWriter) rotate() error {
+func (j *Writer) rotate() error {
 	name := func(k int) string { return j.path + "." + strconv.Itoa(k) }
 	if j.opt.Keep == 0 {
 		if err := os.Remove(j.path); err != nil {
@@ -375,7 +371,7 @@ func (j *JSONLWriter) rotate() error {
 
 // Reopen closes the file and opens path anew: what SIGHUP asks for after
 // an outside rotation (logrotate's create mode renames the file away).
-func (j *JSONLWriter) Reopen() error {
+func (j *Writer) Reopen() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed || j.stdout {
@@ -393,13 +389,13 @@ func (j *JSONLWriter) Reopen() error {
 }
 
 // Sync asks the OS to put the lines on disk.
-func (j *JSONLWriter) Sync() error {
+func (j *Writer) Sync() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.sync()
 }
 
-func (j *JSONLWriter) sync() error {
+func (j *Writer) sync() error {
 	if j.f == nil || j.stdout {
 		return nil
 	}
@@ -410,7 +406,7 @@ func (j *JSONLWriter) sync() error {
 }
 
 // Close syncs and closes the file (standard output stays open).
-func (j *JSONLWriter) Close() error {
+func (j *Writer) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
@@ -425,4 +421,4 @@ func (j *JSONLWriter) Close() error {
 	return err
 }
 
-var _ io.Closer = (*JSONLWriter)(nil)
+var _ io.Closer = (*Writer)(nil)
