@@ -55,10 +55,10 @@ func (e *Estimation) repairCells(iv *results.Interval, mt *interval.Matched, sen
 			known++
 		}
 	}
-	if known == 0 {
-		return cr
-	}
-	snd, rcv := cr.snd.Clone(), cr.rcv.Clone()
+	snd, rcv := cr.snd, cr.rcv
+	if known > 0 {
+		snd, rcv = snd.Clone(), rcv.Clone()
+	} // else RepairLDS only counts the cells it leaves lossy: no packet to take out, nothing written
 	rep, st, err := sketch.RepairLDS(snd, rcv, pkts)
 	if err != nil {
 		return cr // the two ends' parameters differ: the estimators say so
@@ -70,7 +70,7 @@ func (e *Estimation) repairCells(iv *results.Interval, mt *interval.Matched, sen
 	// The link aggregators: with one class every packet is in it; with
 	// more, the list does not say which class a packet was in (the class
 	// rules read the packet, the list holds its flow), so they stay.
-	if len(mt.Snd.Sk.LDA) == 1 && len(mt.Rx.LDA) == 1 {
+	if known > 0 && len(mt.Snd.Sk.LDA) == 1 && len(mt.Rx.LDA) == 1 {
 		s, r := mt.Snd.Sk.LDA[0].Clone(), mt.Rx.LDA[0].Clone()
 		if n, err := sketch.RepairLDA(s, r, pkts); err == nil && n > 0 {
 			cr.lda, cr.ldaCells = [][2]*sketch.LDA{{s, r}}, []int{n}

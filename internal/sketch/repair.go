@@ -84,7 +84,9 @@ func (m *Repaired) FlowCells(l *LDS, flowHash uint64) int {
 // repaired cell holds the same packets at both ends, so it passes the
 // usable test and its delay sum is exact: the estimators then see the
 // sketch of the packets both ends saw. Byte counters are not touched (the
-// list carries no sizes): they keep counting what the sender sent.
+// list carries no sizes): they keep counting what the sender sent. Where
+// no packet has its time nothing is written: the stats then count the
+// cells the list leaves lossy.
 func RepairLDS(snd, rcv *LDS, pkts []RepairPacket) (*Repaired, RepairStats, error) {
 	var st RepairStats
 	if snd == nil || rcv == nil || !snd.p.Equal(rcv.p) {
