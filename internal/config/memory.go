@@ -201,6 +201,12 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 	if c.Sketch.Estimator == "decode" {
 		est = estimateDecodeBytes
 	}
+	// A complete lost-packet list repairs copies of both ends' sketches
+	// (internal/receiver/repair.go): 2·sk bounds them.
+	lostOn := int64(0)
+	if c.Lost.Capacity > 0 {
+		lostOn = 1
+	}
 	heavy := int64(c.Sketch.Heavy)
 	senderIv := sk + heavy*heavyKeyBytes + c.functionBytes(in.PPS) + c.sampleSet(in.PPS)
 	// Sample pieces wait for their two joins: live at most lateness /
@@ -222,6 +228,7 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		{"sketch frames being assembled (max_sketch_bytes per stream)", senders, int64(r.MaxSketchBytes)},
 		{"matched intervals in estimation and publishing", senders * jobs, 2*sk + table},
 		{"candidate flows being estimated (sketch.max_flows, " + c.Sketch.Estimator + ")", senders * conc * maxFlows, est},
+		{"sketch copies the lost-packet list repairs, one pair per interval being estimated (lost.capacity > 0)", senders * conc * lostOn, 2 * sk},
 		{"flow records estimated, not yet stored", senders * (conc + 1) * maxFlows, recordBytes},
 		{"flow records in the API store (max(api_max_records, max_flows))", stored, recordBytes},
 		{"spike baselines (spike.max_flows)", int64(c.Spike.MaxFlows), spikeFlowBytes},

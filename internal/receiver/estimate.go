@@ -32,6 +32,11 @@ type Estimation struct {
 	// keys join the receiver's flows only while fewer are listed, and at
 	// most Heavy of them (sketch.heavy), whatever the sender sent.
 	MaxFlows, Heavy int
+	// LostTimes answers the lost-packet list with send times (nil: only
+	// the samples' times); NoRepair leaves every lossy cell as it is
+	// (repair.go).
+	LostTimes LostTimes
+	NoRepair  bool
 }
 
 // Clock is both ends' clock verdict for an interval.
@@ -92,6 +97,10 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		return 1
 	}
 	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: weight}
+	// The list of lost packets comes first: its exact send times repair
+	// the lossy cells the estimators then read (repair.go).
+	perFlow := buildLost(iv, mt, sender, e.FlowHash, e.T) // lost.go
+	cr := e.repairCells(iv, mt, sender)
 	var ests, fallback []sketch.FlowEstimate
 	var alone []float64
 	var err error
@@ -111,12 +120,12 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		// Where the cells cannot separate a flow from its neighbours, the
 		// decoder's value is only its prior (the interval mean); the
 		// paper's least-crowded-cell estimate is better there.
-		ests, fallback, err = sketch.EstimateDecodeAndPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
+		ests, fallback, err = sketch.EstimateDecodeAndPaper(cr.snd, cr.rcv, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
 		if err == nil {
-			alone, err = sketch.AloneLoss(mt.Snd.Sk.LDS, mt.Rx.LDS, comp)
+			alone, err = sketch.AloneLoss(cr.snd, cr.rcv, comp)
 		}
 	} else {
-		ests, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
+		ests, err = sketch.EstimatePaper(cr.snd, cr.rcv, hashes, opt)
 	}
 	if err != nil {
 		return nil, err
@@ -170,23 +179,25 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			}
 		}
 	}
-	e.linkRecords(iv, mt, sender, clk, joined)
-	applyLost(iv, mt, sender, e.FlowHash, e.T) // lost.go
-	applyReorder(iv, joined, hashes)           // reorder.go
+	cr.markRepaired(iv, hashes)
+	e.linkRecords(iv, mt, sender, clk, joined, cr)
+	applyLostFlows(iv, mt, perFlow, e.FlowHash) // lost.go
+	applyReorder(iv, joined, hashes)            // reorder.go
 	return iv, nil
 }
 
 // linkRecords appends the interval's link (LDA) record of every traffic
 // class both ends' sketches have.
-func (e *Estimation) linkRecords(iv *results.Interval, mt *interval.Matched, sender string, clk Clock, joined *sample.Joined) {
+func (e *Estimation) linkRecords(iv *results.Interval, mt *interval.Matched, sender string, clk Clock, joined *sample.Joined, cr *cellRepair) {
 	for c, name := range e.Classes {
 		if c >= len(mt.Snd.Sk.LDA) || c >= len(mt.Rx.LDA) {
 			break
 		}
 		le := sketch.EstimateLDA(mt.Snd.Sk.LDA[c], mt.Rx.LDA[c])
+		repaired := cr.linkDelay(c, &le)
 		lr := results.LinkRecord{Interval: mt.ID, StartNS: iv.StartNS, Sender: sender, Class: name,
 			Sent: le.Sent, Received: le.Received, LossRatio: results.Float(zeroNaN(le.LossRatio)), Samples: le.Samples,
-			Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
+			Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS, RepairedCells: repaired}
 		if !clk.Unsynced {
 			lr.DelayNS, lr.StddevNS, lr.CI95NS = results.Float(le.Delay), results.Float(le.Stddev), results.Float(le.CI95)
 			if lr.DelayNS != nil {

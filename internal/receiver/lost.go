@@ -28,16 +28,24 @@ type lostFlow struct {
 // applyLost subtracts the receiver's lost-packet table from the sender's,
 // peels the difference into the interval's list of lost (and extra)
 // packets and, where the list is complete, makes every flow's loss the
-// exact count (docs/results.md, "Lost packets"). keys and hashes are the
-// candidate flows, index for index with iv.Flows; t is the interval length.
+// exact count (docs/results.md, "Lost packets"); t is the interval length.
 func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64, t int64) {
+	applyLostFlows(iv, mt, buildLost(iv, mt, sender, flowHash, t), flowHash)
+}
+
+// buildLost is applyLost's first half, which needs no flow record: the
+// interval's list (iv.Lost, iv.LostList, the send times the samples
+// give) and each listed flow's counts, nil without tables. The list is
+// complete here only if nothing but network loss can explain it
+// (lostDoubt).
+func buildLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64, t int64) map[capture.FlowKey]*lostFlow {
 	if mt.Snd == nil || mt.Snd.Sk == nil || mt.Rx == nil || mt.Snd.Sk.Lost == nil || mt.Rx.Lost == nil {
-		return
+		return nil
 	}
 	diff := mt.Snd.Sk.Lost.Copy()
 	if err := diff.Subtract(mt.Rx.Lost); err != nil {
 		iv.LostList = &results.LostSummary{Reason: lostOverflow}
-		return
+		return nil
 	}
 	items, complete := diff.Peel(diff.Cells())
 	sum := &results.LostSummary{Complete: complete}
@@ -75,12 +83,24 @@ func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 		sentFromSamples(iv.Lost, mt.Snd.Samples, iv.StartNS, flowHash)
 	}
 	if sum.Complete {
-		if r := cmp.Or(lostDoubt(mt), lostWithheld(iv)); r != "" {
+		if r := lostDoubt(mt); r != "" {
 			sum.Complete, sum.Reason = false, r
 		}
 	}
-	if !sum.Complete {
+	return perFlow
+}
+
+// applyLostFlows is applyLost's second half, once the flow records exist:
+// where the list is still complete, every flow's loss becomes the exact
+// count.
+func applyLostFlows(iv *results.Interval, mt *interval.Matched, perFlow map[capture.FlowKey]*lostFlow, flowHash func(capture.FlowKey) uint64) {
+	sum := iv.LostList
+	if sum == nil || !sum.Complete {
 		return // the estimates stay; LossExact stays false
+	}
+	if r := lostWithheld(iv); r != "" {
+		sum.Complete, sum.Reason = false, r
+		return
 	}
 	exactLoss(iv, mt, perFlow, flowHash)
 }

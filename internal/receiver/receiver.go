@@ -67,6 +67,11 @@ type Options struct {
 	// ExportBlocking: the exporters wait for room instead of dropping
 	// (replay: a backfill from files loses nothing). Never live.
 	ExportBlocking bool
+	// LostTimes gives listed lost packets their send times (tests: the
+	// captures' truth); NoLostRepair leaves lossy cells unrepaired
+	// (tests measuring what the repair changes). repair.go.
+	LostTimes    LostTimes
+	NoLostRepair bool
 }
 
 // Receiver is the downstream daemon's pipeline.
@@ -152,7 +157,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	r := &Receiver{cfg: cfg, opt: opt, log: log, limited: wire.NewLimitedLog(log, 0), params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
 			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy,
-			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}},
+			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}, LostTimes: opt.LostTimes, NoRepair: opt.NoLostRepair},
 		estConc: estConc,
 		store:   api.NewBoundedStore(cfg.Receiver.Keep, cfg.Receiver.APIMaxRecords), done: make(chan struct{})}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {

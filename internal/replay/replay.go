@@ -41,6 +41,11 @@ type Options struct {
 	// AllowReversed replays captures whose packets reach the receiver's
 	// tap before the sender's (refused by default: swapped captures).
 	AllowReversed bool
+	// LostTimes and NoLostRepair are the receiver's (receiver.Options):
+	// tests give the lost packets their send times from the captures'
+	// truth, or measure what the repair of lossy cells changes.
+	LostTimes    receiver.LostTimes
+	NoLostRepair bool
 }
 
 // Summary of a replay.
@@ -127,7 +132,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	var mu sync.Mutex
 	last := time.Now()
 	rx, err := receiver.New(rc, receiver.Options{Version: opt.Version, Sources: []capture.Source{sb}, Listener: lis,
-		NoHTTP: true, Replay: true, CaptureStart: start, ExportBlocking: true,
+		NoHTTP: true, Replay: true, CaptureStart: start, ExportBlocking: true, LostTimes: opt.LostTimes, NoLostRepair: opt.NoLostRepair,
 		OnInterval: func(iv *results.Interval) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -141,6 +141,13 @@ type LostSummary struct {
 	// Reason says why the list is incomplete: "overflow",
 	// "delay_beyond_window", "capture_drops", "partial".
 	Reason string `json:"reason,omitempty"`
+	// RepairedCells counts the flow sketch's cells the list repaired
+	// (every listed packet in them had its exact capture time and was
+	// taken out); RepairBlocked the cells it left lossy because a listed
+	// packet in them had none (docs/decode.md, "Repair from the list of
+	// lost packets").
+	RepairedCells int `json:"repaired_cells,omitempty"`
+	RepairBlocked int `json:"repair_blocked_cells,omitempty"`
 }
 
 // markLostIncomplete withdraws the exactness of an interval's loss: the

@@ -91,6 +91,12 @@ type FlowRecord struct {
 	// where the flow has too few joined samples.
 	Reordered       *float64
 	ReorderExtentNS *float64
+	// RepairedCells counts the flow's sketch cells (of R·k) that the
+	// interval's complete lost-packet list repaired: every listed packet
+	// in them had its exact capture time and was taken out, so the cell
+	// holds the packets both ends saw and its delays are exact
+	// (docs/decode.md, "Repair from the list of lost packets"). 0: none.
+	RepairedCells int
 }
 
 // Sources of a flow's or link's mean delay (FlowRecord.DelayFrom).
@@ -147,6 +153,7 @@ type flowJSON struct {
 	LossExact       bool     `json:"loss_exact"`
 	Reordered       *float64 `json:"reordered"`
 	ReorderExtentNS *float64 `json:"reorder_extent_ns"`
+	RepairedCells   int      `json:"repaired_cells,omitempty"`
 }
 
 // MarshalJSON writes the record's results line (without the newline).
@@ -178,7 +185,7 @@ func (r *FlowRecord) UnmarshalJSON(b []byte) error {
 		Status: j.Status, LossPoint: j.LossPoint, P50NS: j.P50NS, P90NS: j.P90NS, P99NS: j.P99NS,
 		DelaySamples: j.DelaySamples, StddevFrom: j.StddevFrom, SampledLost: j.SampledLost,
 		LossBound: j.LossBound, DelayFrom: j.DelayFrom, LossSpike: j.LossSpike, P99LowNS: j.P99LowNS,
-		LossExact: j.LossExact, Reordered: j.Reordered, ReorderExtentNS: j.ReorderExtentNS}
+		LossExact: j.LossExact, Reordered: j.Reordered, ReorderExtentNS: j.ReorderExtentNS, RepairedCells: j.RepairedCells}
 	return nil
 }
 
@@ -218,6 +225,11 @@ type LinkRecord struct {
 	// CaptureDrops: a tap's capture dropped packets that may belong to
 	// this interval; LossRatio is then withheld (null).
 	CaptureDrops bool `json:"capture_drops,omitempty"`
+	// RepairedCells counts the class's LDA cells that the interval's
+	// complete lost-packet list repaired (as FlowRecord.RepairedCells);
+	// DelayNS, StddevNS, Samples and CI95NS rest on them too, Sent,
+	// Received and LossRatio never.
+	RepairedCells int `json:"repaired_cells,omitempty"`
 }
 
 // Status says why a flow record's value is missing or flagged (JSON
@@ -488,6 +500,10 @@ func MarshalLine(b []byte, r *FlowRecord) ([]byte, error) {
 	b = appendFloatPtr(b, r.Reordered)
 	b = append(b, `,"reorder_extent_ns":`...)
 	b = appendFloatPtr(b, r.ReorderExtentNS)
+	if r.RepairedCells != 0 {
+		b = append(b, `,"repaired_cells":`...)
+		b = strconv.AppendInt(b, int64(r.RepairedCells), 10)
+	}
 	return append(b, "}\n"...), nil
 }
 

@@ -22,7 +22,7 @@ func toJSON(r *FlowRecord) flowJSON {
 		Status: r.Status, LossPoint: r.LossPoint, P50NS: r.P50NS, P90NS: r.P90NS, P99NS: r.P99NS,
 		DelaySamples: r.DelaySamples, StddevFrom: r.StddevFrom, SampledLost: r.SampledLost, LossBound: r.LossBound,
 		DelayFrom: r.DelayFrom, LossSpike: r.LossSpike, P99LowNS: r.P99LowNS,
-		LossExact: r.LossExact, Reordered: r.Reordered, ReorderExtentNS: r.ReorderExtentNS}
+		LossExact: r.LossExact, Reordered: r.Reordered, ReorderExtentNS: r.ReorderExtentNS, RepairedCells: r.RepairedCells}
 }
 
 // TestFlowJSONHasEveryField: every FlowRecord field but the key is in the
@@ -77,7 +77,7 @@ func TestMarshalLineMatchesEncodingJSON(t *testing.T) {
 			Partial: rng.IntN(2) == 0, Unsynced: rng.IntN(2) == 0, ErrorNS: pf(), Spike: rng.IntN(2) == 0, Status: Status(s()), LossPoint: pf(),
 			P50NS: pf(), P90NS: pf(), P99NS: pf(), DelaySamples: rng.IntN(300), StddevFrom: s(), SampledLost: rng.IntN(3), LossBound: pf(),
 			DelayFrom: s(), LossSpike: rng.IntN(2) == 0, P99LowNS: pf(),
-			LossExact: rng.IntN(2) == 0, Reordered: pf(), ReorderExtentNS: pf()}
+			LossExact: rng.IntN(2) == 0, Reordered: pf(), ReorderExtentNS: pf(), RepairedCells: rng.IntN(3)}
 		want, err := json.Marshal(toJSON(&r))
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,104 @@
+package receiver
+
+import (
+	"testing"
+
+	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sketch"
+)
+
+// TestRepairCellsGating: one flow of 20 packets of which tap B missed 3,
+// both ends' sketches and tables built from the packets. The lossy cells
+// are repaired (on copies: the matched sketches stay) only where the list
+// is complete and every lost packet has its send time; one time missing,
+// an incomplete list or NoRepair leaves them as they came.
+func TestRepairCellsGating(t *testing.T) {
+	k := capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443)
+	const fh, T, id = uint64(0x1234_0000_5678), int64(1e9), int64(7)
+	hash := func(i int) uint64 { return 0x9e3779b97f4a7c15 * uint64(i+1) }
+	sent := func(i int) int64 { return int64(i) * 1_000_000 }
+	mk := func() (*results.Interval, *interval.Matched) {
+		p := sketch.DefaultParams()
+		sl, _ := sketch.NewLDS(p)
+		rl, _ := sketch.NewLDS(p)
+		st, _ := sketch.NewIBLT(sketch.IBLTCells(50))
+		rt, _ := sketch.NewIBLT(sketch.IBLTCells(50))
+		for i := range 20 {
+			it := sketch.IBLTItem{Hash: hash(i), Src: k.Src, Dst: k.Dst, SPort: k.SPort, DPort: k.DPort,
+				Proto: k.Proto, Flags: sketch.ItemIDTCPSeq, ID: 1000 + uint32(i)}
+			sl.Update(fh, hash(i), sent(i), 1, 100)
+			st.Insert(&it)
+			if i >= 3 {
+				rl.Update(fh, hash(i), sent(i)+40_000, 1, 100)
+				rt.Insert(&it)
+			}
+		}
+		mt := &interval.Matched{ID: id, Outcome: results.OutcomeMatched,
+			Snd:   &interval.SenderInterval{ID: id, Sk: &interval.Sketches{LDS: sl, Lost: st}},
+			Rx:    &interval.Sketches{LDS: rl, Lost: rt},
+			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+		return &results.Interval{Sender: "a", Interval: id, StartNS: id * T, Outcome: results.OutcomeMatched}, mt
+	}
+	times := func(n int) LostTimes {
+		return func(_ string, _ int64, list []results.LostPacket) {
+			for j := range list {
+				for i := range n {
+					if list[j].Hash == hash(i) {
+						ts := id*T + sent(i)
+						list[j].SentNS = &ts
+					}
+				}
+			}
+		}
+	}
+	tests := []struct {
+		name     string
+		times    LostTimes
+		noRepair bool
+		setup    func(*interval.Matched)
+		repaired int // cells; 0: none
+		blocked  int
+	}{
+		{"every time known", times(3), false, nil, 4, 0},
+		{"one time missing", times(2), false, nil, 0, 4},
+		{"no time", nil, false, nil, 0, 4},
+		{"repair off", times(3), true, nil, 0, 0},
+		{"list incomplete: capture drops", times(3), false, func(mt *interval.Matched) { mt.RxDropsAffecting = 1 }, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			iv, mt := mk()
+			if tc.setup != nil {
+				tc.setup(mt)
+			}
+			s0, r0 := mt.Snd.Sk.LDS.Clone(), mt.Rx.LDS.Clone()
+			e := &Estimation{T: T, FlowHash: func(capture.FlowKey) uint64 { return fh }, LostTimes: tc.times, NoRepair: tc.noRepair}
+			buildLost(iv, mt, "a", e.FlowHash, T)
+			if iv.LostList == nil || iv.LostList.Lost != 3 {
+				t.Fatalf("lost list %+v, want 3 lost", iv.LostList)
+			}
+			cr := e.repairCells(iv, mt, "a")
+			if !mt.Snd.Sk.LDS.Equal(s0) || !mt.Rx.LDS.Equal(r0) {
+				t.Fatal("the matched interval's sketches were changed")
+			}
+			if iv.LostList.RepairedCells != tc.repaired || iv.LostList.RepairBlocked != tc.blocked {
+				t.Errorf("repaired %d, blocked %d cells; want %d, %d", iv.LostList.RepairedCells, iv.LostList.RepairBlocked, tc.repaired, tc.blocked)
+			}
+			if tc.repaired == 0 {
+				if cr.snd != mt.Snd.Sk.LDS || cr.rcv != mt.Rx.LDS || cr.rep != nil {
+					t.Error("nothing repaired, yet the estimators would read other sketches")
+				}
+				return
+			}
+			if r := sketch.UsableCellRatio(cr.snd, cr.rcv); r != 1 {
+				t.Errorf("usable cell ratio after the repair %.2f, want 1", r)
+			}
+			est, err := sketch.EstimatePaper(cr.snd, cr.rcv, []uint64{fh}, sketch.EstimateOptions{})
+			if err != nil || est[0].Delay != 40_000 {
+				t.Errorf("repaired delay %v (%v), want exactly 40000 ns", est[0].Delay, err)
+			}
+		})
+	}
+}
