@@ -92,8 +92,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		return 1
 	}
 	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: weight}
-	var ests, fallback []sketch.FlowEstimate
-	var alone []float64
+	var ests []sketch.Published
 	var err error
 	if e.Estimator == sketch.EstimatorDecode {
 		// The receiver knows exactly how many packets of each flow it put
@@ -108,15 +107,9 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 				comp[i].Cells = mt.Flows.Flows[i].Cells
 			}
 		}
-		// Where the cells cannot separate a flow from its neighbours, the
-		// decoder's value is only its prior (the interval mean); the
-		// paper's least-crowded-cell estimate is better there.
-		ests, fallback, err = sketch.EstimateDecodeAndPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
-		if err == nil {
-			alone, err = sketch.AloneLoss(mt.Snd.Sk.LDS, mt.Rx.LDS, comp)
-		}
+		ests, err = sketch.PublishDecode(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
 	} else {
-		ests, err = sketch.EstimatePaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
+		ests, err = sketch.PublishPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
 	}
 	if err != nil {
 		return nil, err
@@ -129,16 +122,11 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
 		r := &iv.Flows[i]
-		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: results.Float(est.LossBound), Packets: est.Packets, Samples: est.Samples,
+		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: results.Float(est.LossPublished), Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
-		// Loss: under decode its point estimate where the cells support
-		// it, within the count-min bound, never below what the flow's own
-		// cells prove (docs/decode.md, "Loss and packets"); under paper the
-		// bound. The bound and the point estimate keep their own fields.
-		r.LossBound = results.Float(est.LossBound)
-		if e.Estimator == sketch.EstimatorDecode {
-			r.Loss, r.LossPoint = results.Float(sketch.PublishedLoss(est.Loss, est.LossBound, alone[i])), results.Float(est.Loss)
-		}
+		// The bound and decode's point estimate keep their own fields
+		// beside the published loss (docs/decode.md, "Loss and packets").
+		r.LossBound, r.LossPoint = results.Float(est.LossBound), results.Float(est.LossPoint)
 		if !math.IsNaN(est.Bytes) {
 			r.Bytes = results.Float(est.Bytes)
 		}
@@ -146,10 +134,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			r.Status = "clock_unsynced"
 			continue // delays from unsynchronized clocks are withheld, counts still publish
 		}
-		if !est.Identified && fallback != nil && !math.IsNaN(fallback[i].Delay) {
-			est.Delay, est.CI95, est.Identified = fallback[i].Delay, fallback[i].CI95, true
-			r.Estimator = string(sketch.EstimatorPaper)
-		}
+		r.Estimator = string(est.From) // decode's record takes the paper's delay where decode cannot separate the flow
 		switch {
 		case math.IsNaN(est.Delay):
 			r.Status = "no_usable_cell"
