@@ -92,7 +92,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		return 1
 	}
 	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: weight}
-	var ests []sketch.Published
+	var pub sketch.Published
 	var err error
 	if e.Estimator == sketch.EstimatorDecode {
 		// The receiver knows exactly how many packets of each flow it put
@@ -107,26 +107,26 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 				comp[i].Cells = mt.Flows.Flows[i].Cells
 			}
 		}
-		ests, err = sketch.PublishDecode(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
+		pub, err = sketch.PublishDecode(mt.Snd.Sk.LDS, mt.Rx.LDS, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
 	} else {
-		ests, err = sketch.PublishPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
+		pub, err = sketch.PublishPaper(mt.Snd.Sk.LDS, mt.Rx.LDS, hashes, opt)
 	}
 	if err != nil {
 		return nil, err
 	}
 	iv.UsableCellRatio = sketch.UsableCellRatio(mt.Snd.Sk.LDS, mt.Rx.LDS)
-	iv.Flows = make([]results.FlowRecord, len(ests))
-	iv.Touched = make([]bool, len(ests))
+	iv.Flows = make([]results.FlowRecord, len(pub.Estimates))
+	iv.Touched = make([]bool, len(pub.Estimates))
 	cellsPerFlow := mt.Rx.LDS.Params().Rows * mt.Rx.LDS.Params().VLDA
-	for i, est := range ests {
+	for i, est := range pub.Estimates {
 		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
 		r := &iv.Flows[i]
-		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: results.Float(est.LossPublished), Packets: est.Packets, Samples: est.Samples,
+		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: results.Float(pub.Loss(i)), Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
 		// The bound and decode's point estimate keep their own fields
 		// beside the published loss (docs/decode.md, "Loss and packets").
-		r.LossBound, r.LossPoint = results.Float(est.LossBound), results.Float(est.LossPoint)
+		r.LossBound, r.LossPoint = results.Float(est.LossBound), results.Float(pub.LossPoint(i))
 		if !math.IsNaN(est.Bytes) {
 			r.Bytes = results.Float(est.Bytes)
 		}
@@ -134,7 +134,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			r.Status = "clock_unsynced"
 			continue // delays from unsynchronized clocks are withheld, counts still publish
 		}
-		r.Estimator = string(est.From) // decode's record takes the paper's delay where decode cannot separate the flow
+		r.Estimator = string(pub.From(i)) // decode's record takes the paper's delay where decode cannot separate the flow
 		switch {
 		case math.IsNaN(est.Delay):
 			r.Status = "no_usable_cell"

@@ -7,64 +7,83 @@ import "math"
 // candidate's estimate with the rules applied that turn that estimator's
 // output into a record's delay and loss.
 
-// Published is one flow's estimate as the receiver publishes it.
+// Published is what the receiver publishes of an interval's candidates
+// under one estimator, in their order. It adds no per-flow record to the
+// estimates: decode's published losses take the place of AloneLoss's
+// values, and a byte a flow says whose delay is the paper's.
 type Published struct {
-	// FlowEstimate is the estimator's, except that under decode a flow the
+	// Estimates are the estimator's, except that under decode a flow the
 	// cells cannot separate from its neighbours (not Identified) takes the
-	// paper's Delay, CI95 and Identified where the paper has a delay.
-	FlowEstimate
-	// LossPublished is the record's loss: under decode PublishedLoss of
-	// the point estimate, the count-min bound and what the flow's own
-	// cells prove (AloneLoss); under paper the count-min bound.
-	LossPublished float64
-	// LossPoint is decode's point estimate of the lost packets (the
-	// record's loss_point); NaN under paper, which has none.
-	LossPoint float64
-	// From is the estimator whose delay Delay is: EstimatorPaper where
-	// decode fell back on the paper's.
-	From Estimator
+	// paper's Delay, CI95 and Identified where the paper has a delay
+	// (From says so); Stddev, Samples and the counts stay decode's.
+	Estimates []FlowEstimate
+	estimator Estimator
+	loss      []float64 // decode: the published loss of each flow; nil under paper
+	paper     []bool    // decode: the flow's delay is the paper's
+}
+
+// Loss is the loss flow i's record publishes: under decode PublishedLoss
+// of the point estimate, the count-min bound and what the flow's own
+// cells prove (AloneLoss); under paper the count-min bound.
+func (p *Published) Loss(i int) float64 {
+	if p.loss == nil {
+		return p.Estimates[i].LossBound
+	}
+	return p.loss[i]
+}
+
+// LossPoint is decode's point estimate of flow i's lost packets (the
+// record's loss_point); NaN under paper, which has none.
+func (p *Published) LossPoint(i int) float64 {
+	if p.loss == nil {
+		return nan
+	}
+	return p.Estimates[i].Loss
+}
+
+// From is the estimator whose delay flow i's Delay is: EstimatorPaper
+// where decode fell back on the paper's.
+func (p *Published) From(i int) Estimator {
+	if p.paper != nil && p.paper[i] {
+		return EstimatorPaper
+	}
+	return p.estimator
 }
 
 // PublishDecode estimates every candidate with EstimateDecodeAndPaper and
-// applies decode's publishing rules, in the order of flows. Where the
-// cells cannot separate a flow from its neighbours, the decoder's value is
-// only its prior (the interval's mean); the paper's least-crowded-cell
-// estimate is better there, and is published instead (Stddev, Samples and
-// the counts stay decode's). The loss is PublishedLoss.
-func PublishDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) ([]Published, error) {
+// applies decode's publishing rules. Where the cells cannot separate a
+// flow from its neighbours, the decoder's value is only its prior (the
+// interval's mean); the paper's least-crowded-cell estimate is better
+// there, and is published instead. The loss is PublishedLoss.
+func PublishDecode(snd, rcv *LDS, flows []FlowComposition, opt DecodeOptions) (Published, error) {
 	dec, paper, err := EstimateDecodeAndPaper(snd, rcv, flows, opt)
 	if err != nil {
-		return nil, err
+		return Published{}, err
 	}
-	alone, err := AloneLoss(snd, rcv, flows)
+	loss, err := AloneLoss(snd, rcv, flows)
 	if err != nil {
-		return nil, err
+		return Published{}, err
 	}
-	out := make([]Published, len(dec))
-	for i, est := range dec {
-		p := &out[i]
-		p.FlowEstimate, p.From = est, EstimatorDecode
-		p.LossPublished, p.LossPoint = PublishedLoss(est.Loss, est.LossBound, alone[i]), est.Loss
+	fromPaper := make([]bool, len(dec))
+	for i := range dec {
+		est := &dec[i]
+		loss[i] = PublishedLoss(est.Loss, est.LossBound, loss[i])
 		if !est.Identified && !math.IsNaN(paper[i].Delay) {
-			p.Delay, p.CI95, p.Identified = paper[i].Delay, paper[i].CI95, true
-			p.From = EstimatorPaper
+			est.Delay, est.CI95, est.Identified = paper[i].Delay, paper[i].CI95, true
+			fromPaper[i] = true
 		}
 	}
-	return out, nil
+	return Published{Estimates: dec, estimator: EstimatorDecode, loss: loss, paper: fromPaper}, nil
 }
 
-// PublishPaper estimates every flow with EstimatePaper, in the order of
-// flows; the published loss is the count-min bound.
-func PublishPaper(snd, rcv *LDS, flows []uint64, opt EstimateOptions) ([]Published, error) {
+// PublishPaper estimates every flow with EstimatePaper; the published
+// loss is the count-min bound.
+func PublishPaper(snd, rcv *LDS, flows []uint64, opt EstimateOptions) (Published, error) {
 	ests, err := EstimatePaper(snd, rcv, flows, opt)
 	if err != nil {
-		return nil, err
+		return Published{}, err
 	}
-	out := make([]Published, len(ests))
-	for i, est := range ests {
-		out[i] = Published{FlowEstimate: est, LossPublished: est.LossBound, LossPoint: nan, From: EstimatorPaper}
-	}
-	return out, nil
+	return Published{Estimates: ests, estimator: EstimatorPaper}, nil
 }
 
 // LossSupportMin is the point estimate of lost packets from which

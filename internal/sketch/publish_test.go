@@ -55,21 +55,21 @@ func TestPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fellBack, lossy int
-	for i, p := range got {
+	for i, p := range got.Estimates {
 		d := dec[i]
 		wantFrom, wantDelay, wantCI := EstimatorDecode, d.Delay, d.CI95
 		if !d.Identified && !math.IsNaN(paper[i].Delay) {
 			wantFrom, wantDelay, wantCI = EstimatorPaper, paper[i].Delay, paper[i].CI95
 			fellBack++
 		}
-		if p.From != wantFrom || !sameBits(p.Delay, wantDelay) || !sameBits(p.CI95, wantCI) ||
+		if got.From(i) != wantFrom || !sameBits(p.Delay, wantDelay) || !sameBits(p.CI95, wantCI) ||
 			p.Identified != (d.Identified || wantFrom == EstimatorPaper) || !sameBits(p.Stddev, d.Stddev) {
-			t.Fatalf("flow %d: published %+v, decode %+v, paper %+v", i, p, d, paper[i])
+			t.Fatalf("flow %d: published %+v from %s, decode %+v, paper %+v", i, p, got.From(i), d, paper[i])
 		}
-		if !sameBits(p.LossPublished, PublishedLoss(d.Loss, d.LossBound, alone[i])) || !sameBits(p.LossPoint, d.Loss) || p.LossBound != d.LossBound {
-			t.Fatalf("flow %d: loss %v (point %v, bound %v), decode %+v, alone %v", i, p.LossPublished, p.LossPoint, p.LossBound, d, alone[i])
+		if !sameBits(got.Loss(i), PublishedLoss(d.Loss, d.LossBound, alone[i])) || !sameBits(got.LossPoint(i), d.Loss) || p.LossBound != d.LossBound {
+			t.Fatalf("flow %d: loss %v (point %v, bound %v), decode %+v, alone %v", i, got.Loss(i), got.LossPoint(i), p.LossBound, d, alone[i])
 		}
-		if p.LossPublished > 0 {
+		if got.Loss(i) > 0 {
 			lossy++
 		}
 	}
@@ -88,8 +88,8 @@ func TestPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, p := range pp {
-		if p.From != EstimatorPaper || !sameBits(p.Delay, want[i].Delay) || p.LossPublished != want[i].LossBound || !math.IsNaN(p.LossPoint) {
+	for i, p := range pp.Estimates {
+		if pp.From(i) != EstimatorPaper || !sameBits(p.Delay, want[i].Delay) || pp.Loss(i) != want[i].LossBound || !math.IsNaN(pp.LossPoint(i)) {
 			t.Fatalf("paper flow %d: published %+v, estimate %+v", i, p, want[i])
 		}
 	}
