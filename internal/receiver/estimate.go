@@ -101,8 +101,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 	// the lossy cells the estimators then read (repair.go).
 	perFlow := buildLost(iv, mt, sender, e.FlowHash, e.T) // lost.go
 	cr := e.repairCells(iv, mt, sender)
-	var ests, fallback []sketch.FlowEstimate
-	var alone []float64
+	var pub sketch.Published
 	var err error
 	if e.Estimator == sketch.EstimatorDecode {
 		// The receiver knows exactly how many packets of each flow it put
@@ -117,37 +116,26 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 				comp[i].Cells = mt.Flows.Flows[i].Cells
 			}
 		}
-		// Where the cells cannot separate a flow from its neighbours, the
-		// decoder's value is only its prior (the interval mean); the
-		// paper's least-crowded-cell estimate is better there.
-		ests, fallback, err = sketch.EstimateDecodeAndPaper(cr.snd, cr.rcv, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
-		if err == nil {
-			alone, err = sketch.AloneLoss(cr.snd, cr.rcv, comp)
-		}
+		pub, err = sketch.PublishDecode(cr.snd, cr.rcv, comp, sketch.DecodeOptions{Paper: opt, Workers: max(1, e.Workers)})
 	} else {
-		ests, err = sketch.EstimatePaper(cr.snd, cr.rcv, hashes, opt)
+		pub, err = sketch.PublishPaper(cr.snd, cr.rcv, hashes, opt)
 	}
 	if err != nil {
 		return nil, err
 	}
 	iv.UsableCellRatio = sketch.UsableCellRatio(mt.Snd.Sk.LDS, mt.Rx.LDS)
-	iv.Flows = make([]results.FlowRecord, len(ests))
-	iv.Touched = make([]bool, len(ests))
+	iv.Flows = make([]results.FlowRecord, len(pub.Estimates))
+	iv.Touched = make([]bool, len(pub.Estimates))
 	cellsPerFlow := mt.Rx.LDS.Params().Rows * mt.Rx.LDS.Params().VLDA
-	for i, est := range ests {
+	for i, est := range pub.Estimates {
 		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
 		r := &iv.Flows[i]
-		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: results.Float(est.LossBound), Packets: est.Packets, Samples: est.Samples,
+		*r = results.FlowRecord{Interval: mt.ID, StartNS: iv.StartNS, Key: k, Loss: results.Float(pub.Loss(i)), Packets: est.Packets, Samples: est.Samples,
 			Sender: sender, Estimator: string(e.Estimator), Partial: mt.Partial, Unsynced: clk.Unsynced, ErrorNS: clk.ErrorNS}
-		// Loss: under decode its point estimate where the cells support
-		// it, within the count-min bound, never below what the flow's own
-		// cells prove (docs/decode.md, "Loss and packets"); under paper the
-		// bound. The bound and the point estimate keep their own fields.
-		r.LossBound = results.Float(est.LossBound)
-		if e.Estimator == sketch.EstimatorDecode {
-			r.Loss, r.LossPoint = results.Float(sketch.PublishedLoss(est.Loss, est.LossBound, alone[i])), results.Float(est.Loss)
-		}
+		// The bound and decode's point estimate keep their own fields
+		// beside the published loss (docs/decode.md, "Loss and packets").
+		r.LossBound, r.LossPoint = results.Float(est.LossBound), results.Float(pub.LossPoint(i))
 		if !math.IsNaN(est.Bytes) {
 			r.Bytes = results.Float(est.Bytes)
 		}
@@ -155,10 +143,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 			r.Status = results.StatusClockUnsynced
 			continue // delays from unsynchronized clocks are withheld, counts still publish
 		}
-		if !est.Identified && fallback != nil && !math.IsNaN(fallback[i].Delay) {
-			est.Delay, est.CI95, est.Identified = fallback[i].Delay, fallback[i].CI95, true
-			r.Estimator = string(sketch.EstimatorPaper)
-		}
+		r.Estimator = string(pub.From(i)) // decode's record takes the paper's delay where decode cannot separate the flow
 		switch {
 		case math.IsNaN(est.Delay):
 			r.Status = results.StatusNoUsableCell

@@ -5,6 +5,70 @@ import (
 	"sort"
 )
 
+// The conjugate-gradient solver of decode's delay and variance systems
+// (docs/decode.md, "How it is made fast"): pcg sets a solve up and runs
+// it on the two halves below.
+
+// pcg solves (Aᵀ W A + λ I) x = Aᵀ W y by conjugate gradients with a
+// Jacobi preconditioner, starting from x. A is flow-major (d.fStart,
+// d.eCell, coef); W = diag(wgt); x and lambda are the nA solver flows.
+// It returns the iterations used.
+func (d *lsDecoder) pcg(coef, wgt, y, lambda, x []float64, maxIter int, stepTol float64) int {
+	nF := len(x)
+	r, z, p, diag, t := d.r, d.z, d.p, d.diag, d.t
+	fs, ec := d.fStart, d.eCell
+	// t = W (y - A x)
+	copy(t, y)
+	for f := 0; f < nF; f++ {
+		xf := x[f]
+		for e := fs[f]; e < fs[f+1]; e++ {
+			t[ec[e]] -= coef[e] * xf
+		}
+	}
+	for c := range t {
+		t[c] *= wgt[c]
+	}
+	// Per flow, on every worker; the two norms are summed afterwards in
+	// flow order (q and p hold the terms until then), as one loop would.
+	q := d.q
+	d.parallelEntries(d.workers, nF, func(_, lo, hi int) {
+		for f := lo; f < hi; f++ {
+			var s, dg, b float64
+			for e := fs[f]; e < fs[f+1]; e++ {
+				a := coef[e]
+				c := ec[e]
+				s += a * t[c]
+				dg += a * a * wgt[c]
+				b += a * wgt[c] * y[c]
+			}
+			dg += lambda[f]
+			// The inverse: the iterations multiply, as a division per flow
+			// and iteration costs more than all of that flow's products.
+			diag[f] = 1 / dg
+			r[f] = s - lambda[f]*x[f]
+			z[f] = r[f] / dg
+			q[f] = r[f] * z[f]
+			p[f] = b * b / dg
+		}
+	})
+	var bnorm, rz float64
+	for f := range nF {
+		rz += q[f]
+		bnorm += p[f]
+	}
+	clear(p[:nF])
+	tol2 := d.opt.Tol * d.opt.Tol * bnorm
+	if !(rz > tol2 && rz > 0) || maxIter <= 0 {
+		return 0
+	}
+	cg := d.newCGParts(coef, wgt, lambda, x, fs, ec)
+	pairs := d.workers >= 2 && nF >= 2*d.grain
+	if d.cgJoin != nil {
+		return cg.run(false, func() bool { return pairs && d.cgJoin() }, rz, tol2, maxIter, stepTol)
+	}
+	return cg.run(pairs, nil, rz, tol2, maxIter, stepTol)
+}
+
 // The conjugate-gradient iterations of lsDecoder.pcg, split into two fixed
 // halves of the flows (by entries) so that two goroutines can share them.
 // Each half scatters into a cell vector of its own and the two are added

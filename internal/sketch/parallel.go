@@ -3,6 +3,7 @@ package sketch
 import (
 	"errors"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,4 +216,23 @@ func pairRun(two bool, body func(halves []int, b *pairBarrier)) {
 	case mine != nil:
 		panic(mine)
 	}
+}
+
+// parallelEntries runs body over the solver's flows [0, n), split into at
+// most workers contiguous runs of about equal cost (entries plus one a
+// flow): the flows are numbered by equation count, so runs of equal
+// flows would leave the last one most of the work (at k = 5, 80 % of the
+// entries in the second half).
+func (d *lsDecoder) parallelEntries(workers, n int, body func(w, lo, hi int)) {
+	workers = max(1, min(workers, n/d.grain))
+	fs := d.fStart
+	cost := func(f int) int { return int(fs[f]-fs[0]) + f }
+	total := cost(n)
+	at := func(w int) int {
+		if w == workers {
+			return n
+		}
+		return sort.Search(n, func(f int) bool { return cost(f) >= w*total/workers })
+	}
+	fanOut(workers, func(w int) { body(w, at(w), at(w+1)) })
 }

@@ -5,105 +5,53 @@ import (
 	"math/bits"
 )
 
-// sigCollapse: decoded variances whose median is below this fraction of
-// the warm start's have collapsed (σ below a tenth), and the warm start's
-// typical variance is kept.
-const sigCollapse = 0.01
+// Identification (docs/decode.md, "Identification and CI95"): each
+// flow's posterior variance, which says whether the cells pin its delay
+// down and gives its CI95, and the flows whose mean a p = 1 row gives
+// exactly.
 
-// varPriorWeight is the (weak) prior precision of a flow's delay variance
-// toward the interval's typical variance σ̄², in units of 1/σ̄⁴: one cell
-// of a flow alone brings 1/(2σ⁴), so the prior counts as 2 % of one cell.
-const varPriorWeight = 0.01
+// identifiedFraction: a flow counts as identified when the data leave at
+// most this fraction of the prior variance τ² (posterior sd <= τ/√10).
+const identifiedFraction = 0.1
 
-// solveVariance decodes every flow's delay variance from the signed sums
-// (docs/decode.md, "Stddev"). In a usable cell, x_c = ΔSPM_c − m_c·SN_c =
-// Σ_p σ_p·w_p·(d_p − m_c) for any constant m_c, and over the signs
-// E[x_c²] = Σ_f w_f²·n_fc·(σ_f² + (δ_f − m_c)²). With δ_f decoded, the
-// second part is known, leaving one linear equation in the σ_f² per cell,
-// with noise variance about 2·E[x_c²]² (a χ²₁ per cell).
-func (d *lsDecoder) solveVariance(warm []FlowEstimate) {
-	nC := len(d.cY)
-	y, wgt := d.y, d.wgt
-	s2 := d.sig2
-	// The warm start's variances in solver order (pcg's q as scratch: it
-	// is only used once pcg runs): 8 bytes per flow instead of a
-	// FlowEstimate per look-up in the loop over entries. Filled in the
-	// caller's order, each flow writing at its internal index, so that the
-	// warm start is read in order.
-	wv := d.q[:d.nA]
-	nA := d.nA
-	xs := make([]float64, nA) // the unknowns σ_f² − σ̄², from the warm start
-	parallelChunks(d.workers, len(warm), d.grain, func(_, lo, hi int) {
-		for i := lo; i < hi; i++ {
-			f := int(d.inv[i])
-			if f >= nA {
+// findAlone marks the flows whose mean alone gives exactly (d.alone): the
+// identification skips them, as their exact value overrides whatever it
+// would find. At light load that is most flows (92 % of 3000 flows on
+// 4 × 4096, as in bench-replay's intervals), at the paper's load almost
+// none.
+func (d *lsDecoder) findAlone() {
+	d.aloneOK = make([]bool, d.nA)
+	d.aloneVal = make([]float64, d.nA)
+	if len(d.exact) == 0 {
+		return
+	}
+	for f := range d.nA {
+		d.aloneVal[f], d.aloneOK[f] = d.alone(f)
+	}
+}
+
+// alone returns flow f's exact mean delay when, in some row with p = 1,
+// all its received packets lie in usable cells that hold no other packets.
+func (d *lsDecoder) alone(f int) (float64, bool) {
+	for _, r := range d.exact {
+		var y, a float64
+		for e := d.fStart[f]; e < d.fStart[f+1]; e++ {
+			c := d.eCell[e]
+			if int(uint64(d.cGlob[c])/d.cols) != r {
 				continue
 			}
-			wv[f] = s2
-			if sd := warm[i].Stddev; !math.IsNaN(sd) {
-				wv[f] = sd * sd
-				xs[f] = max(-s2, min(10*s2, sd*sd-s2))
+			if d.cStart[c+1]-d.cStart[c] != 1 || d.cMiss[c] != 0 {
+				a = -1
+				break
 			}
+			y += d.cY[c]
+			a += d.eA[e]
 		}
-	})
-	parallelChunks(d.workers, nC, d.grain, func(_, lo, hi int) {
-		for c := lo; c < hi; c++ {
-			miss := d.cMiss[c]
-			if math.IsNaN(miss) || d.cN[c] <= 0 {
-				y[c], wgt[c] = 0, 0
-				continue
-			}
-			m := d.cY[c] / d.cN[c]
-			x := d.cSPM[c] - m*d.cSN[c]
-			dm := d.mu - m
-			known := miss * (s2 + d.tau2 + dm*dm)
-			expect := known
-			for j := d.cStart[c]; j < d.cStart[c+1]; j++ {
-				ce := &d.cE[j]
-				f := ce.f
-				dd := d.mu + d.x[f] - m
-				b := ce.b
-				known += b * (dd*dd + s2) // s2: the unknowns are centred on σ̄²
-				expect += b * (dd*dd + wv[f])
-			}
-			y[c] = x*x - known
-			wgt[c] = 1 / (2*expect*expect + noiseFloor*s2*s2)
-		}
-	})
-	// Only the nA flows with an equation are solved for; the others keep
-	// σ̄² (their prior variance is all they get).
-	lam := make([]float64, nA)
-	l0 := d.opt.PriorWeight * varPriorWeight / (s2 * s2)
-	for f := range lam {
-		lam[f] = l0
-	}
-	d.iters[1] = d.pcg(d.eB, wgt, y, lam, xs, min(d.opt.MaxIter, varIter), 0)
-	typical := d.buf[:0]
-	for f := range d.varF {
-		v := s2
-		if f < nA {
-			v = max(0, s2+xs[f])
-		}
-		d.varF[f] = v
-		if d.smp[f] >= 20 {
-			typical = append(typical, v)
+		if a > 0 && a == d.w[f]*d.recv[f] {
+			return y / a, true
 		}
 	}
-	// The typical packet variance σ̄² (the noise floors): the decoded one
-	// where it holds, the warm start's (the paper's per-cell sign-hash
-	// estimates, inflated by collisions) where the decoded variances have
-	// collapsed. At the paper's load without sampling most decoded
-	// variances fall to 0 (a few sign sums per flow): taking their median
-	// would put σ̄ at its 1 ns floor, the delay equations would look exact
-	// where they are not, and flows of 1000+ packets would lose a factor
-	// of ten in accuracy. With sampled rows under loss the decoded σ̄ is the
-	// better one (docs/decode.md, "Delay").
-	if len(typical) >= 5 {
-		if dm := medianInPlace(typical); dm >= sigCollapse*d.sig2 {
-			d.sig2 = max(1, dm)
-		}
-	}
-	d.setPrior()
+	return 0, false
 }
 
 // identify computes each flow's posterior variance of δ_f by marginalizing
@@ -590,292 +538,4 @@ func quadInv(S, a []float64, L int) float64 {
 		info += y[i] * y[i]
 	}
 	return info
-}
-
-// lossIter bounds the loss EM's iterations. The EM converges slowly (on
-// the 150k-flow benchmark it uses every iteration it is allowed), but what
-// it moves after 25 does not show in accuracy: TestDecodeSimulated's mean
-// absolute loss errors agree within 0.01–0.03 packets for 25, 50, 100 and
-// 200 iterations.
-const lossIter = 25
-
-// lossPriorPackets is the weight of the loss prior, in delivered packets.
-const lossPriorPackets = 50
-
-// scaleOdds converts between odds and packets for the start value: a seen
-// flow's unknown is its odds (1 per packet delivered), an unseen flow's is
-// its lost packets.
-func scaleOdds(seen bool, recv float64) float64 {
-	if seen {
-		return 1 / recv
-	}
-	return 1
-}
-
-// solveLoss shares each cell's count deficit (sender minus receiver) among
-// the flows in it, consistently across rows (docs/decode.md, "Loss"). With
-// independent loss, the packets a flow lost in a cell are about θ_f times
-// those it delivered there (θ_f = the flow's loss odds), whatever the row's
-// sampling or vLDA offset, so deficits are Poisson with mean
-// Σ_f w_f·n_fc·θ_f. The maximum-likelihood θ is found by EM (share each
-// deficit in proportion to w_f·n_fc·θ_f, then θ_f = shares / delivered);
-// θ_f never exceeds the paper's count-min bound. Flows the receiver never
-// saw are in the same system with coefficient w_f·p_r/k and ℓ_f itself as
-// the unknown. Only flows whose count-min bound is positive take part, and
-// only the rows with p = 1 when there are any.
-func (d *lsDecoder) solveLoss(flows []FlowComposition, warm []FlowEstimate) []float64 {
-	out := make([]float64, len(flows))
-	var cand []int32
-	for i := range flows {
-		if warm[i].Loss > 0 {
-			cand = append(cand, int32(i))
-		}
-	}
-	if len(cand) == 0 {
-		return out
-	}
-	rows := d.lossRows()
-	em := d.lossSystem(flows, warm, cand, rows, d.lossOdds(rows[0]))
-	em.compact()
-	em.run(max(1, min(d.opt.MaxIter, lossIter)))
-	for j, i := range cand {
-		if em.seen[j] {
-			out[i] = em.th[j] * d.recv[d.inv[i]]
-		} else {
-			out[i] = em.th[j]
-		}
-	}
-	return out
-}
-
-// lossRows returns the rows the loss EM uses. A flow's lost packets are a
-// realized count: a p = 1 row holds all of them, a sampled row only a
-// binomial share. Use the exact rows alone when there are any.
-func (d *lsDecoder) lossRows() []int {
-	if len(d.exact) > 0 {
-		return d.exact
-	}
-	rows := make([]int, d.rows)
-	for r := range rows {
-		rows[r] = r
-	}
-	return rows
-}
-
-// lossOdds returns the interval's loss odds, from the whole of row r.
-func (d *lsDecoder) lossOdds(r int) float64 {
-	C := int(d.cols)
-	var sn, rn float64
-	for c := 0; c < C; c++ {
-		gi := r*C + c
-		sn += float64(d.pairs[gi].n)
-		rn += float64(d.pairs[gi].rn)
-	}
-	return max(0, sn-rn) / max(1, rn)
-}
-
-// lossEM is the loss system of the candidates (flows with a positive
-// count-min bound) and the EM's state.
-type lossEM struct {
-	// per candidate j
-	th        []float64 // the unknown: odds θ (seen) or lost packets ℓ (never seen)
-	ub        []float64 // its bound (the count-min bound, in the unknown's units)
-	seen      []bool    // the receiver saw the flow
-	stepScale []float64 // lost packets per unit of the unknown
-	den       []float64 // Σ of its coefficients: the EM's fixed denominators
-	eStart    []int32   // entries eStart[j]..eStart[j+1]
-	// per entry: cell (deficit index) and coefficient
-	ec   []int32
-	ea   []float64
-	cDef []float64 // per deficit index: the cell's count deficit
-	// the MAP prior: Gamma at the interval's loss odds
-	pa, pb float64
-
-	// compact: only the entries in cells with a deficit (compact numbering)
-	actStart []int32
-	actC     []int32
-	actA     []float64
-	def      []float64 // deficit of each compact cell
-}
-
-// lossSystem sets up the candidates' entries and start values.
-func (d *lsDecoder) lossSystem(flows []FlowComposition, warm []FlowEstimate, cand []int32, rows []int, rho float64) *lossEM {
-	k, C := d.k, d.cols
-	per := len(rows) * k
-	// Global cell -> deficit index (-1: none yet); an array, as a map
-	// costs more than the EM itself.
-	cmap := make([]int32, d.snd.Len())
-	for i := range cmap {
-		cmap[i] = -1
-	}
-	n := len(cand)
-	em := &lossEM{
-		cDef:      make([]float64, 0, min(len(cmap), n*per)),
-		ec:        make([]int32, 0, n*per),
-		ea:        make([]float64, 0, n*per),
-		eStart:    make([]int32, n+1),
-		th:        make([]float64, n),
-		ub:        make([]float64, n),
-		seen:      make([]bool, n),
-		stepScale: make([]float64, n),
-		den:       make([]float64, n),
-		// MAP rather than ML: a Gamma prior on θ_f at the interval's loss
-		// odds, worth lossPriorPackets delivered packets. Without it a
-		// small flow that happens to share a cell with a big flow's lost
-		// packets can claim them (its odds are free to be huge).
-		pa: rho * lossPriorPackets,
-		pb: float64(lossPriorPackets),
-	}
-	for j, i := range cand {
-		f := flows[i].Flow
-		h1, h2 := d.snd.flowCols(f)
-		fi := d.inv[i] // internal index
-		recv, w := d.recv[fi], d.w[fi]
-		em.seen[j] = recv > 0
-		for _, r := range rows {
-			col := fastMod(h1+uint64(r)*h2, d.snd.cmod, C)
-			for o := 0; o < k; o++ {
-				c := col + uint64(o)
-				if c >= C {
-					c -= C
-				}
-				gi := uint64(r)*C + c
-				id := cmap[gi]
-				if id < 0 {
-					id = int32(len(em.cDef))
-					cmap[gi] = id
-					em.cDef = append(em.cDef, max(0, float64(d.pairs[gi].n-d.pairs[gi].rn)))
-				}
-				a := w * d.rate[r] / float64(k)
-				if em.seen[j] {
-					a = w * float64(flows[i].Cells[r*k+o])
-				}
-				if a == 0 {
-					continue // adds nothing to the EM sums
-				}
-				em.ec = append(em.ec, id)
-				em.ea = append(em.ea, a)
-			}
-		}
-		em.eStart[j+1] = int32(len(em.ec))
-		// Unknown: odds θ (seen) or lost packets ℓ (never seen).
-		scale := 1.0
-		if em.seen[j] {
-			scale = 1 / recv
-		}
-		em.ub[j] = math.Inf(1)
-		if len(d.exact) > 0 {
-			em.ub[j] = warm[i].Loss * scale
-		}
-		em.th[j] = min(em.ub[j], rho*scale/max(1e-300, scaleOdds(em.seen[j], recv)))
-		// A step is in lost packets: odds times the packets delivered for
-		// a seen flow, packets already for one never seen.
-		em.stepScale[j] = 1
-		if em.seen[j] {
-			em.stepScale[j] = recv
-		}
-	}
-	return em
-}
-
-// compact numbers the cells with a deficit compactly and keeps only the
-// entries in them. A cell without a deficit adds a·0/m = +0 to a flow's
-// share: only the entries in cells with a deficit take part in the
-// iterations; the denominators are fixed. The iterations touch only those
-// cells (at 0.1 % loss ~2 % of the candidates' cells): numbered compactly,
-// their running sums stay in L1 and the per-iteration clear is small.
-func (em *lossEM) compact() {
-	n := len(em.th)
-	nAct := 0
-	for j := range n {
-		for e := em.eStart[j]; e < em.eStart[j+1]; e++ {
-			em.den[j] += em.ea[e]
-			if em.cDef[em.ec[e]] > 0 {
-				nAct++
-			}
-		}
-	}
-	em.actStart = make([]int32, n+1)
-	em.actC = make([]int32, 0, nAct)
-	em.actA = make([]float64, 0, nAct)
-	defID := make([]int32, len(em.cDef))
-	for j := range n {
-		for e := em.eStart[j]; e < em.eStart[j+1]; e++ {
-			if c := em.ec[e]; em.cDef[c] > 0 {
-				if defID[c] == 0 {
-					em.def = append(em.def, em.cDef[c])
-					defID[c] = int32(len(em.def)) // id + 1
-				}
-				em.actC = append(em.actC, defID[c]-1)
-				em.actA = append(em.actA, em.ea[e])
-			}
-		}
-		em.actStart[j+1] = int32(len(em.actC))
-	}
-}
-
-// update returns candidate j's new value given its share num.
-func (em *lossEM) update(j int, num float64) float64 {
-	var nt float64
-	if em.seen[j] {
-		nt = (em.th[j]*num + em.pa) / (em.den[j] + em.pb)
-	} else if em.den[j] > 0 {
-		nt = em.th[j] * num / em.den[j]
-	}
-	return min(em.ub[j], nt)
-}
-
-// run iterates the EM at most iters times. A candidate with no entry in a
-// cell with a deficit gets num = 0 in every iteration: it takes its final
-// value, the prior's share (seen) or 0 (never seen), in the first and
-// keeps it. Only the others iterate (about half of the candidates with a
-// positive bound in the benchmark's 150k flows at 0.1 % loss); their first
-// iteration's largest step includes the fixed ones', so the stopping rule
-// sees what it saw over every candidate and the result is bit for bit that
-// of iterating them all.
-func (em *lossEM) run(iters int) {
-	th := em.th
-	var movedFixed float64
-	act := make([]int32, 0, len(th))
-	for j := range th {
-		if em.actStart[j+1] > em.actStart[j] {
-			act = append(act, int32(j))
-			continue
-		}
-		nt := em.update(j, 0)
-		movedFixed = max(movedFixed, math.Abs(nt-th[j])*em.stepScale[j])
-		th[j] = nt
-	}
-	mean := make([]float64, len(em.def))
-	for it := 0; it < iters; it++ {
-		clear(mean)
-		for _, j := range act {
-			for e := em.actStart[j]; e < em.actStart[j+1]; e++ {
-				mean[em.actC[e]] += em.actA[e] * th[j]
-			}
-		}
-		var moved float64
-		if it == 0 {
-			moved = movedFixed
-		}
-		for _, j := range act {
-			var num float64
-			for e := em.actStart[j]; e < em.actStart[j+1]; e++ {
-				c := em.actC[e]
-				if m := mean[c]; m > 0 {
-					num += em.actA[e] * em.def[c] / m
-				}
-			}
-			nt := em.update(int(j), num)
-			if step := math.Abs(nt-th[j]) * em.stepScale[j]; step > moved {
-				moved = step
-			}
-			th[j] = nt
-		}
-		// Converged when no flow's lost packets move by a thousandth of a
-		// packet: finer is below what a count can mean.
-		if moved < 1e-3 {
-			break
-		}
-	}
 }

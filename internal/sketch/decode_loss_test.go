@@ -1,37 +1,6 @@
 package sketch
 
-import (
-	"math"
-	"testing"
-)
-
-func TestPublishedLoss(t *testing.T) {
-	for _, c := range []struct {
-		name                string
-		point, bound, alone float64
-		want                float64
-	}{
-		{"no loss", 0, 0, 0, 0},
-		{"stray packet shared with a loss-free flow", 1, 1, 0, 1 / LossSupportMin},
-		{"just below the support, bound high", 1.47, 3, 0, 1.47 / LossSupportMin},
-		{"supported", 3.2, 5, 0, 3.2},
-		{"at the support", LossSupportMin, 2, 0, LossSupportMin},
-		{"point above the bound", 4, 2, 0, 2},
-		{"point above a bound below the support", 4, 1.2, 0, 1.2 / LossSupportMin},
-		{"proven by a cell of its own", 0.3, 1, 1, 1},
-		{"proven, above an unsupported point", 1.2, 2, 2, 2},
-		{"alone above the bound (a flow outside the candidates lost there)", 0, 1, 3, 1},
-		{"point NaN", math.NaN(), 2, 1, 1},
-	} {
-		got := PublishedLoss(c.point, c.bound, c.alone)
-		if math.Abs(got-c.want) > 1e-12 {
-			t.Errorf("%s: PublishedLoss(%v, %v, %v) = %v, want %v", c.name, c.point, c.bound, c.alone, got, c.want)
-		}
-		if got >= 1 && c.alone == 0 && !(min(c.point, c.bound) >= LossSupportMin) {
-			t.Errorf("%s: an unsupported estimate published as %v >= 1", c.name, got)
-		}
-	}
-}
+import "testing"
 
 // TestAloneLoss: a flow alone in its cells of a p = 1 row gets that
 // row's deficit; a cell another candidate's vLDA covers counts for
