@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,6 +228,9 @@ func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	return s.ring[start:end:end], ts, wl, nil
 }
 
+// pollChunkMS is the longest single poll(2) of nextBlock (ms).
+const pollChunkMS = 4
+
 // nextBlock releases the held block and waits for the next one: the ring
 // is checked first and poll(2) is called only when the next block is
 // still the kernel's, so a busy ring costs no system call.
@@ -240,13 +244,25 @@ func (s *afSource) nextBlock() error {
 		}
 	}
 	bh := s.blockHdr(s.blk)
+	waited := 0 // ms polled without a block
 	for atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0 {
-		n, err := unix.Poll(s.pfd[:], s.pollMS)
+		// The wait is cut into polls shorter than the Go runtime's
+		// 10 ms before it takes a processor from a thread in a system
+		// call, each after a yield (a new scheduling tick: the runtime
+		// also takes the processor of a goroutine in a call that has
+		// not been rescheduled for 10 ms). A taken processor resets the
+		// runtime's monitor to waking every 20 µs, which under a steady
+		// capture cost lds-sender more CPU than a yield a poll.
+		runtime.Gosched()
+		chunk := min(s.pollMS-waited, pollChunkMS)
+		n, err := unix.Poll(s.pfd[:], chunk)
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case err != nil:
 			return fmt.Errorf("capture: afpacket poll on %q: %w", s.ifname, err)
+		case n == 0 && waited+chunk < s.pollMS:
+			waited += chunk
 		case n == 0:
 			// Idle: a link that went away without a socket error
 			// (carrier lost) shows here.
