@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,8 +227,30 @@ func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	return s.ring[start:end:end], ts, wl, nil
 }
 
-// pollChunkMS is the longest single poll(2) of nextBlock (ms).
+// pollChunkMS is the longest single wait of nextBlock (ms).
 const pollChunkMS = 4
+
+// pollRaw waits up to ms for the socket with ppoll(2), without telling the
+// Go scheduler (a raw system call: the goroutine keeps its processor, as
+// if it computed). A capture waits for the next block about 100 times a
+// second for up to the 10 ms block timeout. Through the scheduler
+// (unix.Poll) the runtime's monitor takes the processor of a thread 10 ms
+// in a call, or in a call after 10 ms on one scheduling tick, and each
+// take sets it back to waking every 20 µs: perf put that at 7–9 % of
+// lds-sender's CPU during a live blast, and yielding before each poll to
+// renew the tick moved the goroutine between threads instead (3 %). The
+// waits are short (pollChunkMS), and a preemption request (the monitor's
+// after 10 ms, a garbage collection's) interrupts one (EINTR): the
+// caller's next function call then yields.
+func (s *afSource) pollRaw(ms int) (int, error) {
+	ts := unix.NsecToTimespec(int64(ms) * 1e6)
+	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.pfd[0])), uintptr(len(s.pfd)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
 
 // nextBlock releases the held block and waits for the next one: the ring
 // is checked first and poll(2) is called only when the next block is
@@ -246,16 +267,8 @@ func (s *afSource) nextBlock() error {
 	bh := s.blockHdr(s.blk)
 	waited := 0 // ms polled without a block
 	for atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0 {
-		// The wait is cut into polls shorter than the Go runtime's
-		// 10 ms before it takes a processor from a thread in a system
-		// call, each after a yield (a new scheduling tick: the runtime
-		// also takes the processor of a goroutine in a call that has
-		// not been rescheduled for 10 ms). A taken processor resets the
-		// runtime's monitor to waking every 20 µs, which under a steady
-		// capture cost lds-sender more CPU than a yield a poll.
-		runtime.Gosched()
 		chunk := min(s.pollMS-waited, pollChunkMS)
-		n, err := unix.Poll(s.pfd[:], chunk)
+		n, err := s.pollRaw(chunk)
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
