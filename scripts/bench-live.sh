@@ -23,6 +23,8 @@
 #   LDS_PERF_RX_TAP  (default rx0)     what lds-receiver taps: rx0, a silent veth (its hold
 #                    windows stay at 50 ms), or lo (the gRPC stream: windows grow to
 #                    max_delay, the sender's worst case); test/e2e/perf.go, PerfOptions.RxTap
+#   LDS_PERF_LOST_CAPACITY (default: lds' own)  lost.capacity of both daemons; 0 turns the
+#                    lost-packet table off (its cost apart from the rest)
 #   OUT                            directory for configs, logs, reports (default out/bench-live)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +59,7 @@ report="$OUT/report.md"
 	echo "\`make bench-live\` on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)), load average at start $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared), $(tcpdump --version 2>&1 | head -2 | tr '\n' ' ' | sed 's/ $//'):"
 	echo
 	echo '```'
-	echo "scripts/bench-live.sh   # LDS_PERF_SECONDS=${LDS_PERF_SECONDS:-5} LDS_PERF_REPS=${LDS_PERF_REPS:-3} RINGS=\"$RINGS\" THREADS=\"$THREADS\"${LDS_PERF_MAX_DELAY:+ LDS_PERF_MAX_DELAY=$LDS_PERF_MAX_DELAY}${LDS_PERF_RX_TAP:+ LDS_PERF_RX_TAP=$LDS_PERF_RX_TAP}"
+	echo "scripts/bench-live.sh   # LDS_PERF_SECONDS=${LDS_PERF_SECONDS:-5} LDS_PERF_REPS=${LDS_PERF_REPS:-3} RINGS=\"$RINGS\" THREADS=\"$THREADS\"${LDS_PERF_MAX_DELAY:+ LDS_PERF_MAX_DELAY=$LDS_PERF_MAX_DELAY}${LDS_PERF_RX_TAP:+ LDS_PERF_RX_TAP=$LDS_PERF_RX_TAP}${LDS_PERF_LOST_CAPACITY:+ LDS_PERF_LOST_CAPACITY=$LDS_PERF_LOST_CAPACITY}"
 	echo '```'
 } >"$report"
 

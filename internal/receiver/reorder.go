@@ -9,7 +9,9 @@ import (
 // (RFC 4737: a packet received after a packet of its flow sent later):
 // the share of its joined samples received after a later-sent sample,
 // scaled to the packets it delivered and corrected for the overtakers the
-// samples miss (sample.FlowDist.ReorderedEstimate), and the largest
+// samples miss, leaning on the evidence of all the interval's flows where
+// its own samples are few (sample.FlowDist.ReorderedEstimate,
+// sample.ReorderPool), and the largest
 // lateness among them (a lower bound: the samples' largest);
 // and the interval the share over all joined samples. Called last, so that
 // the delivered packets are packets − loss with the final loss (exact
@@ -25,9 +27,22 @@ func applyReorder(iv *results.Interval, joined *sample.Joined, hashes []uint64) 
 		return
 	}
 	var all, reordered int
+	var pool sample.ReorderPool
+	delivered := func(i int, d *sample.FlowDist) float64 {
+		r := &iv.Flows[i]
+		return max(float64(len(d.Delays)), r.Packets-r.LossOr(0)) // withheld: the packets sent bound it
+	}
 	for i := range iv.Flows {
 		if i >= len(hashes) {
 			break // records added for flows that lost every packet: no samples
+		}
+		if d := joined.Flows[hashes[i]]; d != nil && len(d.Delays) >= sample.MinP50 {
+			pool.Add(d, delivered(i, d))
+		}
+	}
+	for i := range iv.Flows {
+		if i >= len(hashes) {
+			break
 		}
 		d := joined.Flows[hashes[i]]
 		if d == nil {
@@ -40,8 +55,7 @@ func applyReorder(iv *results.Interval, joined *sample.Joined, hashes []uint64) 
 			continue
 		}
 		r := &iv.Flows[i]
-		delivered := max(float64(n), r.Packets-r.LossOr(0)) // withheld: the packets sent bound it
-		r.Reordered = results.Float(d.ReorderedEstimate(delivered))
+		r.Reordered = results.Float(d.ReorderedEstimate(delivered(i, d), pool))
 		r.ReorderExtentNS = results.Float(d.ReorderExtentNS)
 	}
 	if all > 0 {

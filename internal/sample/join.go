@@ -31,6 +31,11 @@ type FlowDist struct {
 	// TxSpanNS is the time between the first and the last joined
 	// sample's send time.
 	TxSpanNS float64
+	// SerialCorr is the lag-1 correlation of the joined samples' delays
+	// in send order: near 0 where each packet's delay is drawn on its own,
+	// near 1 where it follows a slow swing (a queue filling and
+	// draining), which reorders nothing however wide (ReorderedEstimate).
+	SerialCorr float64
 }
 
 // LinkSample is one joined packet of the uniform link sample.
@@ -116,6 +121,7 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 		d.Reordered, d.ReorderExtentNS, d.Overtaken = reordering(order)
 		if len(order) > 1 {
 			d.TxSpanNS = float64(order[0].tx - order[len(order)-1].tx) // reordering sorted them by send time, latest first
+			d.SerialCorr = serialCorr(order)
 		}
 		slices.Sort(d.Delays)
 		out.Flows[l.Flow] = d
@@ -221,4 +227,26 @@ func (m *matcher) join(l *List, rx []Cand, found func(Cand, float64), lost, amb 
 			*lost++
 		}
 	}
+}
+
+// serialCorr is the lag-1 correlation of the delays of v in its order (0
+// where they do not vary).
+func serialCorr(v []txRx) float64 {
+	var mean float64
+	for _, x := range v {
+		mean += float64(x.rx - x.tx)
+	}
+	mean /= float64(len(v))
+	var num, den float64
+	for i, x := range v {
+		e := float64(x.rx-x.tx) - mean
+		den += e * e
+		if i > 0 {
+			num += e * (float64(v[i-1].rx-v[i-1].tx) - mean)
+		}
+	}
+	if den <= 0 {
+		return 0
+	}
+	return num / den
 }

@@ -32,7 +32,7 @@ func TestReorderingOvertaken(t *testing.T) {
 	}
 	// With every packet a sample the estimate is the count.
 	d := FlowDist{Delays: make([]float64, 5), Reordered: n, Overtaken: over, TxSpanNS: 4}
-	if got := d.ReorderedEstimate(5); got != 4 {
+	if got := d.ReorderedEstimate(5, ReorderPool{}); got != 4 {
 		t.Fatalf("estimate at q = 1: %v, want 4", got)
 	}
 }

@@ -85,9 +85,7 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	if cfg.MaxPerInterval == 0 || len(c.C) == 0 {
 		return set
 	}
-	slices.SortFunc(c.C, func(a, b TxCand) int {
-		return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.X>>32, b.X>>32))
-	})
+	groupByFlow(c.C, 56)
 	var runs []flowRun
 	for i := 0; i < len(c.C); {
 		j := i + 1
@@ -103,10 +101,125 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 	allocate(runs, cfg)
 	for _, r := range runs {
 		if r.k > 0 {
-			set.Flows = append(set.Flows, makeList(c.C[r.from].Flow, c, c.C[r.from:r.from+r.k]))
+			run := c.C[r.from : r.from+r.n]
+			smallest(run, r.k)
+			set.Flows = append(set.Flows, makeList(run[0].Flow, c, run[:r.k]))
 		}
 	}
 	return set
+}
+
+// groupByFlow reorders cs, in place, so that each flow's candidates are
+// contiguous (in no particular order of flows or within a flow): a
+// most-significant-digit radix partition on the flow hash, 8 bits at a
+// time from bit shift up, each bucket of one flow left as it is. Linear
+// in len(cs) for uniform flow hashes, where a sort by flow would take
+// len(cs)·log len(cs) comparisons.
+func groupByFlow(cs []TxCand, shift uint) {
+	if len(cs) < 2 {
+		return
+	}
+	if len(cs) <= 24 {
+		// Insertion sort by flow: few enough for it to beat a pass.
+		for i := 1; i < len(cs); i++ {
+			for j := i; j > 0 && cs[j].Flow < cs[j-1].Flow; j-- {
+				cs[j], cs[j-1] = cs[j-1], cs[j]
+			}
+		}
+		return
+	}
+	one := true
+	for i := 1; i < len(cs); i++ {
+		if cs[i].Flow != cs[0].Flow {
+			one = false
+			break
+		}
+	}
+	if one {
+		return
+	}
+	var cnt [256]int
+	for i := range cs {
+		cnt[byte(cs[i].Flow>>shift)]++
+	}
+	// American flag sort: next[b] is where bucket b's next element
+	// goes, end[b] where the bucket ends.
+	var next, end [256]int
+	o := 0
+	for b := range cnt {
+		next[b] = o
+		o += cnt[b]
+		end[b] = o
+	}
+	for b := range next {
+		for next[b] < end[b] {
+			x := cs[next[b]]
+			d := int(byte(x.Flow >> shift))
+			for d != b {
+				x, cs[next[d]] = cs[next[d]], x
+				next[d]++
+				d = int(byte(x.Flow >> shift))
+			}
+			cs[next[b]] = x
+			next[b]++
+		}
+	}
+	if shift == 0 {
+		return // every bucket holds one flow
+	}
+	from := 0
+	for b := range cnt {
+		if cnt[b] > 1 {
+			groupByFlow(cs[from:from+cnt[b]], shift-8)
+		}
+		from += cnt[b]
+	}
+}
+
+// smallest moves run's k smallest candidates by X (sampling value, then
+// send time: equal values, a 2^-32 chance between two candidates, go by
+// send time) to run[:k], sorted: a selection (quickselect) and a sort of
+// the k, where sorting the whole run would take n·log n comparisons.
+func smallest(run []TxCand, k int) {
+	byX := func(a, b TxCand) int { return cmp.Compare(a.X, b.X) }
+	if k < len(run) {
+		lo, hi := 0, len(run)-1 // the k-th smallest lies in run[lo:hi+1]
+		for hi-lo > 16 {
+			// Median of three as the pivot, then a Lomuto partition.
+			mid := lo + (hi-lo)/2
+			if run[mid].X < run[lo].X {
+				run[mid], run[lo] = run[lo], run[mid]
+			}
+			if run[hi].X < run[lo].X {
+				run[hi], run[lo] = run[lo], run[hi]
+			}
+			if run[hi].X < run[mid].X {
+				run[hi], run[mid] = run[mid], run[hi]
+			}
+			run[mid], run[hi] = run[hi], run[mid]
+			pv := run[hi].X
+			p := lo
+			for i := lo; i < hi; i++ {
+				if run[i].X < pv {
+					run[i], run[p] = run[p], run[i]
+					p++
+				}
+			}
+			run[p], run[hi] = run[hi], run[p]
+			switch {
+			case p == k-1 || p == k:
+				lo, hi = p, p
+			case p < k:
+				lo = p + 1
+			default:
+				hi = p - 1
+			}
+		}
+		if hi > lo {
+			slices.SortFunc(run[lo:hi+1], byX)
+		}
+	}
+	slices.SortFunc(run[:k], byX)
 }
 
 // flowRun is one flow's candidates in c.C (from, n) and how many of them

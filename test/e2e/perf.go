@@ -118,7 +118,10 @@ type PerfOptions struct {
 	// misplaced by long delays, so its windows grow to max_delay (the
 	// sender's worst case: functions over 2·max_delay of traffic).
 	RxTap string
-	Log   *slog.Logger
+	// LostCapacity, when set, is lost.capacity of both daemons (0: the
+	// lost-packet table off), to tell its cost from the rest.
+	LostCapacity *int
+	Log          *slog.Logger
 }
 
 // DefaultPerfOptions returns 5 s blasts at full speed, lds-sender's default ring
@@ -352,6 +355,9 @@ func perfCommon(opt PerfOptions, iface string, workers int, metrics string) map[
 	}
 	if opt.MaxDelay > 0 {
 		m["max_delay"] = opt.MaxDelay.String()
+	}
+	if opt.LostCapacity != nil {
+		m["lost"] = map[string]any{"capacity": *opt.LostCapacity}
 	}
 	return m
 }

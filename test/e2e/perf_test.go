@@ -270,7 +270,8 @@ func TestLivePerfSmoke(t *testing.T) {
 // LDS_PERF_THREADS (blaster threads), LDS_PERF_MAX_DELAY (e.g. 2ms),
 // LDS_PERF_TRIALS (comma list of tcpdump, lds, both), LDS_PERF_RX_TAP
 // (the receiver's tap: rx0, silent, by default; lo for windows at
-// max_delay, PerfOptions.RxTap).
+// max_delay, PerfOptions.RxTap), LDS_PERF_LOST_CAPACITY (lost.capacity of
+// both daemons; 0: the lost-packet table off).
 func TestLivePerfBench(t *testing.T) {
 	if os.Getenv("LDS_PERF_BENCH") != "1" {
 		t.Skip("SKIPPED: the live capture measurement needs LDS_PERF_BENCH=1 (scripts/bench-live.sh sets it)")
@@ -298,6 +299,13 @@ func TestLivePerfBench(t *testing.T) {
 		opt.MaxDelay = d
 	}
 	opt.RxTap = os.Getenv("LDS_PERF_RX_TAP")
+	if v := os.Getenv("LDS_PERF_LOST_CAPACITY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("LDS_PERF_LOST_CAPACITY=%q: %v", v, err)
+		}
+		opt.LostCapacity = &n
+	}
 	if v := os.Getenv("LDS_PERF_TRIALS"); v != "" {
 		// A comma list of: tcpdump, lds, both.
 		opt.TcpdumpAlone, opt.Concurrent = strings.Contains(v, "tcpdump"), strings.Contains(v, "both")
