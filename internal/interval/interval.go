@@ -165,6 +165,7 @@ type pool struct {
 	// to the next (at most keysKept; more goes to the collector).
 	kmu   sync.Mutex
 	kfree []*[]BoundaryKey
+	recs  recPool // packet log chunks (PacketLog)
 }
 
 // keysKept bounds the key storage a builder keeps for reuse: one buffer

@@ -54,6 +54,11 @@ type SenderInterval struct {
 	// that travels in the interval's stream (nil: none).
 	SampleCands *sample.Cands
 	Samples     *sample.Set
+	// Logs: every packet placed in the interval (one log per capture
+	// worker; nil without the lost-packet table). It outlives Release: the
+	// sender keeps it until the receiver's question about the interval's
+	// lost packets is answered (PacketLog).
+	Logs []*PacketLog
 
 	heavy    []heavySlot // the worker's heavy-flow table, ranked by Finish
 	keep     int         // heavy flows to keep (Params.Heavy)
@@ -176,7 +181,8 @@ type heavySlot struct {
 // default sketch.heavy) instead of 56.
 type heavyCount struct {
 	hash uint64
-	n    uint64
+	n    uint32
+	ref  uint32 // the flow's key index in the interval's packet log (PacketLog.Keys)
 }
 
 // heavyTable finds the heaviest flows in constant memory and one memory
@@ -212,11 +218,32 @@ func (h *heavyTable) add(k *capture.FlowKey, hash uint64) {
 	}
 }
 
+// addLog is add that also returns the flow's key index in the interval's
+// packet log, keeping the key there the first time its slot meets it (and
+// for every packet of a flow that shares its slot with a heavier one).
+func (h *heavyTable) addLog(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
+	i := (hash ^ hash>>32) & h.mask
+	s := &h.slots[i]
+	switch {
+	case s.n == 0:
+		s.hash, s.n = hash, 1
+		h.keys[i] = *k
+		s.ref = l.addKey(k)
+		return s.ref
+	case s.hash == hash:
+		s.n++
+		return s.ref
+	default:
+		s.n--
+		return l.addKey(k)
+	}
+}
+
 // take appends the occupied slots to dst and empties the table.
 func (h *heavyTable) take(dst []heavySlot) []heavySlot {
 	for i, s := range h.slots {
 		if s.n > 0 {
-			dst = append(dst, heavySlot{key: h.keys[i], hash: s.hash, n: s.n})
+			dst = append(dst, heavySlot{key: h.keys[i], hash: s.hash, n: uint64(s.n)})
 		}
 	}
 	clear(h.slots)
@@ -248,7 +275,8 @@ type SenderBuilder struct {
 	late      uint64
 	lastTS    int64 // latest packet time counted
 	opened    bool
-	trailer   bool // Flush is advancing past the input
+	trailer   bool       // Flush is advancing past the input
+	plog      *PacketLog // the open interval's packet log (nil without the lost-packet table)
 }
 
 type logRec struct {
@@ -382,6 +410,11 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 	// before it).
 	if off := pkt.TS - start; off < b.p.MaxDelay+b.p.Guard || off >= b.p.T-b.p.MaxDelay-2*b.p.Guard {
 		b.log.push(logRec{pkt.PktHash, pkt.TS})
+	}
+	if lg := b.plog; lg != nil {
+		ref := b.heavy.addLog(&pkt.Key, pkt.FlowHash, lg)
+		lg.add(pkt.PktHash, pkt.TS, ref|uint32(pkt.IDKind)<<refKindShift, pkt.ID)
+		return
 	}
 	b.heavy.add(&pkt.Key, pkt.FlowHash)
 }
@@ -549,6 +582,11 @@ func (b *SenderBuilder) open(id int64) {
 	start := id * b.p.T
 	b.cur = &SenderInterval{ID: id, Sk: b.pool.get(), Partial: b.captureStart > start, First: !b.opened,
 		Trailer: b.trailer, pool: b.pool, keep: b.p.Heavy}
+	b.plog = nil
+	if b.p.LostCells > 0 {
+		b.plog = newPacketLog(id, &b.pool.recs)
+		b.cur.Logs = []*PacketLog{b.plog}
+	}
 	b.opened = true
 	b.end = start + b.p.T
 }

@@ -31,15 +31,14 @@ type lostFlow struct {
 // exact count (docs/results.md, "Lost packets"). keys and hashes are the
 // candidate flows, index for index with iv.Flows; t is the interval length.
 func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64, t int64) {
-	if mt.Snd == nil || mt.Snd.Sk == nil || mt.Rx == nil || mt.Snd.Sk.Lost == nil || mt.Rx.Lost == nil {
+	round := mt.Lost
+	if round == nil {
+		round = interval.PeelLost(mt) // not through the match stage (tests): no answer
+	}
+	if round == nil {
 		return
 	}
-	diff := mt.Snd.Sk.Lost.Copy()
-	if err := diff.Subtract(mt.Rx.Lost); err != nil {
-		iv.LostList = &results.LostSummary{Reason: lostOverflow}
-		return
-	}
-	items, complete := diff.Peel(diff.Cells())
+	items, complete := round.Items, round.Complete
 	sum := &results.LostSummary{Complete: complete}
 	if !complete {
 		sum.Reason = lostOverflow
@@ -56,6 +55,10 @@ func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 			continue
 		}
 		p := lostPacket(mt.ID, sender, it)
+		if a, ok := round.Answer[p.Hash]; ok && !p.Extra && a.Key == p.Key {
+			t := a.SentNS
+			p.SentNS = &t
+		}
 		iv.Lost = append(iv.Lost, p)
 		f := perFlow[p.Key]
 		if f == nil {
@@ -71,7 +74,7 @@ func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 		}
 	}
 	slices.SortFunc(iv.Lost, compareLost)
-	if t <= 1<<32 { // beyond, the samples' send times are rounded
+	if t <= 1<<32 && round.Answer == nil { // beyond, the samples' send times are rounded
 		sentFromSamples(iv.Lost, mt.Snd.Samples, iv.StartNS, flowHash)
 	}
 	if sum.Complete {

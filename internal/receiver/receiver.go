@@ -120,6 +120,10 @@ type senderState struct {
 	bound     string     // sender id bound to a wildcard entry
 	connected bool
 	final     []int64 // recent final interval ids, for HelloAck.have
+	finished  bool    // the connected sender said Finished (its end already told the match stage)
+	// lostQ: the questions about lost packets in flight (lost_round.go);
+	// its park is the match stage's only.
+	lostQ *lostQueue
 }
 
 // New builds the pipeline from a validated configuration.
@@ -183,7 +187,8 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
 			pieces: sample.NewPieces(pieceKeep(cfg, opt.Replay)),
-			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), fromStream: make(chan senderMsg, 16)})
+			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), fromStream: make(chan senderMsg, 16),
+			lostQ: newLostQueue(cfg.Lost.Capacity, p.T, opt.Replay)})
 	}
 	return r, nil
 }
