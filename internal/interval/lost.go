@@ -5,26 +5,13 @@ import (
 	"github.com/lds-net/lds/internal/sketch"
 )
 
-// insertLost adds a packet's identity to an interval's lost-packet table:
-// its packet hash, its flow key and its own identifier. Both ends call it
-// from Sketches.AddCount, so that the table holds exactly the packets the
-// sketches hold: the sender's by its own timestamp, the receiver's as its
-// boundary placement put them (direct, or held and split by the sender's
-// boundary function).
-func insertLost(t *sketch.IBLT, p *capture.Packet) {
-	it := sketch.IBLTItem{Hash: p.PktHash, Src: p.Key.Src, Dst: p.Key.Dst, SPort: p.Key.SPort, DPort: p.Key.DPort,
-		Proto: p.Key.Proto, ID: p.ID}
-	if p.Key.V6 {
-		it.Flags |= sketch.ItemV6
-	}
-	switch p.IDKind {
-	case capture.IDIPv4:
-		it.Flags |= sketch.ItemIDIPv4
-	case capture.IDTCPSeq:
-		it.Flags |= sketch.ItemIDTCPSeq
-	}
-	t.Insert(&it)
-}
+// insertLost adds a packet to an interval's lost-packet table by its
+// packet hash. Both ends call it from Sketches.AddCount, so that the table
+// holds exactly the packets the sketches hold: the sender's by its own
+// timestamp, the receiver's as its boundary placement put them (direct, or
+// held and split by the sender's boundary function). The packet's flow,
+// identifier and send time stay in the sender's packet log (PacketLog).
+func insertLost(t *sketch.IBLT, p *capture.Packet) { t.Insert(p.PktHash) }
 
 // LostRound is the second round of an interval's lost-packet list: the
 // difference of the two ends' tables peeled (the match stage does it when
@@ -40,6 +27,9 @@ type LostRound struct {
 	// UnansweredGone, UnansweredRefused.
 	Answer     map[uint64]LoggedPacket
 	Unanswered string
+	// Extra names the extra packets (−1) from the receiver's own packet
+	// log: their flow and identifier (no send time: A never saw them).
+	Extra map[uint64]LoggedPacket
 }
 
 // Why an asked question has no answer (LostRound.Unanswered).

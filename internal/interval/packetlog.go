@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/lds-net/lds/internal/capture"
+	"github.com/lds-net/lds/internal/sketch"
 )
 
 // PacketLog is the sender's record of every packet it placed in one
@@ -23,6 +24,31 @@ type PacketLog struct {
 	n      int
 	Keys   []capture.FlowKey
 	pool   *recPool
+	// cache: the receiver's flow-key index by flow hash, direct-mapped
+	// (addPacket); the sender's heavy-flow table does this at the sender.
+	cache []keySlot
+}
+
+type keySlot struct {
+	fh  uint64
+	ref uint32
+	ok  bool
+}
+
+// keyCacheSlots is the size of the receiver log's flow-key cache (64 KiB).
+const keyCacheSlots = 4096
+
+// addPacket logs a packet, its flow key kept once while its cache slot
+// holds it (the receiver's log).
+func (l *PacketLog) addPacket(p *capture.Packet) {
+	if l.cache == nil {
+		l.cache = make([]keySlot, keyCacheSlots)
+	}
+	s := &l.cache[(p.FlowHash^p.FlowHash>>32)&(keyCacheSlots-1)]
+	if !s.ok || s.fh != p.FlowHash {
+		s.fh, s.ref, s.ok = p.FlowHash, l.addKey(&p.Key), true
+	}
+	l.add(p.PktHash, p.TS, s.ref|uint32(p.IDKind)<<refKindShift, p.ID)
 }
 
 // PacketRec is one packet of a PacketLog.
@@ -113,6 +139,16 @@ func (l *PacketLog) addKey(k *capture.FlowKey) uint32 {
 	return uint32(len(l.Keys)-1) & refIndexMask
 }
 
+// insertAll inserts every logged packet into a lost-packet table.
+func (l *PacketLog) insertAll(t *sketch.IBLT) {
+	for ci, c := range l.chunks {
+		n := min(logRecsChunk, l.n-ci*logRecsChunk)
+		for i := range c[:n] {
+			t.Insert(c[i].Hash)
+		}
+	}
+}
+
 // Len is the number of packets logged.
 func (l *PacketLog) Len() int {
 	if l == nil {
@@ -146,7 +182,7 @@ func (l *PacketLog) Release() {
 		p.keys = append(p.keys, l.Keys)
 	}
 	p.mu.Unlock()
-	l.chunks, l.Keys, l.n, l.pool = nil, nil, 0, nil
+	l.chunks, l.Keys, l.n, l.pool, l.cache = nil, nil, 0, nil, nil
 }
 
 // LoggedPacket is one packet a log answers for.

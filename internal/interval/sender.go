@@ -60,12 +60,13 @@ type SenderInterval struct {
 	// lost packets is answered (PacketLog).
 	Logs []*PacketLog
 
-	heavy    []heavySlot // the worker's heavy-flow table, ranked by Finish
-	keep     int         // heavy flows to keep (Params.Heavy)
-	ranked   bool
-	splitErr error
-	pool     *pool          // where Sk and Keys go back (Release)
-	keyBuf   *[]BoundaryKey // the pooled holder of Keys' storage (nil: none)
+	heavy     []heavySlot // the worker's heavy-flow table, ranked by Finish
+	keep      int         // heavy flows to keep (Params.Heavy)
+	ranked    bool
+	lostBuilt bool
+	splitErr  error
+	pool      *pool          // where Sk and Keys go back (Release)
+	keyBuf    *[]BoundaryKey // the pooled holder of Keys' storage (nil: none)
 }
 
 // BoundaryKey is one packet of a boundary's key window: its hash and the
@@ -83,10 +84,24 @@ type BoundaryKey struct {
 // possible for a corrupt key set) is returned again by later calls.
 func (si *SenderInterval) Finish() error {
 	si.rank()
+	si.buildLost()
 	if si.Split == nil && si.splitErr == nil {
 		si.splitErr = si.buildSplit()
 	}
 	return si.splitErr
+}
+
+// buildLost fills the lost-packet table from the packet logs (once): the
+// capture goroutine only logs each packet, and the table, which only the
+// wire needs, is built here, off the packet path.
+func (si *SenderInterval) buildLost() {
+	if si.lostBuilt || si.Sk == nil || si.Sk.Lost == nil || !si.Sk.deferLost {
+		return
+	}
+	si.lostBuilt = true
+	for _, l := range si.Logs {
+		l.insertAll(si.Sk.Lost)
+	}
 }
 
 // rank ranks the worker's heavy-flow table (once).
@@ -194,7 +209,21 @@ type heavyTable struct {
 	slots []heavyCount
 	keys  []capture.FlowKey
 	mask  uint64
+	// other: the packet log's key index of flows met in a slot another
+	// flow holds, direct-mapped by flow hash; gen tells this interval's
+	// entries from older ones (take starts a new generation).
+	other []otherRef
+	gen   uint32
 }
+
+type otherRef struct {
+	hash uint64
+	ref  uint32
+	gen  uint32
+}
+
+// otherRefs is the size of the table of flows that meet a held slot.
+const otherRefs = 4096
 
 func newHeavyTable(heavy int) heavyTable {
 	n := 1024
@@ -219,24 +248,40 @@ func (h *heavyTable) add(k *capture.FlowKey, hash uint64) {
 }
 
 // addLog is add that also returns the flow's key index in the interval's
-// packet log, keeping the key there the first time its slot meets it (and
-// for every packet of a flow that shares its slot with a heavier one).
+// packet log. A flow holding its slot finds the index there; a flow that
+// takes a slot or meets one another flow holds finds it in a second,
+// direct-mapped table, and keeps its key in the log only when that table
+// does not hold it either.
 func (h *heavyTable) addLog(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
 	i := (hash ^ hash>>32) & h.mask
 	s := &h.slots[i]
 	switch {
+	case s.hash == hash && s.n > 0:
+		s.n++
+		return s.ref
 	case s.n == 0:
 		s.hash, s.n = hash, 1
 		h.keys[i] = *k
-		s.ref = l.addKey(k)
-		return s.ref
-	case s.hash == hash:
-		s.n++
+		s.ref = h.otherRef(k, hash, l)
 		return s.ref
 	default:
 		s.n--
-		return l.addKey(k)
+		return h.otherRef(k, hash, l)
 	}
+}
+
+func (h *heavyTable) otherRef(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
+	if h.other == nil {
+		h.other = make([]otherRef, otherRefs)
+		h.gen = 1
+	}
+	o := &h.other[(hash>>20)&(otherRefs-1)]
+	if o.gen == h.gen && o.hash == hash {
+		return o.ref
+	}
+	r := l.addKey(k)
+	o.hash, o.ref, o.gen = hash, r, h.gen
+	return r
 }
 
 // take appends the occupied slots to dst and empties the table.
@@ -247,6 +292,11 @@ func (h *heavyTable) take(dst []heavySlot) []heavySlot {
 		}
 	}
 	clear(h.slots)
+	h.gen++ // the next interval's packet log: new key indexes
+	if h.gen == 0 {
+		clear(h.other)
+		h.gen = 1
+	}
 	return dst
 }
 
@@ -583,6 +633,7 @@ func (b *SenderBuilder) open(id int64) {
 	b.cur = &SenderInterval{ID: id, Sk: b.pool.get(), Partial: b.captureStart > start, First: !b.opened,
 		Trailer: b.trailer, pool: b.pool, keep: b.p.Heavy}
 	b.plog = nil
+	b.cur.Sk.deferLost = b.p.LostCells > 0 // the table is built from the log (Finish)
 	if b.p.LostCells > 0 {
 		b.plog = newPacketLog(id, &b.pool.recs)
 		b.cur.Logs = []*PacketLog{b.plog}

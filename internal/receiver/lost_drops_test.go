@@ -24,18 +24,24 @@ func TestLostListWithCaptureDrops(t *testing.T) {
 			t.Fatal(err)
 		}
 		rx, _ := sketch.NewIBLT(sketch.IBLTCells(50))
+		// The sender's answer names the three lost packets.
+		round := &interval.LostRound{Answer: map[uint64]interval.LoggedPacket{}}
 		for i := range uint32(20) {
-			it := sketch.IBLTItem{Hash: 0x9e3779b97f4a7c15 * uint64(i+1), Src: k.Src, Dst: k.Dst, SPort: k.SPort, DPort: k.DPort,
-				Proto: k.Proto, Flags: sketch.ItemIDTCPSeq, ID: 1000 + i}
-			snd.Insert(&it)
+			h := 0x9e3779b97f4a7c15 * uint64(i+1)
+			snd.Insert(h)
 			if i >= 3 {
-				rx.Insert(&it)
+				rx.Insert(h)
+				continue
 			}
+			round.Answer[h] = interval.LoggedPacket{Hash: h, SentNS: 7e9 + int64(i), Key: k, IDKind: capture.IDTCPSeq, ID: 1000 + i}
 		}
 		mt := &interval.Matched{ID: 7, Outcome: results.OutcomeMatched,
 			Snd:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
 			Rx:    &interval.Sketches{Lost: rx},
 			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+		p := interval.PeelLost(mt)
+		round.Items, round.Complete = p.Items, p.Complete
+		mt.Lost = round
 		iv := &results.Interval{Sender: "a", Interval: 7, Outcome: results.OutcomeMatched,
 			Flows: []results.FlowRecord{{Interval: 7, Key: k, Loss: results.Float(2.5), Packets: 19}}}
 		return iv, mt

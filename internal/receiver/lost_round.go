@@ -57,6 +57,7 @@ func (r *Receiver) finalLost(s *senderState, est *estStage, mt *interval.Matched
 	mt.Lost = interval.PeelLost(mt)
 	p := &parkedLost{mt: mt, resolved: true}
 	if mt.Lost != nil {
+		nameExtra(mt)
 		if hs := mt.Lost.LostHashes(q.max); len(hs) > 0 {
 			mt.Lost.Asked = len(hs)
 			p.resolved = false
@@ -74,6 +75,22 @@ func (r *Receiver) finalLost(s *senderState, est *estStage, mt *interval.Matched
 	}
 	q.park = append(q.park, p)
 	r.flushLost(s, est, now, false)
+}
+
+// nameExtra names the extra packets (seen at the receiver only) from the
+// receiver's own packet log of the interval.
+func nameExtra(mt *interval.Matched) {
+	want := map[uint64]bool{}
+	for _, it := range mt.Lost.Items {
+		if it.Sign < 0 {
+			want[it.Hash] = true
+		}
+	}
+	if len(want) == 0 || mt.Rx == nil {
+		return
+	}
+	mt.Lost.Extra = make(map[uint64]interval.LoggedPacket, len(want))
+	interval.Answer(mt.Rx.PacketLogs(), want, func(p interval.LoggedPacket) { mt.Lost.Extra[p.Hash] = p })
 }
 
 // lostAnswered takes the sender's answer to a parked interval.

@@ -139,6 +139,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	}
 	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
 		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(classes), Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows, LostCells: cfg.Lost.Cells()}
+	p = p.WithReceiverLog() // extra packets are named from it (lost_round.go)
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}

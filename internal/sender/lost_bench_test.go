@@ -30,7 +30,15 @@ func newLostPathPipe(b *testing.B, vlda, cols int, sampling []float64, capacity 
 	}
 	pool := sample.NewPool(4)
 	pp := &pathPipe{p: p, sb: sb, smp: sample.NewSampler(c.Sample, int64(time.Second), pool)}
-	pp.emit = func(si *interval.SenderInterval) { pool.Put(pp.smp.Take(si.ID)); si.Release() }
+	// As the sender: the packet logs go back once the receiver's question
+	// is answered (here at once).
+	pp.emit = func(si *interval.SenderInterval) {
+		pool.Put(pp.smp.Take(si.ID))
+		si.Release()
+		for _, l := range si.Logs {
+			l.Release()
+		}
+	}
 	return pp
 }
 
