@@ -3,6 +3,8 @@ package receiver
 import (
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/wire"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
@@ -29,7 +31,7 @@ type lostQueue struct {
 	done    chan struct{}         // closed when the match stage ends
 	park    []*parkedLost
 	wait    time.Duration
-	max     int   // lost.capacity: hashes asked at most
+	max     int   // the table's cells (the most a peel lists): hashes asked at most
 	t       int64 // interval length, ns
 	timer   *time.Timer
 }
@@ -101,6 +103,8 @@ func (r *Receiver) lostAnswered(s *senderState, est *estStage, a *ldsv1.LostAnsw
 			continue
 		}
 		p.resolved = true
+		// The answer is bytes the sender shipped for the interval.
+		p.mt.Meta.SketchBytes += uint64(proto.Size(a))
 		switch {
 		case a.Gone:
 			p.mt.Lost.Unanswered = interval.UnansweredGone

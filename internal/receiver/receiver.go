@@ -189,7 +189,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
 			pieces: sample.NewPieces(pieceKeep(cfg, opt.Replay)),
 			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), fromStream: make(chan senderMsg, 16),
-			lostQ: newLostQueue(cfg.Lost.Capacity, p.T, opt.Replay)})
+			lostQ: newLostQueue(cfg.Lost.Cells(), p.T, opt.Replay)})
 	}
 	return r, nil
 }

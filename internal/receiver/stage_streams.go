@@ -91,7 +91,10 @@ func (r *Receiver) Disconnected(sender string, err error) {
 	finished := s.finished
 	s.mu.Unlock()
 	r.metrics.SenderConnected(sender, false)
-	if (err == nil || errors.Is(err, io.EOF)) && !finished {
+	if err == nil || errors.Is(err, io.EOF) {
+		if finished {
+			return // Finished already told the match stage
+		}
 		select {
 		case s.fromStream <- senderMsg{gone: true}:
 		case <-r.done:

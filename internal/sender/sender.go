@@ -76,7 +76,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 	}
 	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8), windows: interval.NewWindowTable(), lost: newLostLogs(p)}
 	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID, Windows: s.windows,
-		Answer: s.lost.answer, MaxLostQuery: cfg.Lost.Capacity, WaitFinished: opt.Replay,
+		Answer: s.lost.answer, MaxLostQuery: cfg.Lost.Cells(), WaitFinished: opt.Replay,
 		Version: opt.Version, Fingerprint: cfg.Fingerprint(), Seed: cfg.Sketch.Seed, ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
 		RPCTimeout: cfg.Sender.RPCTimeout, ChunkBytes: cfg.Sender.ChunkBytes, FailFast: opt.FailFast}, log)

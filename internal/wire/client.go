@@ -47,8 +47,9 @@ type ClientConfig struct {
 	// interval, or gone when it keeps no log of it. nil: every query is
 	// answered gone.
 	Answer func(id int64, hashes []uint64) (packets []byte, gone bool)
-	// MaxLostQuery bounds the hashes of one LostQuery (lost.capacity):
-	// a larger one is answered gone without a lookup.
+	// MaxLostQuery bounds the hashes of one LostQuery (the lost-packet
+	// table's cells, the most its peel lists): a larger one is answered
+	// gone without a lookup.
 	MaxLostQuery int
 	// WaitFinished: after the last interval is acknowledged, answer
 	// queries until the receiver ends the stream (replay), instead of for

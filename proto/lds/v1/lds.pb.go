@@ -1116,7 +1116,7 @@ func (*ReceiverFrame_Challenge) isReceiverFrame_Body() {}
 
 // LostQuery asks the sender for the capture time, flow and identifier of
 // the packets the receiver's decoded lost-packet table lists as lost in
-// an interval (at most lost.capacity hashes). The sender answers with
+// an interval (at most the lost-packet table's cells in hashes). The sender answers with
 // LostAnswer.
 type LostQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
