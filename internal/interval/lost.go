@@ -54,11 +54,11 @@ func PeelLost(mt *Matched) *LostRound {
 	return &LostRound{Items: items, Complete: complete}
 }
 
-// LostHashes are the hashes of the round's lost packets (+1), at most max.
-func (r *LostRound) LostHashes(max int) []uint64 {
+// LostHashes are the hashes of the round's lost packets (+1), at most limit.
+func (r *LostRound) LostHashes(limit int) []uint64 {
 	var hs []uint64
 	for i := range r.Items {
-		if r.Items[i].Sign > 0 && len(hs) < max {
+		if r.Items[i].Sign > 0 && len(hs) < limit {
 			hs = append(hs, r.Items[i].Hash)
 		}
 	}

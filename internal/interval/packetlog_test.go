@@ -11,7 +11,7 @@ import (
 
 func logPackets(n int, pool *recPool) *PacketLog {
 	l := newPacketLog(0, pool)
-	var ht heavyTable = newHeavyTable(1000)
+	ht := newHeavyTable(1000)
 	for i := range n {
 		k := capture.FlowKey{SPort: uint16(i % 5000), DPort: 443, Proto: 6}
 		k.Src[0], k.Dst[0] = 10, 192

@@ -40,11 +40,10 @@ func (l *lostLogs) add(id int64, logs []*interval.PacketLog) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if old, ok := l.byID[id]; ok { // a resend of the same interval cannot happen; keep the first
+	if _, ok := l.byID[id]; ok { // an interval is shipped once; keep the first
 		for _, g := range logs {
 			g.Release()
 		}
-		_ = old
 		return
 	}
 	l.byID[id] = logs

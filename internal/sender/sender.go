@@ -99,6 +99,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 
 // Run captures and streams until ctx ends (or, in replay, until done).
 func (s *Sender) Run(ctx context.Context) error {
+	defer s.lost.close() // the packet logs no question will come for
 	readers, release, err := capture.OpenReaders(s.opt.Sources, s.cc, s.log)
 	if err != nil {
 		return err

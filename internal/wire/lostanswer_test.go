@@ -2,9 +2,11 @@ package wire
 
 import (
 	"testing"
+	"time"
 
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
+	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 )
 
 func answerFixture() ([]interval.LoggedPacket, map[uint64]bool) {
@@ -93,4 +95,38 @@ func FuzzDecodeLostAnswer(f *testing.F) {
 			t.Fatalf("re-encoding a decoded answer: %v", err)
 		}
 	})
+}
+
+// TestClientAnswerBounded: a LostQuery of more hashes than the sender's
+// table can list is answered gone without a lookup; one within it is
+// looked up; without a log the answer is gone.
+func TestClientAnswerBounded(t *testing.T) {
+	looked := 0
+	cfg := clientConfig("127.0.0.1:1", "s1")
+	cfg.MaxLostQuery = 3
+	cfg.Answer = func(id int64, hashes []uint64) ([]byte, bool) {
+		looked++
+		return AppendLostAnswer(nil, id*int64(time.Second), nil), false
+	}
+	c, err := NewClient(cfg, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.answer(&ldsv1.LostQuery{Interval: 5, Hashes: []uint64{1, 2, 3, 4}})
+	c.answer(&ldsv1.LostQuery{Interval: 6, Hashes: []uint64{1, 2, 3}})
+	if len(c.answers) != 2 || looked != 1 {
+		t.Fatalf("%d answers queued, %d lookups; want 2 and 1", len(c.answers), looked)
+	}
+	if a := c.answers[0].GetLostAnswer(); a.Interval != 5 || !a.Gone || a.Packets != nil {
+		t.Errorf("oversized query answered %+v, want gone without packets", a)
+	}
+	if a := c.answers[1].GetLostAnswer(); a.Interval != 6 || a.Gone {
+		t.Errorf("query within the bound answered %+v, want looked up", a)
+	}
+	cfg.Answer = nil
+	c2, _ := NewClient(cfg, testLog(t))
+	c2.answer(&ldsv1.LostQuery{Interval: 7, Hashes: []uint64{1}})
+	if a := c2.answers[0].GetLostAnswer(); !a.Gone {
+		t.Errorf("a sender without logs answered %+v, want gone", a)
+	}
 }
