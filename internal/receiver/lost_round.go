@@ -56,8 +56,12 @@ func newLostQueue(capacity int, t int64, replay bool) *lostQueue {
 // at once when there is nothing to ask and nothing parked before it).
 func (r *Receiver) finalLost(s *senderState, est *estStage, mt *interval.Matched, now time.Time) {
 	q := s.lostQ
+	r.recordFinal(s, mt.ID)
 	mt.Lost = interval.PeelLost(mt)
 	p := &parkedLost{mt: mt, resolved: true}
+	s.mu.Lock()
+	connected := s.connected
+	s.mu.Unlock()
 	if mt.Lost != nil {
 		nameExtra(mt)
 		if hs := mt.Lost.LostHashes(q.max); len(hs) > 0 {
@@ -70,6 +74,12 @@ func (r *Receiver) finalLost(s *senderState, est *estStage, mt *interval.Matched
 			}
 			select {
 			case q.queries <- &ldsv1.LostQuery{Interval: mt.ID, Hashes: hs}:
+				if !connected {
+					// No stream now: the question waits for the next one,
+					// the interval does not (a stream's end flushes the
+					// intervals that asked on it).
+					mt.Lost.Unanswered, p.resolved = interval.UnansweredTimeout, true
+				}
 			default: // no stream takes questions now: no answer will come
 				mt.Lost.Unanswered, p.resolved = interval.UnansweredTimeout, true
 			}

@@ -80,6 +80,11 @@ func (r *Receiver) matchStage(ctx context.Context, s *senderState, est *estStage
 				r.lostAnswered(s, est, msg.answer, time.Now())
 				continue
 			}
+			if msg.ended {
+				// What the ended stream was asked stays unanswered.
+				r.flushLost(s, est, time.Now(), true)
+				continue
+			}
 			if msg.gone {
 				if r.opt.Replay {
 					sndGone = true
@@ -115,15 +120,20 @@ func (s *senderState) name() string {
 	return "unknown"
 }
 
-// final records one final interval (for HelloAck.have) and submits it to
-// the estimate stage; its clock verdict is taken now, when it became final.
+// final submits one final interval to the estimate stage (after its
+// lost-packet round, lost_round.go); its clock verdict is taken now.
 func (r *Receiver) final(s *senderState, est *estStage, mt *interval.Matched) {
+	name := s.name()
+	est.submit(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces, final: time.Now()})
+}
+
+// recordFinal records a final interval for HelloAck.have: the receiver
+// holds it, whatever its lost-packet round still waits for.
+func (r *Receiver) recordFinal(s *senderState, id int64) {
 	s.mu.Lock()
-	s.final = append(s.final, mt.ID)
+	defer s.mu.Unlock()
+	s.final = append(s.final, id)
 	if len(s.final) > 4*r.cfg.Receiver.MaxPending {
 		s.final = s.final[len(s.final)-4*r.cfg.Receiver.MaxPending:]
 	}
-	s.mu.Unlock()
-	name := s.name()
-	est.submit(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces, final: time.Now()})
 }

@@ -26,6 +26,9 @@ type senderMsg struct {
 	voided []int64
 	gone   bool
 	answer *ldsv1.LostAnswer // the sender's answer about lost packets
+	// ended: a stream of the sender ended; questions asked on it will not
+	// be answered (lost_round.go).
+	ended bool
 }
 
 // entryFor is the receiver.senders entry that serves sender (a wildcard
@@ -91,6 +94,11 @@ func (r *Receiver) Disconnected(sender string, err error) {
 	finished := s.finished
 	s.mu.Unlock()
 	r.metrics.SenderConnected(sender, false)
+	select {
+	case s.fromStream <- senderMsg{ended: true}:
+	case <-s.lostQ.done:
+	case <-r.done:
+	}
 	if err == nil || errors.Is(err, io.EOF) {
 		if finished {
 			return // Finished already told the match stage
