@@ -125,6 +125,10 @@ func (l *PacketLog) add(h uint64, ts int64, ref, id uint32) {
 	l.n++
 }
 
+// grow is apart and never inlined, so that add inlines into the packet
+// path.
+//
+//go:noinline
 func (l *PacketLog) grow() {
 	if l.pool != nil {
 		l.chunks = append(l.chunks, l.pool.get())

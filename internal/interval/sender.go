@@ -255,10 +255,17 @@ func (h *heavyTable) add(k *capture.FlowKey, hash uint64) {
 func (h *heavyTable) addLog(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
 	i := (hash ^ hash>>32) & h.mask
 	s := &h.slots[i]
-	switch {
-	case s.hash == hash && s.n > 0:
+	if s.hash == hash && s.n > 0 {
 		s.n++
 		return s.ref
+	}
+	return h.addLogSlot(k, hash, l, s, i)
+}
+
+// addLogSlot is addLog for a flow that does not hold its slot (apart, so
+// that the common case inlines).
+func (h *heavyTable) addLogSlot(k *capture.FlowKey, hash uint64, l *PacketLog, s *heavyCount, i uint64) uint32 {
+	switch {
 	case s.n == 0:
 		s.hash, s.n = hash, 1
 		h.keys[i] = *k
@@ -462,11 +469,33 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 		b.log.push(logRec{pkt.PktHash, pkt.TS})
 	}
 	if lg := b.plog; lg != nil {
-		ref := b.heavy.addLog(&pkt.Key, pkt.FlowHash, lg)
-		lg.add(pkt.PktHash, pkt.TS, ref|uint32(pkt.IDKind)<<refKindShift, pkt.ID)
+		b.logPacket(lg, pkt)
 		return
 	}
 	b.heavy.add(&pkt.Key, pkt.FlowHash)
+}
+
+// logPacket counts the packet in the heavy-flow table and appends it to
+// the open interval's packet log, in one call: the flow's key index from
+// its slot when it holds it (the common case, written out here), else
+// from addLogSlot.
+func (b *SenderBuilder) logPacket(lg *PacketLog, pkt *capture.Packet) {
+	h, hash := &b.heavy, pkt.FlowHash
+	i := (hash ^ hash>>32) & h.mask
+	s := &h.slots[i]
+	var ref uint32
+	if s.hash == hash && s.n > 0 {
+		s.n++
+		ref = s.ref
+	} else {
+		ref = h.addLogSlot(&pkt.Key, hash, lg, s, i)
+	}
+	c := lg.n >> logRecsBits
+	if c >= len(lg.chunks) {
+		lg.grow()
+	}
+	lg.chunks[c][lg.n&(logRecsChunk-1)] = PacketRec{Hash: pkt.PktHash, TS: pkt.TS, Ref: ref | uint32(pkt.IDKind)<<refKindShift, ID: pkt.ID}
+	lg.n++
 }
 
 // Advance closes every interval that ends at or before now (Unix ns),
