@@ -262,19 +262,18 @@ func (h *heavyTable) addLog(k *capture.FlowKey, hash uint64, l *PacketLog) uint3
 	return h.addLogSlot(k, hash, l, s, i)
 }
 
-// addLogSlot is addLog for a flow that does not hold its slot (apart, so
-// that the common case inlines).
+// addLogSlot is addLog for a flow that does not hold its slot i (s): it
+// takes the slot if it is free, else decrements it; SenderBuilder.logPacket
+// writes the common case out and calls this for the rest.
 func (h *heavyTable) addLogSlot(k *capture.FlowKey, hash uint64, l *PacketLog, s *heavyCount, i uint64) uint32 {
-	switch {
-	case s.n == 0:
+	if s.n == 0 {
 		s.hash, s.n = hash, 1
 		h.keys[i] = *k
 		s.ref = h.otherRef(k, hash, l)
 		return s.ref
-	default:
-		s.n--
-		return h.otherRef(k, hash, l)
 	}
+	s.n--
+	return h.otherRef(k, hash, l)
 }
 
 func (h *heavyTable) otherRef(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
