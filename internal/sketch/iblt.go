@@ -290,6 +290,10 @@ func (t *IBLT) AppendBinary(b []byte) []byte {
 
 const formatVersionIBLT = 2
 
+// IBLTFormat is the table's format version (in the configuration
+// fingerprint: both ends must write and read the same).
+const IBLTFormat = formatVersionIBLT
+
 // UnmarshalIBLT decodes a table that must have exactly cells cells (the
 // agreed capacity's); it allocates nothing beyond that table.
 func UnmarshalIBLT(b []byte, cells int) (*IBLT, error) {
