@@ -37,9 +37,12 @@ func (l Lost) Cells() int { return sketch.IBLTCells(l.Capacity) }
 
 // fingerprint adds lost.capacity when the table is on, so that a peer
 // built before the table existed (or with it off) pairs with an end that
-// has it off, and is refused, naming the key, by one that has it on.
+// has it off, and is refused, naming the key, by one that has it on. The
+// value names the table's format: a peer whose cells hold every identity
+// field (format 1, no second round) is refused at Hello, both values
+// shown, rather than sending tables the other cannot read.
 func (l Lost) fingerprint(f map[string]string) {
 	if l.Capacity > 0 {
-		f["lost.capacity"] = strconv.Itoa(l.Capacity) + " (" + strconv.Itoa(l.Cells()) + " cells)"
+		f["lost.capacity"] = strconv.Itoa(l.Capacity) + " (" + strconv.Itoa(l.Cells()) + " cells, format " + strconv.Itoa(sketch.IBLTFormat) + ")"
 	}
 }

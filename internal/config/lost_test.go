@@ -7,7 +7,7 @@ import "testing"
 // predates the table and an end with it on refuses one, naming the key.
 func TestLostFingerprint(t *testing.T) {
 	c := DefaultCommon()
-	if v, ok := c.Fingerprint()["lost.capacity"]; !ok || v != "1000 (1302 cells)" {
+	if v, ok := c.Fingerprint()["lost.capacity"]; !ok || v != "1000 (1302 cells, format 2)" {
 		t.Fatalf("default fingerprint lost.capacity = %q, %v", v, ok)
 	}
 	c.Lost.Capacity = 0

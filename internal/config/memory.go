@@ -122,6 +122,30 @@ func (c *Common) sketchBytes() int64 {
 	return lds + lda + sketch.IBLTBytes(c.Lost.Cells())
 }
 
+// packetLogBytes is one interval's packet log (interval.PacketLog), kept
+// with the lost-packet table: 24 B a packet in chunks of 16,384 (one more
+// chunk), and a 40 B flow key a packet at worst (each flow's key is kept
+// once while its slot or cache entry holds it; traffic of many more flows
+// than the cache, at the receiver 4096 entries, keeps one a packet).
+// 0 without the table.
+func (c *Common) packetLogBytes(pps float64) int64 {
+	if c.Lost.Capacity == 0 {
+		return 0
+	}
+	n := int64(math.Ceil(pps * c.Interval.Seconds()))
+	return n*(24+40) + (1<<14)*24
+}
+
+// lostLogIntervals is how many shipped intervals' packet logs the sender
+// keeps for the receiver's question (sender.LostLogIntervals).
+func (c *Common) lostLogIntervals() int64 {
+	t := c.Interval.Nanoseconds()
+	if t <= 0 {
+		return 0
+	}
+	return 3 + (c.MaxDelay.Nanoseconds()+2*c.Guard.Nanoseconds()+t-1)/t
+}
+
 // boundaryPackets is the packets within the hold window of one boundary
 // at rate pps: the receiver's window grows with the delays it sees, up to
 // max_delay.
@@ -185,7 +209,8 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		conc = int64(max(1, in.Procs))
 	}
 	maxFlows := int64(c.Sketch.MaxFlows)
-	sk := c.sketchBytes()
+	// A receiver interval holds its packet log with its sketches.
+	sk := c.sketchBytes() + c.packetLogBytes(in.PPS)
 	held := c.boundaryPackets(in.PPS) * int64(unsafe.Sizeof(capture.Packet{}))
 	table := maxFlows * (flowTableBytes + 4*int64(c.Sketch.Rows*c.Sketch.VLDA))
 	// Intervals waiting for the sender: one sealed a T live, given up
@@ -208,7 +233,7 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		lostOn = 1
 	}
 	heavy := int64(c.Sketch.Heavy)
-	senderIv := sk + heavy*heavyKeyBytes + c.functionBytes(in.PPS) + c.sampleSet(in.PPS)
+	senderIv := c.sketchBytes() + heavy*heavyKeyBytes + c.functionBytes(in.PPS) + c.sampleSet(in.PPS)
 	// Sample pieces wait for their two joins: live at most lateness /
 	// interval + 8 of them, a replay 4 × max_pending (receiver.pieceKeep),
 	// plus two open per worker.
@@ -226,7 +251,7 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 		{"receiver intervals waiting for their sender (min(max_pending, lateness/interval + 2) live)", senders * waitRx, sk + table + held},
 		{"sender intervals waiting for the receiver's (max_pending)", senders * int64(r.MaxPending), senderIv},
 		{"sketch frames being assembled (max_sketch_bytes per stream)", senders, int64(r.MaxSketchBytes)},
-		{"matched intervals in estimation and publishing", senders * jobs, 2*sk + table},
+		{"matched intervals in estimation and publishing", senders * jobs, c.sketchBytes() + sk + table},
 		{"candidate flows being estimated (sketch.max_flows, " + c.Sketch.Estimator + ")", senders * conc * maxFlows, est},
 		{"sketch copies the lost-packet list repairs, one pair per interval being estimated (lost.capacity > 0)", senders * conc * lostOn, 2 * sk},
 		{"flow records estimated, not yet stored", senders * (conc + 1) * maxFlows, recordBytes},
@@ -252,7 +277,10 @@ func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 	// An interval waits for its end boundary's window (at most max_delay
 	// + guard); with max_delay above the interval, several do.
 	open := 2 + c.boundaryClass()
+	plog := c.packetLogBytes(in.PPS)
 	return newBound([]MemoryTerm{
+		{"packet logs of the lost-packet table (every packet: 24 B, and a 40 B flow key a packet at worst; the intervals open or waiting per worker, those queued, and the shipped ones kept for the receiver's question)",
+			workers*open + 8 + 2*workers + c.lostLogIntervals(), plog},
 		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * txCandBytes},
 		{"intervals open or waiting for their boundary window in the capture workers (2 + class per worker)", workers * open, sk},
 		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, with 4096 packets of slack, in chunks of 16,384: one more)", workers, keys + logSlackBytes + logChunkBytes},

@@ -13,11 +13,11 @@ func TestMemoryBoundDefaults(t *testing.T) {
 	in := MemoryInput{PPS: 1e6}
 	rc, sc := DefaultReceiver(), DefaultSender()
 	rb, sb := rc.MemoryBound(in), sc.MemoryBound(in)
-	if rb.Peak > 20<<30 {
-		t.Errorf("receiver bound %d MiB at the defaults passes the documented MemoryMax=20G", rb.Peak>>20)
+	if rb.Peak > 24<<30 {
+		t.Errorf("receiver bound %d MiB at the defaults passes the documented MemoryMax=24G", rb.Peak>>20)
 	}
-	if sb.Peak > 1<<30 {
-		t.Errorf("sender bound %d MiB at the defaults passes the documented MemoryMax=1G", sb.Peak>>20)
+	if sb.Peak > 4<<30 {
+		t.Errorf("sender bound %d MiB at the defaults passes the documented MemoryMax=4G", sb.Peak>>20)
 	}
 	for _, b := range []MemoryBound{rb, sb} {
 		var sum int64

@@ -39,6 +39,19 @@ type Params struct {
 	// LostCells: cells of the lost-packet table both ends keep per
 	// interval (sketch.IBLTCells of lost.capacity; 0: none).
 	LostCells int
+	// rxLog: the receiver logs every packet it places (Sketches.Log), so
+	// that an extra packet's flow and identifier can be named; the pool
+	// its chunks come from (WithReceiverLog).
+	rxLog *recPool
+}
+
+// WithReceiverLog is p for the receiver's sketches: with the lost-packet
+// table, each interval also logs its packets (Sketches.Log).
+func (p Params) WithReceiverLog() Params {
+	if p.LostCells > 0 {
+		p.rxLog = &recPool{}
+	}
+	return p
 }
 
 // MaxClass bounds how many intervals max_delay may span.
@@ -78,6 +91,23 @@ type Sketches struct {
 	// (nil without lost.capacity): the sender's minus the receiver's lists
 	// the lost packets (lost.go).
 	Lost *sketch.IBLT
+	// Log (receiver only, with Lost): every packet placed in the interval,
+	// and the logs of the capture workers merged into it (More); an extra
+	// packet's flow and identifier are looked up there.
+	Log     *PacketLog
+	LogMore []*PacketLog
+	rxLog   *recPool
+	// deferLost: the sender's sketches leave Lost to be built from the
+	// interval's packet log (SenderInterval.Finish), off the packet path.
+	deferLost bool
+}
+
+// PacketLogs are the receiver's packet logs of the interval.
+func (s *Sketches) PacketLogs() []*PacketLog {
+	if s.Log == nil {
+		return s.LogMore
+	}
+	return append([]*PacketLog{s.Log}, s.LogMore...)
 }
 
 // NewSketches allocates empty sketches for p.
@@ -95,6 +125,10 @@ func NewSketches(p Params) (*Sketches, error) {
 	if p.LostCells > 0 {
 		if s.Lost, err = sketch.NewIBLT(p.LostCells); err != nil {
 			return nil, err
+		}
+		if p.rxLog != nil {
+			s.rxLog = p.rxLog
+			s.Log = newPacketLog(0, p.rxLog)
 		}
 	}
 	return s, nil
@@ -115,8 +149,11 @@ func (s *Sketches) AddCount(p *capture.Packet, t int64, comp []uint32) {
 	s.Packets++
 	s.Bytes += uint64(p.WireLen)
 	s.ClassPackets[c]++
-	if s.Lost != nil {
+	if s.Lost != nil && !s.deferLost {
 		insertLost(s.Lost, p)
+		if s.Log != nil {
+			s.Log.addPacket(p)
+		}
 	}
 }
 
@@ -136,6 +173,13 @@ func (s *Sketches) Merge(o *Sketches) error {
 	}
 	s.Packets += o.Packets
 	s.Bytes += o.Bytes
+	if o.Log != nil {
+		// The logs move, not copy: o gets a fresh one at its Reset.
+		s.LogMore = append(s.LogMore, o.Log)
+		o.Log = nil
+	}
+	s.LogMore = append(s.LogMore, o.LogMore...)
+	o.LogMore = nil
 	if s.Lost != nil && o.Lost != nil {
 		return s.Lost.Merge(o.Lost)
 	}
@@ -150,8 +194,17 @@ func (s *Sketches) Reset() {
 		s.ClassPackets[i] = 0
 	}
 	s.Packets, s.Bytes = 0, 0
+	s.deferLost = false
 	if s.Lost != nil {
 		s.Lost.Reset()
+	}
+	if s.rxLog != nil {
+		for _, l := range s.LogMore {
+			l.Release()
+		}
+		s.LogMore = s.LogMore[:0]
+		s.Log.Release()
+		s.Log = newPacketLog(0, s.rxLog)
 	}
 }
 
@@ -165,6 +218,7 @@ type pool struct {
 	// to the next (at most keysKept; more goes to the collector).
 	kmu   sync.Mutex
 	kfree []*[]BoundaryKey
+	recs  recPool // packet log chunks (PacketLog)
 }
 
 // keysKept bounds the key storage a builder keeps for reuse: one buffer

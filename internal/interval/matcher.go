@@ -57,7 +57,10 @@ type Matched struct {
 	// Misplaced counts held packets whose place the boundary function gave
 	// as an interval already final (a packet slower than its window).
 	Misplaced uint64
-	release   func()
+	// Lost is the lost-packet list's second round (lost.go), set by the
+	// receiver's match stage before the interval is estimated; nil: none.
+	Lost    *LostRound
+	release func()
 }
 
 // Release returns the receiver's sketches for reuse once estimated.

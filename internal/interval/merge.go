@@ -48,6 +48,7 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 			return nil, fmt.Errorf("interval %d: merging workers: %w", out.ID, err)
 		}
 		out.Keys = append(out.Keys, o.Keys...)
+		out.Logs = append(out.Logs, o.Logs...)
 		o.Release()
 		out.Window = max(out.Window, o.Window)
 		out.Partial = out.Partial || o.Partial

@@ -54,13 +54,19 @@ type SenderInterval struct {
 	// that travels in the interval's stream (nil: none).
 	SampleCands *sample.Cands
 	Samples     *sample.Set
+	// Logs: every packet placed in the interval (one log per capture
+	// worker; nil without the lost-packet table). It outlives Release: the
+	// sender keeps it until the receiver's question about the interval's
+	// lost packets is answered (PacketLog).
+	Logs []*PacketLog
 
-	heavy    []heavySlot // the worker's heavy-flow table, ranked by Finish
-	keep     int         // heavy flows to keep (Params.Heavy)
-	ranked   bool
-	splitErr error
-	pool     *pool          // where Sk and Keys go back (Release)
-	keyBuf   *[]BoundaryKey // the pooled holder of Keys' storage (nil: none)
+	heavy     []heavySlot // the worker's heavy-flow table, ranked by Finish
+	keep      int         // heavy flows to keep (Params.Heavy)
+	ranked    bool
+	lostBuilt bool
+	splitErr  error
+	pool      *pool          // where Sk and Keys go back (Release)
+	keyBuf    *[]BoundaryKey // the pooled holder of Keys' storage (nil: none)
 }
 
 // BoundaryKey is one packet of a boundary's key window: its hash and the
@@ -78,10 +84,24 @@ type BoundaryKey struct {
 // possible for a corrupt key set) is returned again by later calls.
 func (si *SenderInterval) Finish() error {
 	si.rank()
+	si.buildLost()
 	if si.Split == nil && si.splitErr == nil {
 		si.splitErr = si.buildSplit()
 	}
 	return si.splitErr
+}
+
+// buildLost fills the lost-packet table from the packet logs (once): the
+// capture goroutine only logs each packet, and the table, which only the
+// wire needs, is built here, off the packet path.
+func (si *SenderInterval) buildLost() {
+	if si.lostBuilt || si.Sk == nil || si.Sk.Lost == nil || !si.Sk.deferLost {
+		return
+	}
+	si.lostBuilt = true
+	for _, l := range si.Logs {
+		l.insertAll(si.Sk.Lost)
+	}
 }
 
 // rank ranks the worker's heavy-flow table (once).
@@ -176,7 +196,8 @@ type heavySlot struct {
 // default sketch.heavy) instead of 56.
 type heavyCount struct {
 	hash uint64
-	n    uint64
+	n    uint32
+	ref  uint32 // the flow's key index in the interval's packet log (PacketLog.Keys)
 }
 
 // heavyTable finds the heaviest flows in constant memory and one memory
@@ -188,7 +209,21 @@ type heavyTable struct {
 	slots []heavyCount
 	keys  []capture.FlowKey
 	mask  uint64
+	// other: the packet log's key index of flows met in a slot another
+	// flow holds, direct-mapped by flow hash; gen tells this interval's
+	// entries from older ones (take starts a new generation).
+	other []otherRef
+	gen   uint32
 }
+
+type otherRef struct {
+	hash uint64
+	ref  uint32
+	gen  uint32
+}
+
+// otherRefs is the size of the table of flows that meet a held slot.
+const otherRefs = 4096
 
 func newHeavyTable(heavy int) heavyTable {
 	n := 1024
@@ -212,14 +247,62 @@ func (h *heavyTable) add(k *capture.FlowKey, hash uint64) {
 	}
 }
 
+// addLog is add that also returns the flow's key index in the interval's
+// packet log. A flow holding its slot finds the index there; a flow that
+// takes a slot or meets one another flow holds finds it in a second,
+// direct-mapped table, and keeps its key in the log only when that table
+// does not hold it either.
+func (h *heavyTable) addLog(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
+	i := (hash ^ hash>>32) & h.mask
+	s := &h.slots[i]
+	if s.hash == hash && s.n > 0 {
+		s.n++
+		return s.ref
+	}
+	return h.addLogSlot(k, hash, l, s, i)
+}
+
+// addLogSlot is addLog for a flow that does not hold its slot i (s): it
+// takes the slot if it is free, else decrements it; SenderBuilder.logPacket
+// writes the common case out and calls this for the rest.
+func (h *heavyTable) addLogSlot(k *capture.FlowKey, hash uint64, l *PacketLog, s *heavyCount, i uint64) uint32 {
+	if s.n == 0 {
+		s.hash, s.n = hash, 1
+		h.keys[i] = *k
+		s.ref = h.otherRef(k, hash, l)
+		return s.ref
+	}
+	s.n--
+	return h.otherRef(k, hash, l)
+}
+
+func (h *heavyTable) otherRef(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
+	if h.other == nil {
+		h.other = make([]otherRef, otherRefs)
+		h.gen = 1
+	}
+	o := &h.other[(hash>>20)&(otherRefs-1)]
+	if o.gen == h.gen && o.hash == hash {
+		return o.ref
+	}
+	r := l.addKey(k)
+	o.hash, o.ref, o.gen = hash, r, h.gen
+	return r
+}
+
 // take appends the occupied slots to dst and empties the table.
 func (h *heavyTable) take(dst []heavySlot) []heavySlot {
 	for i, s := range h.slots {
 		if s.n > 0 {
-			dst = append(dst, heavySlot{key: h.keys[i], hash: s.hash, n: s.n})
+			dst = append(dst, heavySlot{key: h.keys[i], hash: s.hash, n: uint64(s.n)})
 		}
 	}
 	clear(h.slots)
+	h.gen++ // the next interval's packet log: new key indexes
+	if h.gen == 0 {
+		clear(h.other)
+		h.gen = 1
+	}
 	return dst
 }
 
@@ -248,7 +331,8 @@ type SenderBuilder struct {
 	late      uint64
 	lastTS    int64 // latest packet time counted
 	opened    bool
-	trailer   bool // Flush is advancing past the input
+	trailer   bool       // Flush is advancing past the input
+	plog      *PacketLog // the open interval's packet log (nil without the lost-packet table)
 }
 
 type logRec struct {
@@ -383,7 +467,34 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 	if off := pkt.TS - start; off < b.p.MaxDelay+b.p.Guard || off >= b.p.T-b.p.MaxDelay-2*b.p.Guard {
 		b.log.push(logRec{pkt.PktHash, pkt.TS})
 	}
+	if lg := b.plog; lg != nil {
+		b.logPacket(lg, pkt)
+		return
+	}
 	b.heavy.add(&pkt.Key, pkt.FlowHash)
+}
+
+// logPacket counts the packet in the heavy-flow table and appends it to
+// the open interval's packet log, in one call: the flow's key index from
+// its slot when it holds it (the common case, written out here), else
+// from addLogSlot.
+func (b *SenderBuilder) logPacket(lg *PacketLog, pkt *capture.Packet) {
+	h, hash := &b.heavy, pkt.FlowHash
+	i := (hash ^ hash>>32) & h.mask
+	s := &h.slots[i]
+	var ref uint32
+	if s.hash == hash && s.n > 0 {
+		s.n++
+		ref = s.ref
+	} else {
+		ref = h.addLogSlot(&pkt.Key, hash, lg, s, i)
+	}
+	c := lg.n >> logRecsBits
+	if c >= len(lg.chunks) {
+		lg.grow()
+	}
+	lg.chunks[c][lg.n&(logRecsChunk-1)] = PacketRec{Hash: pkt.PktHash, TS: pkt.TS, Ref: ref | uint32(pkt.IDKind)<<refKindShift, ID: pkt.ID}
+	lg.n++
 }
 
 // Advance closes every interval that ends at or before now (Unix ns),
@@ -549,6 +660,12 @@ func (b *SenderBuilder) open(id int64) {
 	start := id * b.p.T
 	b.cur = &SenderInterval{ID: id, Sk: b.pool.get(), Partial: b.captureStart > start, First: !b.opened,
 		Trailer: b.trailer, pool: b.pool, keep: b.p.Heavy}
+	b.plog = nil
+	b.cur.Sk.deferLost = b.p.LostCells > 0 // the table is built from the log (Finish)
+	if b.p.LostCells > 0 {
+		b.plog = newPacketLog(id, &b.pool.recs)
+		b.cur.Logs = []*PacketLog{b.plog}
+	}
 	b.opened = true
 	b.end = start + b.p.T
 }

@@ -9,7 +9,7 @@ import (
 // lostMetrics are the series of the lost-packet list (docs/operations.md).
 type lostMetrics struct {
 	listed, extra, incomplete *prometheus.CounterVec
-	repaired, repairBlocked   *prometheus.CounterVec
+	repaired                  *prometheus.CounterVec
 	reordered                 *prometheus.GaugeVec
 }
 
@@ -20,12 +20,10 @@ func newLostMetrics() lostMetrics {
 		extra: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_extra_packets_listed_total",
 			Help: "Packets tap B saw and tap A did not (duplicated, misdirected or injected), listed with kind extra."}, []string{"sender"}),
 		incomplete: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_lost_list_incomplete_intervals_total",
-			Help: "Complete intervals whose lost-packet list is incomplete (loss stays an estimate), by reason: overflow (more than lost.capacity), delay_beyond_window, capture_drops, late, unresolved."},
+			Help: "Complete intervals whose lost-packet list is incomplete (loss stays an estimate), by reason: overflow (more than lost.capacity), delay_beyond_window, capture_drops, late, unresolved, partial, no_answer, answer_gone, answer_refused, unanswered."},
 			[]string{"sender", "reason"}),
 		repaired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_lost_repaired_cells_total",
 			Help: "Flow sketch cells the complete lost-packet lists repaired: every listed packet in them had its exact send time and was taken out, so their delays are exact."}, []string{"sender"}),
-		repairBlocked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_lost_repair_blocked_cells_total",
-			Help: "Lossy flow sketch cells a complete lost-packet list left unrepaired because a listed packet in them had no send time."}, []string{"sender"}),
 		reordered: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lds_link_reordered_ratio",
 			Help: "Share of the latest complete interval's joined packet samples that arrived after a sample of their flow sent later (RFC 4737 reordering)."}, []string{"sender"}),
 	}
@@ -47,7 +45,6 @@ func (r *Receiver) LostList(iv *results.Interval) {
 	r.lost.listed.WithLabelValues(iv.Sender).Add(float64(iv.LostList.Lost))
 	r.lost.extra.WithLabelValues(iv.Sender).Add(float64(iv.LostList.Extra))
 	r.lost.repaired.WithLabelValues(iv.Sender).Add(float64(iv.LostList.RepairedCells))
-	r.lost.repairBlocked.WithLabelValues(iv.Sender).Add(float64(iv.LostList.RepairBlocked))
 	if !iv.LostList.Complete {
 		r.lost.incomplete.WithLabelValues(iv.Sender, iv.LostList.Reason).Inc()
 	}

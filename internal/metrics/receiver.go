@@ -178,7 +178,7 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 	for _, c := range append([]prometheus.Collector{
 		r.intervals, r.spikes, r.lossSpikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
 		r.misassigned, r.window, r.connRefused, r.sndRefused, r.ivRefused,
-		r.lost.listed, r.lost.extra, r.lost.incomplete, r.lost.reordered, r.lost.repaired, r.lost.repairBlocked,
+		r.lost.listed, r.lost.extra, r.lost.incomplete, r.lost.reordered, r.lost.repaired,
 		newFlowCollector(r), newLinkCollector(r), newIntervalCollector(r), r.clock, r.capture, r.health,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -32,11 +32,8 @@ type Estimation struct {
 	// keys join the receiver's flows only while fewer are listed, and at
 	// most Heavy of them (sketch.heavy), whatever the sender sent.
 	MaxFlows, Heavy int
-	// LostTimes answers the lost-packet list with send times (nil: only
-	// the samples' times); NoRepair leaves every lossy cell as it is
-	// (repair.go).
-	LostTimes LostTimes
-	NoRepair  bool
+	// NoRepair leaves every lossy cell as it is (repair.go).
+	NoRepair bool
 }
 
 // Clock is both ends' clock verdict for an interval.

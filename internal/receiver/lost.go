@@ -7,7 +7,6 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/results"
-	"github.com/lds-net/lds/internal/sample"
 	"github.com/lds-net/lds/internal/sketch"
 )
 
@@ -18,6 +17,7 @@ const (
 	lostDrops      = "capture_drops" // an end's capture dropped packets: not all differences are network loss
 	lostLate       = "late"          // packets counted at one end only because they came after their interval closed
 	lostUnresolved = "unresolved"    // held packets placed without the sender's boundary function
+	lostUnanswered = "unanswered"    // a listed packet's flow is known to neither end's log
 )
 
 // lostFlow is one flow's share of the list.
@@ -39,15 +39,18 @@ func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 // complete here only if nothing but network loss can explain it
 // (lostDoubt).
 func buildLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64, t int64) map[capture.FlowKey]*lostFlow {
-	if mt.Snd == nil || mt.Snd.Sk == nil || mt.Rx == nil || mt.Snd.Sk.Lost == nil || mt.Rx.Lost == nil {
+	round := mt.Lost
+	if round == nil {
+		round = interval.PeelLost(mt) // not through the match stage (tests): no answer
+		if round != nil {
+			mt.Lost = round
+			nameExtra(mt)
+		}
+	}
+	if round == nil {
 		return nil
 	}
-	diff := mt.Snd.Sk.Lost.Copy()
-	if err := diff.Subtract(mt.Rx.Lost); err != nil {
-		iv.LostList = &results.LostSummary{Reason: lostOverflow}
-		return nil
-	}
-	items, complete := diff.Peel(diff.Cells())
+	items, complete := round.Items, round.Complete
 	sum := &results.LostSummary{Complete: complete}
 	if !complete {
 		sum.Reason = lostOverflow
@@ -55,15 +58,16 @@ func buildLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 	iv.LostList = sum
 	perFlow := map[capture.FlowKey]*lostFlow{}
 	iv.Lost = make([]results.LostPacket, 0, len(items))
+	unknown := 0
 	for i := range items {
-		it := &items[i]
-		if !it.ValidItem() {
-			// A cell that looks pure but holds no packet lds could have
-			// inserted: the decode is not to be trusted.
-			sum.Complete, sum.Reason = false, lostOverflow
+		p, ok := lostPacket(mt.ID, sender, &items[i], round)
+		if !ok {
+			// Neither the sender's answer nor the receiver's own log
+			// names the packet: listed by nothing but its hash, it
+			// cannot count toward any flow.
+			unknown++
 			continue
 		}
-		p := lostPacket(mt.ID, sender, it)
 		iv.Lost = append(iv.Lost, p)
 		f := perFlow[p.Key]
 		if f == nil {
@@ -78,10 +82,10 @@ func buildLost(iv *results.Interval, mt *interval.Matched, sender string, flowHa
 			sum.Lost++
 		}
 	}
-	slices.SortFunc(iv.Lost, compareLost)
-	if t <= 1<<32 { // beyond, the samples' send times are rounded
-		sentFromSamples(iv.Lost, mt.Snd.Samples, iv.StartNS, flowHash)
+	if unknown > 0 && sum.Complete {
+		sum.Complete, sum.Reason = false, cmp.Or(round.Unanswered, lostUnanswered)
 	}
+	slices.SortFunc(iv.Lost, compareLost)
 	if sum.Complete {
 		if r := lostDoubt(mt); r != "" {
 			sum.Complete, sum.Reason = false, r
@@ -182,18 +186,28 @@ func exactLoss(iv *results.Interval, mt *interval.Matched, perFlow map[capture.F
 	}
 }
 
-func lostPacket(id int64, sender string, it *sketch.Peeled) results.LostPacket {
-	k := capture.FlowKey{Src: it.Src, Dst: it.Dst, SPort: it.SPort, DPort: it.DPort, Proto: it.Proto, V6: it.Flags&sketch.ItemV6 != 0}
-	p := results.LostPacket{Interval: id, Sender: sender, Key: k, ID: it.ID, Extra: it.Sign < 0, Hash: it.Hash}
-	switch {
-	case it.Flags&sketch.ItemIDTCPSeq != 0:
-		p.IDKind = capture.IDTCPSeq
-	case it.Flags&sketch.ItemIDIPv4 != 0:
-		p.IDKind = capture.IDIPv4
-	default:
+// lostPacket names a peeled packet: a lost one (+1) from the sender's
+// answer (flow, identifier, tap A's capture time), an extra one (−1) from
+// the receiver's own log (flow and identifier; it was never sent at A).
+// ok is false where neither names it.
+func lostPacket(id int64, sender string, it *sketch.Peeled, round *interval.LostRound) (results.LostPacket, bool) {
+	p := results.LostPacket{Interval: id, Sender: sender, Extra: it.Sign < 0, Hash: it.Hash}
+	var lp interval.LoggedPacket
+	var ok bool
+	if p.Extra {
+		lp, ok = round.Extra[it.Hash]
+	} else if lp, ok = round.Answer[it.Hash]; ok {
+		t := lp.SentNS
+		p.SentNS = &t
+	}
+	if !ok {
+		return p, false
+	}
+	p.Key, p.IDKind, p.ID = lp.Key, lp.IDKind, lp.ID
+	if p.IDKind == capture.IDNone {
 		p.ID = 0
 	}
-	return p
+	return p, true
 }
 
 // compareLost orders a list by flow (as its text sorts), then extra after
@@ -209,45 +223,4 @@ func compareLost(a, b results.LostPacket) int {
 		return -1
 	}
 	return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Hash, b.Hash))
-}
-
-// sentFromSamples gives a lost packet its send time where the sender
-// shipped it among its flow's consistent samples (docs/sampling.md): the
-// sample of the flow whose value matches the packet's, when exactly one
-// does. The lost-packet table carries identities, not times, and no
-// fixed-size table can carry the send times of packets the sender cannot
-// know are lost (docs/results.md, "Lost packets"); the samples hold exact
-// send times (to the ns for intervals up to 4.29 s) of a share of them.
-func sentFromSamples(list []results.LostPacket, set *sample.Set, start int64, flowHash func(capture.FlowKey) uint64) {
-	if set == nil || len(set.Flows) == 0 {
-		return
-	}
-	byFlow := make(map[uint64]*sample.List, len(set.Flows))
-	for i := range set.Flows {
-		byFlow[set.Flows[i].Flow] = &set.Flows[i]
-	}
-	for i := range list {
-		p := &list[i]
-		if p.Extra {
-			continue
-		}
-		s := sample.Mix(p.Hash)
-		if s >= set.Limit {
-			continue // not a candidate: never sampled
-		}
-		l := byFlow[flowHash(p.Key)]
-		if l == nil {
-			continue
-		}
-		q := s >> l.Shift
-		j, found := slices.BinarySearchFunc(l.Samples, q, func(x sample.Sample, q uint64) int { return cmp.Compare(x.Q, q) })
-		// Not sampled; two samples of the flow sharing the value
-		// (ambiguous); or the flow's largest sample, which an unsampled
-		// packet just above the flow's cap could share.
-		if !found || j == len(l.Samples)-1 || l.Samples[j+1].Q == q {
-			continue
-		}
-		t := start + l.Samples[j].TX
-		p.SentNS = &t
-	}
 }

@@ -24,18 +24,24 @@ func TestLostListWithCaptureDrops(t *testing.T) {
 			t.Fatal(err)
 		}
 		rx, _ := sketch.NewIBLT(sketch.IBLTCells(50))
+		// The sender's answer names the three lost packets.
+		round := &interval.LostRound{Answer: map[uint64]interval.LoggedPacket{}}
 		for i := range uint32(20) {
-			it := sketch.IBLTItem{Hash: 0x9e3779b97f4a7c15 * uint64(i+1), Src: k.Src, Dst: k.Dst, SPort: k.SPort, DPort: k.DPort,
-				Proto: k.Proto, Flags: sketch.ItemIDTCPSeq, ID: 1000 + i}
-			snd.Insert(&it)
+			h := 0x9e3779b97f4a7c15 * uint64(i+1)
+			snd.Insert(h)
 			if i >= 3 {
-				rx.Insert(&it)
+				rx.Insert(h)
+				continue
 			}
+			round.Answer[h] = interval.LoggedPacket{Hash: h, SentNS: 7e9 + int64(i), Key: k, IDKind: capture.IDTCPSeq, ID: 1000 + i}
 		}
 		mt := &interval.Matched{ID: 7, Outcome: results.OutcomeMatched,
 			Snd:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
 			Rx:    &interval.Sketches{Lost: rx},
 			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+		p := interval.PeelLost(mt)
+		round.Items, round.Complete = p.Items, p.Complete
+		mt.Lost = round
 		iv := &results.Interval{Sender: "a", Interval: 7, Outcome: results.OutcomeMatched,
 			Flows: []results.FlowRecord{{Interval: 7, Key: k, Loss: results.Float(2.5), Packets: 19}}}
 		return iv, mt
@@ -76,5 +82,39 @@ func TestLostListWithCaptureDrops(t *testing.T) {
 				t.Errorf("incomplete list: loss %v exact %v, want the record's own loss %v, not exact", f.Loss, f.LossExact, before)
 			}
 		})
+	}
+}
+
+// TestLostListWithoutAnswer: where the sender's answer did not come (the
+// wait ended, the sender kept no log, or its answer broke the rules), the
+// lost packets cannot be named: the list is incomplete with that reason
+// and no loss is made exact.
+func TestLostListWithoutAnswer(t *testing.T) {
+	k := capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443)
+	flowHash := func(capture.FlowKey) uint64 { return 0x1234 }
+	for _, why := range []string{interval.UnansweredTimeout, interval.UnansweredGone, interval.UnansweredRefused} {
+		snd, _ := sketch.NewIBLT(sketch.IBLTCells(50))
+		rx, _ := sketch.NewIBLT(sketch.IBLTCells(50))
+		for i := range uint64(20) {
+			snd.Insert(0x9e3779b97f4a7c15 * (i + 1))
+			if i >= 3 {
+				rx.Insert(0x9e3779b97f4a7c15 * (i + 1))
+			}
+		}
+		mt := &interval.Matched{ID: 7, Outcome: results.OutcomeMatched,
+			Snd:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
+			Rx:    &interval.Sketches{Lost: rx},
+			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+		mt.Lost = interval.PeelLost(mt)
+		mt.Lost.Asked, mt.Lost.Unanswered = 3, why
+		iv := &results.Interval{Sender: "a", Interval: 7, Outcome: results.OutcomeMatched,
+			Flows: []results.FlowRecord{{Interval: 7, Key: k, Loss: results.Float(2.5), Packets: 19}}}
+		applyLost(iv, mt, "a", flowHash, 1e9)
+		if l := iv.LostList; l == nil || l.Complete || l.Reason != why {
+			t.Errorf("%s: lost_list %+v, want incomplete with reason %q", why, l, why)
+		}
+		if f := iv.Flows[0]; f.LossExact || f.Loss == nil || *f.Loss != 2.5 {
+			t.Errorf("%s: loss %v exact %v, want the estimate 2.5, not exact", why, f.Loss, f.LossExact)
+		}
 	}
 }

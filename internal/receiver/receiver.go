@@ -67,10 +67,8 @@ type Options struct {
 	// ExportBlocking: the exporters wait for room instead of dropping
 	// (replay: a backfill from files loses nothing). Never live.
 	ExportBlocking bool
-	// LostTimes gives listed lost packets their send times (tests: the
-	// captures' truth); NoLostRepair leaves lossy cells unrepaired
-	// (tests measuring what the repair changes). repair.go.
-	LostTimes    LostTimes
+	// NoLostRepair leaves lossy cells unrepaired (tests measuring what
+	// the repair changes). repair.go.
 	NoLostRepair bool
 }
 
@@ -126,6 +124,10 @@ type senderState struct {
 	bound     string     // sender id bound to a wildcard entry
 	connected bool
 	final     []int64 // recent final interval ids, for HelloAck.have
+	finished  bool    // the connected sender said Finished (its end already told the match stage)
+	// lostQ: the questions about lost packets in flight (lost_round.go);
+	// its park is the match stage's only.
+	lostQ *lostQueue
 }
 
 // New builds the pipeline from a validated configuration.
@@ -141,6 +143,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	}
 	p := interval.Params{T: int64(cfg.Interval), MaxDelay: int64(cfg.MaxDelay), Guard: int64(cfg.Guard),
 		Sketch: cfg.SketchParams(), LDA: cfg.LDAParams(), Classes: len(classes), Heavy: cfg.Sketch.Heavy, FlowCap: cfg.Sketch.MaxFlows, LostCells: cfg.Lost.Cells()}
+	p = p.WithReceiverLog() // extra packets are named from it (lost_round.go)
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -157,7 +160,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	r := &Receiver{cfg: cfg, opt: opt, log: log, limited: wire.NewLimitedLog(log, 0), params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
 			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy,
-			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}, LostTimes: opt.LostTimes, NoRepair: opt.NoLostRepair},
+			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}, NoRepair: opt.NoLostRepair},
 		estConc: estConc,
 		store:   api.NewBoundedStore(cfg.Receiver.Keep, cfg.Receiver.APIMaxRecords), done: make(chan struct{})}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
@@ -189,7 +192,8 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
 			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
 			pieces: sample.NewPieces(pieceKeep(cfg, opt.Replay)),
-			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), fromStream: make(chan senderMsg, 16)})
+			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), fromStream: make(chan senderMsg, 16),
+			lostQ: newLostQueue(cfg.Lost.Cells(), p.T, opt.Replay)})
 	}
 	return r, nil
 }

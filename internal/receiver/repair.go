@@ -6,12 +6,6 @@ import (
 	"github.com/lds-net/lds/internal/sketch"
 )
 
-// LostTimes fills in the send times (SentNS) of an interval's listed lost
-// packets where it knows them: the answer to the list, where a source of
-// tap A's capture times exists. It may leave any packet as it is; a time
-// it gives must be tap A's exact capture time of that packet.
-type LostTimes func(sender string, interval int64, list []results.LostPacket)
-
 // cellRepair is what the estimators read for one interval: the flow
 // sketches and link aggregators with the listed packets taken out of the
 // cells where that makes them exact (docs/decode.md, "Repair from the
@@ -23,8 +17,7 @@ type cellRepair struct {
 	ldaCells []int
 }
 
-// repairCells asks e.LostTimes for the send times of the listed packets,
-// then, where the interval's list is complete (buildLost: the whole
+// repairCells, where the interval's list is complete (buildLost: the whole
 // difference, and nothing but network loss explains it), takes each
 // listed packet with its exact time out of the cells that hold it, on
 // copies: the matched interval's sketches stay as they were (the
@@ -34,9 +27,6 @@ func (e *Estimation) repairCells(iv *results.Interval, mt *interval.Matched, sen
 	cr := &cellRepair{snd: mt.Snd.Sk.LDS, rcv: mt.Rx.LDS}
 	if len(iv.Lost) == 0 || iv.LostList == nil {
 		return cr
-	}
-	if e.LostTimes != nil {
-		e.LostTimes(sender, mt.ID, iv.Lost)
 	}
 	if e.NoRepair || !iv.LostList.Complete {
 		return cr
@@ -63,7 +53,7 @@ func (e *Estimation) repairCells(iv *results.Interval, mt *interval.Matched, sen
 	if err != nil {
 		return cr // the two ends' parameters differ: the estimators say so
 	}
-	iv.LostList.RepairedCells, iv.LostList.RepairBlocked = st.Cells, st.Blocked
+	iv.LostList.RepairedCells = st.Cells
 	if st.Cells > 0 {
 		cr.snd, cr.rcv, cr.rep = snd, rcv, rep
 	}

@@ -12,8 +12,9 @@ import (
 // TestRepairCellsGating: one flow of 20 packets of which tap B missed 3,
 // both ends' sketches and tables built from the packets. The lossy cells
 // are repaired (on copies: the matched sketches stay) only where the list
-// is complete and every lost packet has its send time; one time missing,
-// an incomplete list or NoRepair leaves them as they came.
+// is complete, which takes the sender's answer naming every lost packet
+// with its send time; a missing answer, capture drops or NoRepair leave
+// them as they came.
 func TestRepairCellsGating(t *testing.T) {
 	k := capture.MustParseFlowKey("10.0.0.1", "192.0.2.7", 6, 51000, 443)
 	const fh, T, id = uint64(0x1234_0000_5678), int64(1e9), int64(7)
@@ -26,13 +27,11 @@ func TestRepairCellsGating(t *testing.T) {
 		st, _ := sketch.NewIBLT(sketch.IBLTCells(50))
 		rt, _ := sketch.NewIBLT(sketch.IBLTCells(50))
 		for i := range 20 {
-			it := sketch.IBLTItem{Hash: hash(i), Src: k.Src, Dst: k.Dst, SPort: k.SPort, DPort: k.DPort,
-				Proto: k.Proto, Flags: sketch.ItemIDTCPSeq, ID: 1000 + uint32(i)}
 			sl.Update(fh, hash(i), sent(i), 1, 100)
-			st.Insert(&it)
+			st.Insert(hash(i))
 			if i >= 3 {
 				rl.Update(fh, hash(i), sent(i)+40_000, 1, 100)
-				rt.Insert(&it)
+				rt.Insert(hash(i))
 			}
 		}
 		mt := &interval.Matched{ID: id, Outcome: results.OutcomeMatched,
@@ -41,50 +40,53 @@ func TestRepairCellsGating(t *testing.T) {
 			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
 		return &results.Interval{Sender: "a", Interval: id, StartNS: id * T, Outcome: results.OutcomeMatched}, mt
 	}
-	times := func(n int) LostTimes {
-		return func(_ string, _ int64, list []results.LostPacket) {
-			for j := range list {
-				for i := range n {
-					if list[j].Hash == hash(i) {
-						ts := id*T + sent(i)
-						list[j].SentNS = &ts
-					}
-				}
+	// answer is the sender's answer to the question of the match stage
+	// for the first n of the 3 lost packets.
+	answer := func(n int) func(*interval.Matched) {
+		return func(mt *interval.Matched) {
+			mt.Lost = interval.PeelLost(mt)
+			mt.Lost.Asked, mt.Lost.Answer = 3, map[uint64]interval.LoggedPacket{}
+			for i := range n {
+				mt.Lost.Answer[hash(i)] = interval.LoggedPacket{Hash: hash(i), SentNS: id*T + sent(i), Key: k, IDKind: capture.IDTCPSeq, ID: 1000 + uint32(i)}
+			}
+			if n < 3 {
+				mt.Lost.Unanswered = interval.UnansweredTimeout
 			}
 		}
 	}
 	tests := []struct {
 		name     string
-		times    LostTimes
+		answer   func(*interval.Matched)
 		noRepair bool
 		setup    func(*interval.Matched)
 		repaired int // cells; 0: none
-		blocked  int
+		lost     int // listed lost packets
 	}{
-		{"every time known", times(3), false, nil, 4, 0},
-		{"one time missing", times(2), false, nil, 0, 4},
-		{"no time", nil, false, nil, 0, 4},
-		{"repair off", times(3), true, nil, 0, 0},
-		{"list incomplete: capture drops", times(3), false, func(mt *interval.Matched) { mt.RxDropsAffecting = 1 }, 0, 0},
+		{"every time known", answer(3), false, nil, 4, 3},
+		{"one answer missing: list incomplete", answer(2), false, nil, 0, 2},
+		{"no answer: list incomplete", answer(0), false, nil, 0, 0},
+		{"repair off", answer(3), true, nil, 0, 3},
+		{"list incomplete: capture drops", answer(3), false, func(mt *interval.Matched) { mt.RxDropsAffecting = 1 }, 0, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			iv, mt := mk()
+			tc.answer(mt)
 			if tc.setup != nil {
 				tc.setup(mt)
 			}
 			s0, r0 := mt.Snd.Sk.LDS.Clone(), mt.Rx.LDS.Clone()
-			e := &Estimation{T: T, FlowHash: func(capture.FlowKey) uint64 { return fh }, LostTimes: tc.times, NoRepair: tc.noRepair}
+			e := &Estimation{T: T, FlowHash: func(capture.FlowKey) uint64 { return fh }, NoRepair: tc.noRepair}
 			buildLost(iv, mt, "a", e.FlowHash, T)
-			if iv.LostList == nil || iv.LostList.Lost != 3 {
-				t.Fatalf("lost list %+v, want 3 lost", iv.LostList)
+			if iv.LostList == nil || iv.LostList.Lost != tc.lost {
+				t.Fatalf("lost list %+v, want %d lost", iv.LostList, tc.lost)
 			}
 			cr := e.repairCells(iv, mt, "a")
 			if !mt.Snd.Sk.LDS.Equal(s0) || !mt.Rx.LDS.Equal(r0) {
 				t.Fatal("the matched interval's sketches were changed")
 			}
-			if iv.LostList.RepairedCells != tc.repaired || iv.LostList.RepairBlocked != tc.blocked {
-				t.Errorf("repaired %d, blocked %d cells; want %d, %d", iv.LostList.RepairedCells, iv.LostList.RepairBlocked, tc.repaired, tc.blocked)
+			if iv.LostList.RepairedCells != tc.repaired {
+				t.Errorf("repaired %d cells, want %d", iv.LostList.RepairedCells, tc.repaired)
 			}
 			if tc.repaired == 0 {
 				if cr.snd != mt.Snd.Sk.LDS || cr.rcv != mt.Rx.LDS || cr.rep != nil {

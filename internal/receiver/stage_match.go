@@ -23,10 +23,13 @@ import (
 // and closes the estimate stage's input on its way out.
 func (r *Receiver) matchStage(ctx context.Context, s *senderState, est *estStage, workers int) error {
 	defer est.close()
+	defer close(s.lostQ.done) // a finished sender's stream may end
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	merger := interval.NewSealedMerger(workers)
-	emit := func(mt *interval.Matched) { r.final(s, est, mt) }
+	// Final intervals go through the lost-packet round first (lost_round.go).
+	emit := func(mt *interval.Matched) { r.finalLost(s, est, mt, time.Now()) }
+	defer func() { r.flushLost(s, est, time.Now(), true) }()
 	addSealed := func(sl *interval.Sealed) error {
 		merged, err := merger.Add(sl)
 		if err != nil {
@@ -41,10 +44,12 @@ func (r *Receiver) matchStage(ctx context.Context, s *senderState, est *estStage
 	sealed := s.sealed
 	rxGone, sndGone := false, false
 	for {
-		if r.opt.Replay && rxGone && sndGone && s.m.Idle() {
+		if r.opt.Replay && rxGone && sndGone && s.m.Idle() && len(s.lostQ.park) == 0 {
 			return nil
 		}
 		select {
+		case <-s.lostQ.lostTimer(time.Now()):
+			r.flushLost(s, est, time.Now(), false)
 		case <-ctx.Done():
 			// Capture's hold windows stop waiting for the evidence of
 			// intervals this stage will not finalize before the drain
@@ -71,6 +76,15 @@ func (r *Receiver) matchStage(ctx context.Context, s *senderState, est *estStage
 				return err
 			}
 		case msg := <-s.fromStream:
+			if msg.answer != nil {
+				r.lostAnswered(s, est, msg.answer, time.Now())
+				continue
+			}
+			if msg.ended {
+				// What the ended stream was asked stays unanswered.
+				r.flushLost(s, est, time.Now(), true)
+				continue
+			}
 			if msg.gone {
 				if r.opt.Replay {
 					sndGone = true
@@ -106,15 +120,20 @@ func (s *senderState) name() string {
 	return "unknown"
 }
 
-// final records one final interval (for HelloAck.have) and submits it to
-// the estimate stage; its clock verdict is taken now, when it became final.
+// final submits one final interval to the estimate stage (after its
+// lost-packet round, lost_round.go); its clock verdict is taken now.
 func (r *Receiver) final(s *senderState, est *estStage, mt *interval.Matched) {
+	name := s.name()
+	est.submit(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces, final: time.Now()})
+}
+
+// recordFinal records a final interval for HelloAck.have: the receiver
+// holds it, whatever its lost-packet round still waits for.
+func (r *Receiver) recordFinal(s *senderState, id int64) {
 	s.mu.Lock()
-	s.final = append(s.final, mt.ID)
+	defer s.mu.Unlock()
+	s.final = append(s.final, id)
 	if len(s.final) > 4*r.cfg.Receiver.MaxPending {
 		s.final = s.final[len(s.final)-4*r.cfg.Receiver.MaxPending:]
 	}
-	s.mu.Unlock()
-	name := s.name()
-	est.submit(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces, final: time.Now()})
 }

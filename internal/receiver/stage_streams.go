@@ -8,6 +8,7 @@ import (
 	"github.com/lds-net/lds/internal/interval"
 	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/wire"
+	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
 )
 
 // The stream stage is the gRPC server's: one goroutine per connected
@@ -24,6 +25,10 @@ type senderMsg struct {
 	meta   interval.SenderMeta
 	voided []int64
 	gone   bool
+	answer *ldsv1.LostAnswer // the sender's answer about lost packets
+	// ended: a stream of the sender ended; questions asked on it will not
+	// be answered (lost_round.go).
+	ended bool
 }
 
 // entryFor is the receiver.senders entry that serves sender (a wildcard
@@ -54,7 +59,7 @@ func (r *Receiver) Connected(sender string, _ uint64) ([]int64, error) {
 	if s.connected {
 		return nil, fmt.Errorf("sender %q is already connected", sender)
 	}
-	s.connected = true
+	s.connected, s.finished = true, false
 	r.metrics.SenderConnected(sender, true)
 	return append([]int64(nil), s.final...), nil
 }
@@ -86,15 +91,65 @@ func (r *Receiver) Disconnected(sender string, err error) {
 	}
 	s.mu.Lock()
 	s.connected = false
+	finished := s.finished
 	s.mu.Unlock()
 	r.metrics.SenderConnected(sender, false)
+	select {
+	case s.fromStream <- senderMsg{ended: true}:
+	case <-s.lostQ.done:
+	case <-r.done:
+	}
 	if err == nil || errors.Is(err, io.EOF) {
+		if finished {
+			return // Finished already told the match stage
+		}
 		select {
 		case s.fromStream <- senderMsg{gone: true}:
 		case <-r.done:
 		}
 	} else {
 		r.log.Warn("sender disconnected", "sender", sender, "err", err)
+	}
+}
+
+// LostQueries implements wire.LostHandler: the questions the match stage
+// asks the sender, and the end of its need for answers.
+func (r *Receiver) LostQueries(sender string) (<-chan *ldsv1.LostQuery, <-chan struct{}) {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return nil, nil
+	}
+	return s.lostQ.queries, s.lostQ.done
+}
+
+// LostAnswer implements wire.LostHandler: it hands the answer to the match stage.
+func (r *Receiver) LostAnswer(sender string, a *ldsv1.LostAnswer) {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return
+	}
+	select {
+	case s.fromStream <- senderMsg{answer: a}:
+	case <-s.lostQ.done: // the match stage has ended: nothing waits for it
+	case <-r.done:
+	}
+}
+
+// Finished implements wire.LostHandler: the sender sends no more
+// intervals (its stream stays open for answers), which the match stage
+// takes as the sender's end.
+func (r *Receiver) Finished(sender string) {
+	s, err := r.entryFor(sender)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+	select {
+	case s.fromStream <- senderMsg{gone: true}:
+	case <-s.lostQ.done:
+	case <-r.done:
 	}
 }
 

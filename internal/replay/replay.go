@@ -41,10 +41,8 @@ type Options struct {
 	// AllowReversed replays captures whose packets reach the receiver's
 	// tap before the sender's (refused by default: swapped captures).
 	AllowReversed bool
-	// LostTimes and NoLostRepair are the receiver's (receiver.Options):
-	// tests give the lost packets their send times from the captures'
-	// truth, or measure what the repair of lossy cells changes.
-	LostTimes    receiver.LostTimes
+	// NoLostRepair is the receiver's (receiver.Options): tests measure
+	// what the repair of lossy cells changes.
 	NoLostRepair bool
 }
 
@@ -132,7 +130,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (Summary, error) {
 	var mu sync.Mutex
 	last := time.Now()
 	rx, err := receiver.New(rc, receiver.Options{Version: opt.Version, Sources: []capture.Source{sb}, Listener: lis,
-		NoHTTP: true, Replay: true, CaptureStart: start, ExportBlocking: true, LostTimes: opt.LostTimes, NoLostRepair: opt.NoLostRepair,
+		NoHTTP: true, Replay: true, CaptureStart: start, ExportBlocking: true, NoLostRepair: opt.NoLostRepair,
 		OnInterval: func(iv *results.Interval) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -17,9 +17,9 @@ type LostPacket struct {
 	Interval int64
 	Sender   string
 	Key      capture.FlowKey
-	// SentNS is tap A's capture timestamp of the packet (Unix ns), where
-	// it is known: the lost-packet table carries identities, not times
-	// (docs/results.md says why); nil elsewhere.
+	// SentNS is tap A's capture timestamp of the packet (Unix ns), from
+	// the sender's answer (docs/protocol.md, "Lost packets"); nil for an
+	// extra packet.
 	SentNS *int64
 	IDKind capture.IDKind // what ID is: TCP sequence number, IPv4 identification, none
 	ID     uint32
@@ -139,15 +139,14 @@ type LostSummary struct {
 	Lost     int  `json:"lost"`  // lost packets listed
 	Extra    int  `json:"extra"` // extra packets listed
 	// Reason says why the list is incomplete: "overflow",
-	// "delay_beyond_window", "capture_drops", "partial".
+	// "delay_beyond_window", "capture_drops", "partial", "late",
+	// "unresolved", "no_answer", "answer_gone", "answer_refused",
+	// "unanswered" (docs/results.md).
 	Reason string `json:"reason,omitempty"`
 	// RepairedCells counts the flow sketch's cells the list repaired
 	// (every listed packet in them had its exact capture time and was
-	// taken out); RepairBlocked the cells it left lossy because a listed
-	// packet in them had none (docs/decode.md, "Repair from the list of
-	// lost packets").
+	// taken out: docs/decode.md, "Repair from the list of lost packets").
 	RepairedCells int `json:"repaired_cells,omitempty"`
-	RepairBlocked int `json:"repair_blocked_cells,omitempty"`
 }
 
 // markLostIncomplete withdraws the exactness of an interval's loss: the

@@ -14,7 +14,7 @@ import (
 
 // newLostPathPipe is newPathPipe (sampler on) with the lost-packet table of
 // lost.capacity capacity (0: none).
-func newLostPathPipe(b *testing.B, vlda, cols int, sampling []float64, capacity int) *pathPipe {
+func newLostPathPipe(b *testing.B, vlda, cols int, sampling []float64, capacity int, finish bool) *pathPipe {
 	c := config.DefaultCommon()
 	c.Sketch.VLDA, c.Sketch.Sampling, c.Sketch.Columns = vlda, sampling, cols
 	c.Lost.Capacity = capacity
@@ -30,7 +30,18 @@ func newLostPathPipe(b *testing.B, vlda, cols int, sampling []float64, capacity 
 	}
 	pool := sample.NewPool(4)
 	pp := &pathPipe{p: p, sb: sb, smp: sample.NewSampler(c.Sample, int64(time.Second), pool)}
-	pp.emit = func(si *interval.SenderInterval) { pool.Put(pp.smp.Take(si.ID)); si.Release() }
+	// As the sender: the packet logs go back once the receiver's question
+	// is answered (here at once).
+	pp.emit = func(si *interval.SenderInterval) {
+		if finish {
+			_ = si.Finish() // the ship goroutine's work, here on the same thread
+		}
+		pool.Put(pp.smp.Take(si.ID))
+		si.Release()
+		for _, l := range si.Logs {
+			l.Release()
+		}
+	}
 	return pp
 }
 
@@ -39,7 +50,9 @@ func newLostPathPipe(b *testing.B, vlda, cols int, sampling []float64, capacity 
 // BenchmarkPacketPathPaired measures the sampler's: two identical paths,
 // one with the table (lost.capacity 1000, the default) and one without,
 // take turns on chunks of 262,144 packets; "lost-cpu-%" and "lost-wall-%"
-// are the medians of the per-pair ratios, in percent added.
+// are the medians of the per-pair ratios, in percent added. The "-finish"
+// case also finishes each interval on the same thread: the sender's whole
+// CPU, the table's build from the packet log included.
 func BenchmarkPacketPathLostPaired(b *testing.B) {
 	const chunk = 1 << 18
 	frames := makeFrames(b, 4096, 20000)
@@ -48,13 +61,18 @@ func BenchmarkPacketPathLostPaired(b *testing.B) {
 		vlda     int
 		sampling []float64
 		cols     int
+		finish   bool
 	}{
-		{"R4-k1-C4096", 1, []float64{1, 1, 1, 1}, 4096},
-		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500},
+		{"R4-k1-C4096", 1, []float64{1, 1, 1, 1}, 4096, false},
+		{"R4-k5-multibank-C87500", 5, []float64{0.01, 0.1, 0.5, 1}, 87500, false},
+		// With each interval finished on the same thread (boundary
+		// function, heavy ranking, and the lost-packet table built from
+		// the log): the sender's whole CPU, not only the capture path's.
+		{"R4-k1-C4096-finish", 1, []float64{1, 1, 1, 1}, 4096, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			with := newLostPathPipe(b, tc.vlda, tc.cols, tc.sampling, 1000)
-			without := newLostPathPipe(b, tc.vlda, tc.cols, tc.sampling, 0)
+			with := newLostPathPipe(b, tc.vlda, tc.cols, tc.sampling, 1000, tc.finish)
+			without := newLostPathPipe(b, tc.vlda, tc.cols, tc.sampling, 0, tc.finish)
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			var cpuR, wallR []float64

@@ -48,6 +48,7 @@ type Sender struct {
 	params  interval.Params
 	cc      capture.Config
 	client  *wire.Client
+	lost    *lostLogs             // packet logs the receiver's lost-packet questions are answered from
 	windows *interval.WindowTable // the receiver's hold windows, from the stream
 	metrics *metrics.Sender
 	ptp     *ptp.Checker
@@ -73,8 +74,9 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 			return nil, err
 		}
 	}
-	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8), windows: interval.NewWindowTable()}
+	s := &Sender{cfg: cfg, opt: opt, log: log, params: p, cc: cc, pool: sample.NewPool(8), windows: interval.NewWindowTable(), lost: newLostLogs(p)}
 	s.client, err = wire.NewClient(wire.ClientConfig{Addr: cfg.Sender.Receiver, Creds: creds, SenderID: cfg.Sender.ID, Windows: s.windows,
+		Answer: s.lost.answer, MaxLostQuery: cfg.Lost.Cells(), WaitFinished: opt.Replay,
 		Version: opt.Version, Fingerprint: cfg.Fingerprint(), Seed: cfg.Sketch.Seed, ResendBuffer: cfg.Sender.ResendBuffer,
 		BackoffMin: cfg.Sender.BackoffMin, BackoffMax: cfg.Sender.BackoffMax, Keepalive: cfg.Sender.Keepalive,
 		RPCTimeout: cfg.Sender.RPCTimeout, ChunkBytes: cfg.Sender.ChunkBytes, FailFast: opt.FailFast}, log)
@@ -97,6 +99,7 @@ func New(cfg config.Sender, opt Options, log *slog.Logger) (*Sender, error) {
 
 // Run captures and streams until ctx ends (or, in replay, until done).
 func (s *Sender) Run(ctx context.Context) error {
+	defer s.lost.close() // the packet logs no question will come for
 	readers, release, err := capture.OpenReaders(s.opt.Sources, s.cc, s.log)
 	if err != nil {
 		return err
@@ -251,6 +254,9 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		if si.Drops.Link != capture.LinkUnknown {
 			s.metrics.CaptureHealth().Set(si.Drops.Oversize, si.Drops.LinkDowns, si.Drops.Link == capture.LinkUp)
 		}
+		// Kept before the receiver can have it, and so ask about it.
+		s.lost.add(si.ID, si.Logs)
+		si.Logs = nil
 		err := s.client.Submit(si, meta) // encodes: the sketches are free after it
 		si.Release()
 		return err

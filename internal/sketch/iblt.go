@@ -10,23 +10,26 @@ import (
 )
 
 // The lost-packet table is an invertible Bloom lookup table (IBLT) of
-// packet identities, as LossRadar keeps one at each end of a segment: each
-// end inserts every packet it places in an interval; the receiver subtracts
-// its table from the sender's and peels the difference, which lists every
-// packet one end saw and the other did not, as long as there are not many
-// more of them than the table's capacity (docs/sketch.md, "The lost-packet
-// table").
+// packet hashes, as LossRadar keeps one at each end of a segment: each end
+// inserts every packet it places in an interval; the receiver subtracts
+// its table from the sender's and peels the difference, which lists the
+// hash of every packet one end saw and the other did not, as long as there
+// are not many more of them than the table's capacity (docs/sketch.md,
+// "The lost-packet table"). A cell holds only a count, the XOR of its
+// packets' hashes and the XOR of their checks: the flow, identifier and
+// send time of a lost packet come from the sender's packet log, asked
+// for by hash (docs/protocol.md, "Lost packets"), so an insert touches 16
+// bytes in each of three cells.
 //
-// Derivation (version 1, a wire contract like the LDS's):
+// Derivation (a wire contract like the LDS's; unchanged since format 1):
 //
 //	packet hash P: a = splitmix64(P ^ 0x6c6f73742d746162), b = splitmix64(P ^ 0x6c6f73742d636b73)
 //	cell in sub-table 0 = fastRange(a, m),        m = cells/3
 //	cell in sub-table 1 = m + fastRange(a>>32, m)
 //	cell in sub-table 2 = 2m + fastRange(b, m)
-//	check              = b >> 48 (16 bits)
+//	check              = b >> 32 (32 bits)
 //
-// Every cell holds a signed count and the XOR of each field of the items
-// in it. A cell is pure (holds one item, or one item's negation) when its
+// A cell is pure (holds one packet, or one packet's negation) when its
 // count is ±1, its check equals the check of its hash and one of its
 // hash's cells is this cell.
 
@@ -68,39 +71,13 @@ func IBLTCells(capacity int) int {
 	return IBLTHashes * max(per, 1)
 }
 
-// Item flags: the address family and what the packet's ID is.
-const (
-	ItemV6        = 1 << 0
-	ItemIDIPv4    = 1 << 1 // ID is the IPv4 identification
-	ItemIDTCPSeq  = 1 << 2 // ID is the TCP sequence number
-	itemFlagsMask = ItemV6 | ItemIDIPv4 | ItemIDTCPSeq
-)
-
-// IBLTItem is one packet's identity in the table: its packet hash, its
-// flow's fields (capture.FlowKey's) and its own identifier.
-type IBLTItem struct {
-	Hash         uint64
-	Src, Dst     [16]byte
-	SPort, DPort uint16
-	Proto        uint8
-	Flags        uint8 // ItemV6 | ItemIDIPv4 | ItemIDTCPSeq
-	ID           uint32
-}
-
-// ibltCell is one cell: the count and the XOR of every field of its
-// items, packed in 64-bit words so that an insert is 7 XORs and an add.
+// ibltCell is one cell: the count, the XOR of its packets' checks and
+// the XOR of their hashes (16 bytes).
 type ibltCell struct {
-	h                      uint64
-	src0, src1, dst0, dst1 uint64
-	pid                    uint64 // ports<<32 | id
-	cm                     uint64 // chk | meta<<32, meta = proto | flags<<8
-	n                      int32
+	n   int32
+	chk uint32
+	h   uint64
 }
-
-func (c *ibltCell) chk() uint32   { return uint32(c.cm) }
-func (c *ibltCell) meta() uint32  { return uint32(c.cm >> 32) }
-func (c *ibltCell) ports() uint32 { return uint32(c.pid >> 32) }
-func (c *ibltCell) id() uint32    { return uint32(c.pid) }
 
 // IBLT is one end's table of one interval. Not safe for concurrent use.
 type IBLT struct {
@@ -142,35 +119,20 @@ func (t *IBLT) positions(h uint64) (p [IBLTHashes]uint64, chk uint32) {
 	p[0] = fastRange(a, t.per)
 	p[1] = t.per + fastRange(a>>32, t.per)
 	p[2] = 2*t.per + fastRange(b, t.per)
-	return p, uint32(b >> 48)
+	return p, uint32(b >> 32)
 }
 
-// Insert adds one packet (zero allocations).
-func (t *IBLT) Insert(it *IBLTItem) { t.apply(it, 1) }
+// Insert adds one packet by its hash (zero allocations).
+func (t *IBLT) Insert(h uint64) { t.apply(h, 1) }
 
-func (t *IBLT) apply(it *IBLTItem, sign int32) {
-	p, chk := t.positions(it.Hash)
-	t.applyAt(it, sign, &p, chk)
-}
-
-func (t *IBLT) applyAt(it *IBLTItem, sign int32, p *[IBLTHashes]uint64, chk uint32) {
-	s0 := binary.LittleEndian.Uint64(it.Src[0:8])
-	s1 := binary.LittleEndian.Uint64(it.Src[8:16])
-	d0 := binary.LittleEndian.Uint64(it.Dst[0:8])
-	d1 := binary.LittleEndian.Uint64(it.Dst[8:16])
-	pid := uint64(it.SPort)<<48 | uint64(it.DPort)<<32 | uint64(it.ID)
-	cm := uint64(chk) | (uint64(it.Proto)|uint64(it.Flags)<<8)<<32
+func (t *IBLT) apply(h uint64, sign int32) {
+	p, chk := t.positions(h)
 	cells := t.cells
 	for _, i := range p {
 		c := &cells[i]
 		c.n += sign
-		c.h ^= it.Hash
-		c.src0 ^= s0
-		c.src1 ^= s1
-		c.dst0 ^= d0
-		c.dst1 ^= d1
-		c.pid ^= pid
-		c.cm ^= cm
+		c.chk ^= chk
+		c.h ^= h
 	}
 }
 
@@ -193,13 +155,8 @@ func (t *IBLT) combine(o *IBLT, sign int32) error {
 		} else {
 			c.n += sign * d.n
 		}
+		c.chk ^= d.chk
 		c.h ^= d.h
-		c.src0 ^= d.src0
-		c.src1 ^= d.src1
-		c.dst0 ^= d.dst0
-		c.dst1 ^= d.dst1
-		c.pid ^= d.pid
-		c.cm ^= d.cm
 	}
 	return nil
 }
@@ -209,39 +166,30 @@ func (t *IBLT) Copy() *IBLT {
 	return &IBLT{cells: append([]ibltCell(nil), t.cells...), per: t.per, wrapped: t.wrapped}
 }
 
-// pure reports whether cell i holds exactly one item (or its negation).
+// pure reports whether cell i holds exactly one packet (or its negation).
 func (t *IBLT) pure(i uint64) bool {
 	c := &t.cells[i]
 	if c.n != 1 && c.n != -1 {
 		return false
 	}
 	p, chk := t.positions(c.h)
-	return chk == c.chk() && (p[0] == i || p[1] == i || p[2] == i)
+	return chk == c.chk && (p[0] == i || p[1] == i || p[2] == i)
 }
 
-func (c *ibltCell) item() IBLTItem {
-	it := IBLTItem{Hash: c.h, SPort: uint16(c.ports() >> 16), DPort: uint16(c.ports()), ID: c.id(),
-		Proto: uint8(c.meta()), Flags: uint8(c.meta() >> 8)}
-	binary.LittleEndian.PutUint64(it.Src[0:8], c.src0)
-	binary.LittleEndian.PutUint64(it.Src[8:16], c.src1)
-	binary.LittleEndian.PutUint64(it.Dst[0:8], c.dst0)
-	binary.LittleEndian.PutUint64(it.Dst[8:16], c.dst1)
-	return it
-}
-
-// Peeled is one item the difference lists: Sign +1 for a packet only the
+// Peeled is one packet the difference lists: Sign +1 for a packet only the
 // minuend (the sender) saw, −1 for one only the subtrahend (the receiver)
 // saw.
 type Peeled struct {
-	IBLTItem
+	Hash uint64
 	Sign int8
 }
 
-// Peel lists the items of a difference table, destroying it. Complete is
-// true when the table emptied: every item is listed. Otherwise the list
-// holds what could be peeled and the rest is unknown. At most maxItems
-// items are listed (a table that would list more is incomplete), so that
-// a hostile table costs at most that much memory and 2·cells peel steps.
+// Peel lists the packets of a difference table, destroying it. Complete
+// is true when the table emptied: every packet is listed. Otherwise the
+// list holds what could be peeled and the rest is unknown. At most
+// maxItems are listed (a table that would list more is incomplete), so
+// that a hostile table costs at most that much memory and 2·cells peel
+// steps.
 func (t *IBLT) Peel(maxItems int) (items []Peeled, complete bool) {
 	queue := make([]uint64, 0, 64)
 	for i := range t.cells {
@@ -261,11 +209,10 @@ func (t *IBLT) Peel(maxItems int) (items []Peeled, complete bool) {
 		}
 		steps++
 		c := &t.cells[i]
-		sign := c.n
-		it := c.item()
-		items = append(items, Peeled{IBLTItem: it, Sign: int8(sign)})
-		p, _ := t.positions(it.Hash)
-		t.apply(&it, -sign)
+		sign, h := c.n, c.h
+		items = append(items, Peeled{Hash: h, Sign: int8(sign)})
+		p, _ := t.positions(h)
+		t.apply(h, -sign)
 		for _, j := range p {
 			if j != i && t.pure(j) {
 				queue = append(queue, j)
@@ -280,80 +227,47 @@ func (t *IBLT) Peel(maxItems int) (items []Peeled, complete bool) {
 	return items, true
 }
 
-// Binary format of a table (version 1), little-endian:
+// Binary format of a table (version 2), little-endian:
 //
-//	"LI" 1                      magic, format version
+//	"LI" 2                      magic, format version
 //	uvarint cells
 //	cells bytes                 counts modulo 256 (the receiver needs only
 //	                            the difference of the two ends' counts,
 //	                            which is small where the table can peel)
-//	9 columns, each: 1 byte w (bytes per value, 0..8; 0..4 for the
-//	32-bit ones, 0..2 for chk), then cells values of w bytes: h, src0,
-//	src1, dst0, dst1, chk, ports, id, meta
+//	2 columns, each: 1 byte w (bytes per value, 0..8 for h, 0..4 for chk),
+//	then cells values of w bytes: h, chk
 //
-// A column whose values all fit in fewer bytes takes fewer (an IPv4-only
-// link's address words take 4 of 8 bytes, its upper words none).
+// 13 bytes a cell; an empty column (no packet) takes one byte. Version 1
+// (cells with every field of a packet's identity) is refused with a
+// clear error.
 const ibltMagic = "LI"
 
-const ibltColumns = 9
+const ibltColumns = 2
 
 // MaxEncodedIBLT bounds the encoding of a table of cells cells.
 func MaxEncodedIBLT(cells int) int {
-	return len(ibltMagic) + 1 + binary.MaxVarintLen64 + cells*(1+5*8+2+3*4) + ibltColumns
+	return len(ibltMagic) + 1 + binary.MaxVarintLen64 + cells*(1+8+4) + ibltColumns
 }
 
 func (t *IBLT) column(j int, i int) uint64 {
-	c := &t.cells[i]
-	switch j {
-	case 0:
-		return c.h
-	case 1:
-		return c.src0
-	case 2:
-		return c.src1
-	case 3:
-		return c.dst0
-	case 4:
-		return c.dst1
-	case 5:
-		return uint64(c.chk())
-	case 6:
-		return uint64(c.ports())
-	case 7:
-		return uint64(c.id())
-	default:
-		return uint64(c.meta())
+	if j == 0 {
+		return t.cells[i].h
 	}
+	return uint64(t.cells[i].chk)
 }
 
 func (t *IBLT) setColumn(j int, i int, v uint64) {
-	c := &t.cells[i]
-	switch j {
-	case 0:
-		c.h = v
-	case 1:
-		c.src0 = v
-	case 2:
-		c.src1 = v
-	case 3:
-		c.dst0 = v
-	case 4:
-		c.dst1 = v
-	case 5:
-		c.cm = c.cm&^0xffffffff | uint64(uint32(v))
-	case 6:
-		c.pid = c.pid&0xffffffff | uint64(uint32(v))<<32
-	case 7:
-		c.pid = c.pid&^0xffffffff | uint64(uint32(v))
-	default:
-		c.cm = c.cm&0xffffffff | uint64(uint32(v))<<32
+	if j == 0 {
+		t.cells[i].h = v
+		return
 	}
+	t.cells[i].chk = uint32(v)
 }
 
 // AppendBinary appends the table's encoding to b.
 func (t *IBLT) AppendBinary(b []byte) []byte {
 	b = append(b, ibltMagic...)
-	b = append(b, formatVersion1IBLT)
+	b = append(b, formatVersionIBLT)
 	b = binary.AppendUvarint(b, uint64(len(t.cells)))
 	for i := range t.cells {
 		b = append(b, uint8(t.cells[i].n))
@@ -374,7 +288,11 @@ func (t *IBLT) AppendBinary(b []byte) []byte {
 	return b
 }
 
-const formatVersion1IBLT = 1
+const formatVersionIBLT = 2
+
+// IBLTFormat is the table's format version (in the configuration
+// fingerprint: both ends must write and read the same).
+const IBLTFormat = formatVersionIBLT
 
 // UnmarshalIBLT decodes a table that must have exactly cells cells (the
 // agreed capacity's); it allocates nothing beyond that table.
@@ -388,8 +306,8 @@ func UnmarshalIBLT(b []byte, cells int) (*IBLT, error) {
 		return nil, errors.New("decode lost-packet table: bad magic (not a lost-packet table encoding)")
 	}
 	d.off = len(ibltMagic)
-	if v := d.byte1("version"); d.err == nil && v != formatVersion1IBLT {
-		d.fail("format version %d, this build reads version %d: run the same lds version at both ends", v, formatVersion1IBLT)
+	if v := d.byte1("version"); d.err == nil && v != formatVersionIBLT {
+		d.fail("format version %d, this build reads version %d: run the same lds version at both ends", v, formatVersionIBLT)
 	}
 	if n := d.uvarint("cells"); d.err == nil && n != uint64(cells) {
 		d.fail("%d cells, the agreed lost.capacity makes %d: configure the same lost.capacity at both ends", n, cells)
@@ -403,10 +321,7 @@ func UnmarshalIBLT(b []byte, cells int) (*IBLT, error) {
 	for j := 0; j < ibltColumns && d.err == nil; j++ {
 		width := int(d.byte1("column width"))
 		limit := 8
-		switch {
-		case j == 5:
-			limit = 2
-		case j > 5:
+		if j == 1 {
 			limit = 4
 		}
 		if width > limit {
@@ -430,21 +345,4 @@ func UnmarshalIBLT(b []byte, cells int) (*IBLT, error) {
 		return nil, d.err
 	}
 	return t, nil
-}
-
-// ValidItem reports whether a peeled item's fields are consistent (flags
-// known, an IPv4 item's address bytes beyond the fourth zero): a check
-// that a decoded list holds plausible packets.
-func (it *IBLTItem) ValidItem() bool {
-	if it.Flags&^itemFlagsMask != 0 || it.Flags&(ItemIDIPv4|ItemIDTCPSeq) == ItemIDIPv4|ItemIDTCPSeq {
-		return false
-	}
-	if it.Flags&ItemV6 == 0 {
-		for i := 4; i < 16; i++ {
-			if it.Src[i] != 0 || it.Dst[i] != 0 {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -42,6 +42,19 @@ type ClientConfig struct {
 	// Windows receives the receiver's hold windows (Window frames); it is
 	// closed when Run returns. nil: ignored.
 	Windows *interval.WindowTable
+	// Answer answers the receiver's LostQuery: the encoded packets
+	// (AppendLostAnswer) of the asked hashes the sender logged in the
+	// interval, or gone when it keeps no log of it. nil: every query is
+	// answered gone.
+	Answer func(id int64, hashes []uint64) (packets []byte, gone bool)
+	// MaxLostQuery bounds the hashes of one LostQuery (the lost-packet
+	// table's cells, the most its peel lists): a larger one is answered
+	// gone without a lookup.
+	MaxLostQuery int
+	// WaitFinished: after the last interval is acknowledged, answer
+	// queries until the receiver ends the stream (replay), instead of for
+	// at most RPCTimeout (a daemon stopping).
+	WaitFinished bool
 }
 
 // ClientStats are the client's counters (for metrics). BytesSent is the
@@ -71,6 +84,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	buf     []*pending
+	answers []*ldsv1.SenderFrame // LostAnswer frames to send
 	wake    chan struct{}
 	stats   ClientStats
 	closed  bool
@@ -297,12 +311,36 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 			if w := f.GetWindow(); w != nil && w.WindowNs > 0 {
 				c.cfg.Windows.Set(interval.Window{Boundary: w.Boundary, W: w.WindowNs})
 			}
+			if q := f.GetLostQuery(); q != nil {
+				c.answer(q)
+			}
 		}
 	}()
 	tick := time.NewTicker(c.cfg.RPCTimeout / 4)
 	defer tick.Stop()
 	seq := uint64(0)
+	sendFrame := func(f *ldsv1.SenderFrame) error {
+		seq++
+		f.Seq = seq
+		if err := st.Send(f); err != nil {
+			// Send says only io.EOF when the receiver ended the
+			// stream; its status comes from Recv.
+			if errors.Is(err, io.EOF) {
+				select {
+				case err = <-recvErr:
+					c.refused(err)
+				case <-time.After(c.cfg.RPCTimeout):
+				}
+			}
+			return err
+		}
+		c.sentBytes(f)
+		return nil
+	}
 	for {
+		if err := c.sendAnswers(sendFrame); err != nil {
+			return false, err
+		}
 		// Send everything not yet sent on this stream, oldest first.
 		for {
 			p := c.nextUnsent()
@@ -310,21 +348,9 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 				break
 			}
 			for _, f := range p.frames {
-				seq++
-				f.Seq = seq
-				if err := st.Send(f); err != nil {
-					// Send says only io.EOF when the receiver ended the
-					// stream; its status comes from Recv.
-					if errors.Is(err, io.EOF) {
-						select {
-						case err = <-recvErr:
-							c.refused(err)
-						case <-time.After(c.cfg.RPCTimeout):
-						}
-					}
+				if err := sendFrame(f); err != nil {
 					return false, err
 				}
-				c.sentBytes(f)
 			}
 			c.mu.Lock()
 			c.stats.Sent++
@@ -341,6 +367,7 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 		}
 		c.mu.Unlock()
 		if finished {
+			c.finish(sendFrame, recvErr)
 			_ = st.CloseSend()
 			// Wait for the receiver to end the stream: it has then read
 			// our end of it. Cancelling at once (the deferred cancel) can
@@ -366,6 +393,68 @@ func (c *Client) session(ctx context.Context, client ldsv1.SketchExchangeClient)
 		case <-tick.C:
 		}
 	}
+}
+
+// finish tells the receiver no more intervals come and answers its
+// questions about lost packets until it ends the stream: for at most
+// RPCTimeout, or, with WaitFinished (replay), as long as it takes.
+func (c *Client) finish(sendFrame func(*ldsv1.SenderFrame) error, recvErr chan error) {
+	if err := sendFrame(&ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_Finished{Finished: &ldsv1.Finished{}}}); err != nil {
+		return
+	}
+	var deadline <-chan time.Time
+	if !c.cfg.WaitFinished {
+		t := time.NewTimer(c.cfg.RPCTimeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		select {
+		case err := <-recvErr:
+			recvErr <- err // the caller waits for the stream's end too
+			return
+		case <-deadline:
+			return
+		case <-c.wake:
+			if c.sendAnswers(sendFrame) != nil {
+				return
+			}
+		}
+	}
+}
+
+// answer looks up a LostQuery's hashes (on the stream's reading
+// goroutine) and queues the answer for the sending one.
+func (c *Client) answer(q *ldsv1.LostQuery) {
+	a := &ldsv1.LostAnswer{Interval: q.Interval, Gone: true}
+	if c.cfg.Answer != nil && len(q.Hashes) <= c.cfg.MaxLostQuery {
+		a.Packets, a.Gone = c.cfg.Answer(q.Interval, q.Hashes)
+	}
+	c.mu.Lock()
+	if len(c.answers) < maxQueuedAnswers {
+		c.answers = append(c.answers, &ldsv1.SenderFrame{Body: &ldsv1.SenderFrame_LostAnswer{LostAnswer: a}})
+	}
+	c.mu.Unlock()
+	c.poke()
+}
+
+// maxQueuedAnswers bounds the answers waiting to be sent (a receiver
+// asks once an interval; more pile up only on a stalled stream, and the
+// receiver stops waiting for them anyway).
+const maxQueuedAnswers = 64
+
+// sendAnswers sends the queued answers.
+func (c *Client) sendAnswers(sendFrame func(*ldsv1.SenderFrame) error) error {
+	c.mu.Lock()
+	as := c.answers
+	c.answers = nil
+	c.mu.Unlock()
+	for _, f := range as {
+		if err := sendFrame(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // refused drops the interval the receiver refused as malformed or too

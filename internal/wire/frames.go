@@ -170,6 +170,9 @@ const (
 	// OutOfWindow means interval ID was outside Limits.InWindow and was
 	// dropped unread (on its End).
 	OutOfWindow
+	// Aside is a frame between intervals that is not part of one (a
+	// LostAnswer or Finished), in Frame.
+	Aside
 )
 
 // Result is what one frame completed.
@@ -181,7 +184,8 @@ type Result struct {
 	// that ate the End of one interval and the Start of the next voids
 	// both.
 	Voided   []int64
-	Interval *Interval // Complete only
+	Interval *Interval          // Complete only
+	Frame    *ldsv1.SenderFrame // Aside only
 }
 
 // Interval is one interval's frames decoded: the Start's flags, the blobs
@@ -293,6 +297,11 @@ func (a *Assembler) Frame(f *ldsv1.SenderFrame) (*Result, error) {
 			return &Result{Kind: OutOfWindow, ID: start.Interval}, nil
 		}
 		return a.build(start, e)
+	case *ldsv1.SenderFrame_LostAnswer, *ldsv1.SenderFrame_Finished:
+		if a.cur != nil && !a.voided {
+			return nil, fmt.Errorf("frame seq %d: %T inside interval %d (it goes between intervals)", f.Seq, f.Body, a.cur.Interval)
+		}
+		return &Result{Kind: Aside, Frame: f}, nil
 	case *ldsv1.SenderFrame_Hello:
 		return nil, fmt.Errorf("frame seq %d: a second Hello on one stream", f.Seq)
 	default:

@@ -49,6 +49,17 @@ type WindowSource interface {
 	Announced(since uint64) ([]interval.Window, uint64, bool, <-chan struct{})
 }
 
+// LostHandler is implemented by handlers that ask senders about lost
+// packets (docs/protocol.md, "Lost packets"): the server sends what
+// Queries yields as LostQuery frames, hands each LostAnswer to
+// LostAnswer, and, after the sender's Finished, ends the stream once Done
+// is closed (the receiver needs no more answers from it).
+type LostHandler interface {
+	LostQueries(sender string) (queries <-chan *ldsv1.LostQuery, done <-chan struct{})
+	LostAnswer(sender string, a *ldsv1.LostAnswer)
+	Finished(sender string)
+}
+
 // windowed is implemented by handlers that choose hold windows.
 type windowed interface {
 	Windows(sender string) WindowSource
@@ -344,9 +355,18 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 			go forwardWindows(st.Context(), src, send)
 		}
 	}
+	lh, _ := s.h.(LostHandler)
+	var lostDone, finishedDone <-chan struct{}
+	if lh != nil {
+		var queries <-chan *ldsv1.LostQuery
+		queries, lostDone = lh.LostQueries(id)
+		go forwardQueries(st.Context(), queries, send)
+	}
 	for {
 		var f *ldsv1.SenderFrame
 		select {
+		case <-finishedDone:
+			return io.EOF // the receiver needs nothing more from a finished sender
 		case f = <-frames:
 		case err := <-recvErr:
 			return s.recvFailed(id, err)
@@ -379,6 +399,17 @@ func (s *Server) serve(id string, st ldsv1.SketchExchange_StreamServer, frames <
 			return status.Errorf(codes.InvalidArgument, "sender %q: malformed frame: %v", id, err)
 		}
 		if res == nil {
+			continue
+		}
+		if res.Kind == Aside {
+			if lh != nil {
+				if la := res.Frame.GetLostAnswer(); la != nil {
+					lh.LostAnswer(id, la)
+				} else {
+					lh.Finished(id)
+					finishedDone = lostDone
+				}
+			}
 			continue
 		}
 		if res.Kind == OutOfWindow {
@@ -430,6 +461,24 @@ func forwardWindows(ctx context.Context, src WindowSource, send func(*ldsv1.Rece
 		case <-ctx.Done():
 			return
 		case <-wake:
+		}
+	}
+}
+
+// forwardQueries sends the receiver's questions about lost packets until
+// the stream ends.
+func forwardQueries(ctx context.Context, queries <-chan *ldsv1.LostQuery, send func(*ldsv1.ReceiverFrame) error) {
+	if queries == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case q := <-queries:
+			if err := send(&ldsv1.ReceiverFrame{Body: &ldsv1.ReceiverFrame_LostQuery{LostQuery: q}}); err != nil {
+				return
+			}
 		}
 	}
 }

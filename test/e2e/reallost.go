@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"time"
+
 	"fmt"
 	"io"
 	"path/filepath"
@@ -35,16 +37,21 @@ type RealLost struct {
 	TruthAll            int            // lost packets in all evaluated intervals
 	ExactRecords        int            // records with loss_exact
 	ExactWrong          []string       // records with loss_exact whose loss differs from the truth
+	// Send times of the listed lost packets of complete intervals against
+	// tcpdump's capture time at tap A: listed with none, listed with one
+	// tcpdump never saw for that packet, and the largest difference (ns).
+	Untimed, TimeUnmatched int
+	MaxTimeDiff            int64
 }
 
 // realLostTruth joins the two captures packet by packet (flow key and
 // packet hash, as the daemons compute them) and returns, per packet
 // identity, how many more times tap A saw it than tap B (lost, > 0) or
 // fewer (extra), with its interval by tap A's time.
-func realLostTruth(pcapA, pcapB string, cc capture.Config, t int64) (map[LostID]int, error) {
+func realLostTruth(pcapA, pcapB string, cc capture.Config, t int64) (map[LostID]int, map[LostID][]int64, error) {
 	p, err := capture.NewParser(cc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	type ident struct {
 		key  capture.FlowKey
@@ -55,8 +62,11 @@ func realLostTruth(pcapA, pcapB string, cc capture.Config, t int64) (map[LostID]
 		a, b int
 	}
 	seen := map[ident]*fate{}
+	sentAt := map[LostID][]int64{} // tap A's capture times of each identity
 	if err := capture.EachPacket(pcapA, p, func(pk *capture.Packet) bool {
 		k := ident{pk.Key, pk.PktHash}
+		id := LostID{Interval: interval.ID(pk.TS, t), Key: pk.Key, Kind: pk.IDKind, ID: pk.ID}
+		sentAt[id] = append(sentAt[id], pk.TS)
 		f := seen[k]
 		if f == nil {
 			f = &fate{id: LostID{Interval: interval.ID(pk.TS, t), Key: pk.Key, Kind: pk.IDKind, ID: pk.ID}}
@@ -65,7 +75,7 @@ func realLostTruth(pcapA, pcapB string, cc capture.Config, t int64) (map[LostID]
 		f.a++
 		return true
 	}); err != nil {
-		return nil, fmt.Errorf("tap A capture: %w", err)
+		return nil, nil, fmt.Errorf("tap A capture: %w", err)
 	}
 	if err := capture.EachPacket(pcapB, p, func(pk *capture.Packet) bool {
 		k := ident{pk.Key, pk.PktHash}
@@ -77,7 +87,7 @@ func realLostTruth(pcapA, pcapB string, cc capture.Config, t int64) (map[LostID]
 		f.b++
 		return true
 	}); err != nil {
-		return nil, fmt.Errorf("tap B capture: %w", err)
+		return nil, nil, fmt.Errorf("tap B capture: %w", err)
 	}
 	out := map[LostID]int{}
 	for _, f := range seen {
@@ -92,7 +102,7 @@ func realLostTruth(pcapA, pcapB string, cc capture.Config, t int64) (map[LostID]
 			out[id] -= d
 		}
 	}
-	return out, nil
+	return out, sentAt, nil
 }
 
 // evaluateRealLost reads pr's lost-packet file and results and compares
@@ -101,7 +111,7 @@ func evaluateRealLost(opt RealOptions, res *RealResult, pr *RealPairResult) (*Re
 	c := config.DefaultCommon()
 	c.Sketch.Seed = opt.Seed
 	c.Capture.Select = []match.Rule{{Name: "real", Src: []string{RealSndNet.String()}, Dst: []string{RealRcvNet.String()}}}
-	truth, err := realLostTruth(filepath.Join(res.Dir, "tap-a.pcap"), filepath.Join(res.Dir, "tap-b.pcap"), c.CaptureConfig(), int64(pr.Pair.Interval))
+	truth, sentAt, err := realLostTruth(filepath.Join(res.Dir, "tap-a.pcap"), filepath.Join(res.Dir, "tap-b.pcap"), c.CaptureConfig(), int64(pr.Pair.Interval))
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +145,26 @@ func evaluateRealLost(opt RealOptions, res *RealResult, pr *RealPairResult) (*Re
 		if !complete[p.Interval] {
 			continue
 		}
-		out.Listed[LostID{Interval: p.Interval, Key: p.Key, Kind: p.IDKind, ID: p.ID, Extra: p.Extra}]++
+		id := LostID{Interval: p.Interval, Key: p.Key, Kind: p.IDKind, ID: p.ID, Extra: p.Extra}
+		out.Listed[id]++
+		if p.Extra {
+			continue
+		}
+		if p.SentNS == nil {
+			out.Untimed++
+			continue
+		}
+		best := int64(-1)
+		for _, ts := range sentAt[id] {
+			if d := abs64(*p.SentNS - ts); best < 0 || d < best {
+				best = d
+			}
+		}
+		if best < 0 {
+			out.TimeUnmatched++
+			continue
+		}
+		out.MaxTimeDiff = max(out.MaxTimeDiff, best)
 	}
 	perFlow := map[[2]any]int{}
 	for id, n := range out.Truth {
@@ -153,6 +182,13 @@ func evaluateRealLost(opt RealOptions, res *RealResult, pr *RealPairResult) (*Re
 		}
 	}
 	return out, nil
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // checkRealLost: in every evaluated interval whose lost-packet list is
@@ -196,6 +232,14 @@ func checkRealLost(t interface {
 	}
 	t.Logf("%s: %d of %d evaluated intervals with a complete list; in them tcpdump lost %d packets (of %d in all intervals), the list has %d: %d missing, %d not lost; %d records with loss_exact, %d wrong",
 		pr.Pair.Name, l.Complete, l.Intervals, truthN, l.TruthAll, listedN, missing, wrong, l.ExactRecords, len(l.ExactWrong))
+	t.Logf("%s: sent_ns of the listed lost packets against tcpdump's capture time at tap A: %d without, %d matching no capture of the packet, largest difference %d ns",
+		pr.Pair.Name, l.Untimed, l.TimeUnmatched, l.MaxTimeDiff)
+	// Both capture the same frames at tap A; their timestamps are the
+	// kernel's for the same packet, apart by at most scheduling (1 ms).
+	if l.Untimed != 0 || l.TimeUnmatched != 0 || l.MaxTimeDiff > int64(time.Millisecond) {
+		t.Errorf("send times: %d lost packets listed without sent_ns, %d matching no capture at tap A, largest difference %d ns (want 0, 0, <= 1 ms)",
+			l.Untimed, l.TimeUnmatched, l.MaxTimeDiff)
+	}
 	if l.Complete == 0 || truthN == 0 {
 		t.Fatalf("no complete interval with losses to judge")
 	}

@@ -115,6 +115,8 @@ type SenderFrame struct {
 	//	*SenderFrame_Start
 	//	*SenderFrame_Chunk
 	//	*SenderFrame_End
+	//	*SenderFrame_LostAnswer
+	//	*SenderFrame_Finished
 	Body          isSenderFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -200,6 +202,24 @@ func (x *SenderFrame) GetEnd() *End {
 	return nil
 }
 
+func (x *SenderFrame) GetLostAnswer() *LostAnswer {
+	if x != nil {
+		if x, ok := x.Body.(*SenderFrame_LostAnswer); ok {
+			return x.LostAnswer
+		}
+	}
+	return nil
+}
+
+func (x *SenderFrame) GetFinished() *Finished {
+	if x != nil {
+		if x, ok := x.Body.(*SenderFrame_Finished); ok {
+			return x.Finished
+		}
+	}
+	return nil
+}
+
 type isSenderFrame_Body interface {
 	isSenderFrame_Body()
 }
@@ -220,6 +240,14 @@ type SenderFrame_End struct {
 	End *End `protobuf:"bytes,5,opt,name=end,proto3,oneof"`
 }
 
+type SenderFrame_LostAnswer struct {
+	LostAnswer *LostAnswer `protobuf:"bytes,6,opt,name=lost_answer,json=lostAnswer,proto3,oneof"`
+}
+
+type SenderFrame_Finished struct {
+	Finished *Finished `protobuf:"bytes,7,opt,name=finished,proto3,oneof"`
+}
+
 func (*SenderFrame_Hello) isSenderFrame_Body() {}
 
 func (*SenderFrame_Start) isSenderFrame_Body() {}
@@ -227,6 +255,114 @@ func (*SenderFrame_Start) isSenderFrame_Body() {}
 func (*SenderFrame_Chunk) isSenderFrame_Body() {}
 
 func (*SenderFrame_End) isSenderFrame_Body() {}
+
+func (*SenderFrame_LostAnswer) isSenderFrame_Body() {}
+
+func (*SenderFrame_Finished) isSenderFrame_Body() {}
+
+// LostAnswer answers a LostQuery: for each asked packet hash the sender
+// logged in the interval, its capture time at tap A, flow and identifier
+// (packets: wire.AppendLostAnswer's encoding, docs/protocol.md). A hash the
+// sender did not log is left out; gone is true when the sender no longer
+// keeps the interval's log (restarted, or asked too late).
+type LostAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Interval      int64                  `protobuf:"varint,1,opt,name=interval,proto3" json:"interval,omitempty"`
+	Packets       []byte                 `protobuf:"bytes,2,opt,name=packets,proto3" json:"packets,omitempty"`
+	Gone          bool                   `protobuf:"varint,3,opt,name=gone,proto3" json:"gone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostAnswer) Reset() {
+	*x = LostAnswer{}
+	mi := &file_lds_v1_lds_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostAnswer) ProtoMessage() {}
+
+func (x *LostAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_lds_v1_lds_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostAnswer.ProtoReflect.Descriptor instead.
+func (*LostAnswer) Descriptor() ([]byte, []int) {
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LostAnswer) GetInterval() int64 {
+	if x != nil {
+		return x.Interval
+	}
+	return 0
+}
+
+func (x *LostAnswer) GetPackets() []byte {
+	if x != nil {
+		return x.Packets
+	}
+	return nil
+}
+
+func (x *LostAnswer) GetGone() bool {
+	if x != nil {
+		return x.Gone
+	}
+	return false
+}
+
+// Finished: the sender has sent every interval it will send; it keeps the
+// stream open to answer LostQuery until the receiver ends the stream (or
+// for at most its RPC timeout).
+type Finished struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Finished) Reset() {
+	*x = Finished{}
+	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Finished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Finished) ProtoMessage() {}
+
+func (x *Finished) ProtoReflect() protoreflect.Message {
+	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Finished.ProtoReflect.Descriptor instead.
+func (*Finished) Descriptor() ([]byte, []int) {
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{2}
+}
 
 // Hello opens a stream, after the receiver's Challenge. The receiver
 // compares the fingerprint field by field and checks seed_proof, and
@@ -253,7 +389,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_lds_v1_lds_proto_msgTypes[1]
+	mi := &file_lds_v1_lds_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +401,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[1]
+	mi := &file_lds_v1_lds_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +414,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{1}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hello) GetSenderId() string {
@@ -333,7 +469,7 @@ type Challenge struct {
 
 func (x *Challenge) Reset() {
 	*x = Challenge{}
-	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	mi := &file_lds_v1_lds_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +481,7 @@ func (x *Challenge) String() string {
 func (*Challenge) ProtoMessage() {}
 
 func (x *Challenge) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[2]
+	mi := &file_lds_v1_lds_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +494,7 @@ func (x *Challenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Challenge.ProtoReflect.Descriptor instead.
 func (*Challenge) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{2}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Challenge) GetNonce() []byte {
@@ -380,7 +516,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_lds_v1_lds_proto_msgTypes[3]
+	mi := &file_lds_v1_lds_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +528,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[3]
+	mi := &file_lds_v1_lds_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +541,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{3}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Start) GetInterval() int64 {
@@ -441,7 +577,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_lds_v1_lds_proto_msgTypes[4]
+	mi := &file_lds_v1_lds_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +589,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[4]
+	mi := &file_lds_v1_lds_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +602,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{4}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Chunk) GetKind() ChunkKind {
@@ -512,7 +648,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_lds_v1_lds_proto_msgTypes[5]
+	mi := &file_lds_v1_lds_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +660,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[5]
+	mi := &file_lds_v1_lds_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +673,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{5}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClockStatus) GetState() string {
@@ -600,7 +736,7 @@ type Totals struct {
 
 func (x *Totals) Reset() {
 	*x = Totals{}
-	mi := &file_lds_v1_lds_proto_msgTypes[6]
+	mi := &file_lds_v1_lds_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +748,7 @@ func (x *Totals) String() string {
 func (*Totals) ProtoMessage() {}
 
 func (x *Totals) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[6]
+	mi := &file_lds_v1_lds_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +761,7 @@ func (x *Totals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Totals.ProtoReflect.Descriptor instead.
 func (*Totals) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{6}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Totals) GetPackets() uint64 {
@@ -664,7 +800,7 @@ type Drops struct {
 
 func (x *Drops) Reset() {
 	*x = Drops{}
-	mi := &file_lds_v1_lds_proto_msgTypes[7]
+	mi := &file_lds_v1_lds_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +812,7 @@ func (x *Drops) String() string {
 func (*Drops) ProtoMessage() {}
 
 func (x *Drops) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[7]
+	mi := &file_lds_v1_lds_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +825,7 @@ func (x *Drops) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drops.ProtoReflect.Descriptor instead.
 func (*Drops) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{7}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Drops) GetKernel() uint64 {
@@ -729,7 +865,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_lds_v1_lds_proto_msgTypes[8]
+	mi := &file_lds_v1_lds_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +877,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[8]
+	mi := &file_lds_v1_lds_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +890,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{8}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FlowKey) GetKey() []byte {
@@ -778,7 +914,7 @@ type End struct {
 
 func (x *End) Reset() {
 	*x = End{}
-	mi := &file_lds_v1_lds_proto_msgTypes[9]
+	mi := &file_lds_v1_lds_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +926,7 @@ func (x *End) String() string {
 func (*End) ProtoMessage() {}
 
 func (x *End) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[9]
+	mi := &file_lds_v1_lds_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +939,7 @@ func (x *End) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use End.ProtoReflect.Descriptor instead.
 func (*End) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{9}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *End) GetInterval() int64 {
@@ -855,6 +991,7 @@ type ReceiverFrame struct {
 	//	*ReceiverFrame_HelloAck
 	//	*ReceiverFrame_Ack
 	//	*ReceiverFrame_Window
+	//	*ReceiverFrame_LostQuery
 	//	*ReceiverFrame_Challenge
 	Body          isReceiverFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -863,7 +1000,7 @@ type ReceiverFrame struct {
 
 func (x *ReceiverFrame) Reset() {
 	*x = ReceiverFrame{}
-	mi := &file_lds_v1_lds_proto_msgTypes[10]
+	mi := &file_lds_v1_lds_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1012,7 @@ func (x *ReceiverFrame) String() string {
 func (*ReceiverFrame) ProtoMessage() {}
 
 func (x *ReceiverFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[10]
+	mi := &file_lds_v1_lds_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1025,7 @@ func (x *ReceiverFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiverFrame.ProtoReflect.Descriptor instead.
 func (*ReceiverFrame) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{10}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReceiverFrame) GetBody() isReceiverFrame_Body {
@@ -925,6 +1062,15 @@ func (x *ReceiverFrame) GetWindow() *Window {
 	return nil
 }
 
+func (x *ReceiverFrame) GetLostQuery() *LostQuery {
+	if x != nil {
+		if x, ok := x.Body.(*ReceiverFrame_LostQuery); ok {
+			return x.LostQuery
+		}
+	}
+	return nil
+}
+
 func (x *ReceiverFrame) GetChallenge() *Challenge {
 	if x != nil {
 		if x, ok := x.Body.(*ReceiverFrame_Challenge); ok {
@@ -950,6 +1096,10 @@ type ReceiverFrame_Window struct {
 	Window *Window `protobuf:"bytes,3,opt,name=window,proto3,oneof"`
 }
 
+type ReceiverFrame_LostQuery struct {
+	LostQuery *LostQuery `protobuf:"bytes,4,opt,name=lost_query,json=lostQuery,proto3,oneof"`
+}
+
 type ReceiverFrame_Challenge struct {
 	Challenge *Challenge `protobuf:"bytes,10,opt,name=challenge,proto3,oneof"`
 }
@@ -960,7 +1110,65 @@ func (*ReceiverFrame_Ack) isReceiverFrame_Body() {}
 
 func (*ReceiverFrame_Window) isReceiverFrame_Body() {}
 
+func (*ReceiverFrame_LostQuery) isReceiverFrame_Body() {}
+
 func (*ReceiverFrame_Challenge) isReceiverFrame_Body() {}
+
+// LostQuery asks the sender for the capture time, flow and identifier of
+// the packets the receiver's decoded lost-packet table lists as lost in
+// an interval (at most the lost-packet table's cells in hashes). The sender answers with
+// LostAnswer.
+type LostQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Interval      int64                  `protobuf:"varint,1,opt,name=interval,proto3" json:"interval,omitempty"`
+	Hashes        []uint64               `protobuf:"fixed64,2,rep,packed,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostQuery) Reset() {
+	*x = LostQuery{}
+	mi := &file_lds_v1_lds_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostQuery) ProtoMessage() {}
+
+func (x *LostQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_lds_v1_lds_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostQuery.ProtoReflect.Descriptor instead.
+func (*LostQuery) Descriptor() ([]byte, []int) {
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LostQuery) GetInterval() int64 {
+	if x != nil {
+		return x.Interval
+	}
+	return 0
+}
+
+func (x *LostQuery) GetHashes() []uint64 {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
 
 // Window is the receiver's final hold window for one boundary: it held the
 // packets it received in [B - guard, B + window_ns), so the sender's
@@ -977,7 +1185,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	mi := &file_lds_v1_lds_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1197,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[11]
+	mi := &file_lds_v1_lds_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1210,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{11}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Window) GetBoundary() int64 {
@@ -1033,7 +1241,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_lds_v1_lds_proto_msgTypes[12]
+	mi := &file_lds_v1_lds_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1253,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[12]
+	mi := &file_lds_v1_lds_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1266,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{12}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HelloAck) GetReceiverVersion() string {
@@ -1091,7 +1299,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_lds_v1_lds_proto_msgTypes[13]
+	mi := &file_lds_v1_lds_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1311,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_lds_v1_lds_proto_msgTypes[13]
+	mi := &file_lds_v1_lds_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1324,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_lds_v1_lds_proto_rawDescGZIP(), []int{13}
+	return file_lds_v1_lds_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetInterval() int64 {
@@ -1130,14 +1338,24 @@ var File_lds_v1_lds_proto protoreflect.FileDescriptor
 
 const file_lds_v1_lds_proto_rawDesc = "" +
 	"\n" +
-	"\x10lds/v1/lds.proto\x12\x06lds.v1\"\xbd\x01\n" +
+	"\x10lds/v1/lds.proto\x12\x06lds.v1\"\xa4\x02\n" +
 	"\vSenderFrame\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12%\n" +
 	"\x05hello\x18\x02 \x01(\v2\r.lds.v1.HelloH\x00R\x05hello\x12%\n" +
 	"\x05start\x18\x03 \x01(\v2\r.lds.v1.StartH\x00R\x05start\x12%\n" +
 	"\x05chunk\x18\x04 \x01(\v2\r.lds.v1.ChunkH\x00R\x05chunk\x12\x1f\n" +
-	"\x03end\x18\x05 \x01(\v2\v.lds.v1.EndH\x00R\x03endB\x06\n" +
-	"\x04body\"\xa2\x02\n" +
+	"\x03end\x18\x05 \x01(\v2\v.lds.v1.EndH\x00R\x03end\x125\n" +
+	"\vlost_answer\x18\x06 \x01(\v2\x12.lds.v1.LostAnswerH\x00R\n" +
+	"lostAnswer\x12.\n" +
+	"\bfinished\x18\a \x01(\v2\x10.lds.v1.FinishedH\x00R\bfinishedB\x06\n" +
+	"\x04body\"V\n" +
+	"\n" +
+	"LostAnswer\x12\x1a\n" +
+	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x18\n" +
+	"\apackets\x18\x02 \x01(\fR\apackets\x12\x12\n" +
+	"\x04gone\x18\x03 \x01(\bR\x04gone\"\n" +
+	"\n" +
+	"\bFinished\"\xa2\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tsender_id\x18\x01 \x01(\tR\bsenderId\x12)\n" +
 	"\x10software_version\x18\x02 \x01(\tR\x0fsoftwareVersion\x12@\n" +
@@ -1192,14 +1410,19 @@ const file_lds_v1_lds_proto_rawDesc = "" +
 	"\x05clock\x18\x03 \x01(\v2\x13.lds.v1.ClockStatusR\x05clock\x12#\n" +
 	"\x05drops\x18\x04 \x01(\v2\r.lds.v1.DropsR\x05drops\x12%\n" +
 	"\x05heavy\x18\x05 \x03(\v2\x0f.lds.v1.FlowKeyR\x05heavy\x12%\n" +
-	"\x0eboundary_count\x18\x06 \x01(\x04R\rboundaryCount\"\xc6\x01\n" +
+	"\x0eboundary_count\x18\x06 \x01(\x04R\rboundaryCount\"\xfa\x01\n" +
 	"\rReceiverFrame\x12/\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x10.lds.v1.HelloAckH\x00R\bhelloAck\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.lds.v1.AckH\x00R\x03ack\x12(\n" +
-	"\x06window\x18\x03 \x01(\v2\x0e.lds.v1.WindowH\x00R\x06window\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x0e.lds.v1.WindowH\x00R\x06window\x122\n" +
+	"\n" +
+	"lost_query\x18\x04 \x01(\v2\x11.lds.v1.LostQueryH\x00R\tlostQuery\x121\n" +
 	"\tchallenge\x18\n" +
 	" \x01(\v2\x11.lds.v1.ChallengeH\x00R\tchallengeB\x06\n" +
-	"\x04body\"A\n" +
+	"\x04body\"?\n" +
+	"\tLostQuery\x12\x1a\n" +
+	"\binterval\x18\x01 \x01(\x03R\binterval\x12\x16\n" +
+	"\x06hashes\x18\x02 \x03(\x06R\x06hashes\"A\n" +
 	"\x06Window\x12\x1a\n" +
 	"\bboundary\x18\x01 \x01(\x03R\bboundary\x12\x1b\n" +
 	"\twindow_ns\x18\x02 \x01(\x03R\bwindowNs\"r\n" +
@@ -1233,49 +1456,55 @@ func file_lds_v1_lds_proto_rawDescGZIP() []byte {
 }
 
 var file_lds_v1_lds_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lds_v1_lds_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_lds_v1_lds_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_lds_v1_lds_proto_goTypes = []any{
 	(ChunkKind)(0),        // 0: lds.v1.ChunkKind
 	(*SenderFrame)(nil),   // 1: lds.v1.SenderFrame
-	(*Hello)(nil),         // 2: lds.v1.Hello
-	(*Challenge)(nil),     // 3: lds.v1.Challenge
-	(*Start)(nil),         // 4: lds.v1.Start
-	(*Chunk)(nil),         // 5: lds.v1.Chunk
-	(*ClockStatus)(nil),   // 6: lds.v1.ClockStatus
-	(*Totals)(nil),        // 7: lds.v1.Totals
-	(*Drops)(nil),         // 8: lds.v1.Drops
-	(*FlowKey)(nil),       // 9: lds.v1.FlowKey
-	(*End)(nil),           // 10: lds.v1.End
-	(*ReceiverFrame)(nil), // 11: lds.v1.ReceiverFrame
-	(*Window)(nil),        // 12: lds.v1.Window
-	(*HelloAck)(nil),      // 13: lds.v1.HelloAck
-	(*Ack)(nil),           // 14: lds.v1.Ack
-	nil,                   // 15: lds.v1.Hello.FingerprintEntry
-	nil,                   // 16: lds.v1.Drops.ParseEntry
+	(*LostAnswer)(nil),    // 2: lds.v1.LostAnswer
+	(*Finished)(nil),      // 3: lds.v1.Finished
+	(*Hello)(nil),         // 4: lds.v1.Hello
+	(*Challenge)(nil),     // 5: lds.v1.Challenge
+	(*Start)(nil),         // 6: lds.v1.Start
+	(*Chunk)(nil),         // 7: lds.v1.Chunk
+	(*ClockStatus)(nil),   // 8: lds.v1.ClockStatus
+	(*Totals)(nil),        // 9: lds.v1.Totals
+	(*Drops)(nil),         // 10: lds.v1.Drops
+	(*FlowKey)(nil),       // 11: lds.v1.FlowKey
+	(*End)(nil),           // 12: lds.v1.End
+	(*ReceiverFrame)(nil), // 13: lds.v1.ReceiverFrame
+	(*LostQuery)(nil),     // 14: lds.v1.LostQuery
+	(*Window)(nil),        // 15: lds.v1.Window
+	(*HelloAck)(nil),      // 16: lds.v1.HelloAck
+	(*Ack)(nil),           // 17: lds.v1.Ack
+	nil,                   // 18: lds.v1.Hello.FingerprintEntry
+	nil,                   // 19: lds.v1.Drops.ParseEntry
 }
 var file_lds_v1_lds_proto_depIdxs = []int32{
-	2,  // 0: lds.v1.SenderFrame.hello:type_name -> lds.v1.Hello
-	4,  // 1: lds.v1.SenderFrame.start:type_name -> lds.v1.Start
-	5,  // 2: lds.v1.SenderFrame.chunk:type_name -> lds.v1.Chunk
-	10, // 3: lds.v1.SenderFrame.end:type_name -> lds.v1.End
-	15, // 4: lds.v1.Hello.fingerprint:type_name -> lds.v1.Hello.FingerprintEntry
-	0,  // 5: lds.v1.Chunk.kind:type_name -> lds.v1.ChunkKind
-	16, // 6: lds.v1.Drops.parse:type_name -> lds.v1.Drops.ParseEntry
-	7,  // 7: lds.v1.End.totals:type_name -> lds.v1.Totals
-	6,  // 8: lds.v1.End.clock:type_name -> lds.v1.ClockStatus
-	8,  // 9: lds.v1.End.drops:type_name -> lds.v1.Drops
-	9,  // 10: lds.v1.End.heavy:type_name -> lds.v1.FlowKey
-	13, // 11: lds.v1.ReceiverFrame.hello_ack:type_name -> lds.v1.HelloAck
-	14, // 12: lds.v1.ReceiverFrame.ack:type_name -> lds.v1.Ack
-	12, // 13: lds.v1.ReceiverFrame.window:type_name -> lds.v1.Window
-	3,  // 14: lds.v1.ReceiverFrame.challenge:type_name -> lds.v1.Challenge
-	1,  // 15: lds.v1.SketchExchange.Stream:input_type -> lds.v1.SenderFrame
-	11, // 16: lds.v1.SketchExchange.Stream:output_type -> lds.v1.ReceiverFrame
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 0: lds.v1.SenderFrame.hello:type_name -> lds.v1.Hello
+	6,  // 1: lds.v1.SenderFrame.start:type_name -> lds.v1.Start
+	7,  // 2: lds.v1.SenderFrame.chunk:type_name -> lds.v1.Chunk
+	12, // 3: lds.v1.SenderFrame.end:type_name -> lds.v1.End
+	2,  // 4: lds.v1.SenderFrame.lost_answer:type_name -> lds.v1.LostAnswer
+	3,  // 5: lds.v1.SenderFrame.finished:type_name -> lds.v1.Finished
+	18, // 6: lds.v1.Hello.fingerprint:type_name -> lds.v1.Hello.FingerprintEntry
+	0,  // 7: lds.v1.Chunk.kind:type_name -> lds.v1.ChunkKind
+	19, // 8: lds.v1.Drops.parse:type_name -> lds.v1.Drops.ParseEntry
+	9,  // 9: lds.v1.End.totals:type_name -> lds.v1.Totals
+	8,  // 10: lds.v1.End.clock:type_name -> lds.v1.ClockStatus
+	10, // 11: lds.v1.End.drops:type_name -> lds.v1.Drops
+	11, // 12: lds.v1.End.heavy:type_name -> lds.v1.FlowKey
+	16, // 13: lds.v1.ReceiverFrame.hello_ack:type_name -> lds.v1.HelloAck
+	17, // 14: lds.v1.ReceiverFrame.ack:type_name -> lds.v1.Ack
+	15, // 15: lds.v1.ReceiverFrame.window:type_name -> lds.v1.Window
+	14, // 16: lds.v1.ReceiverFrame.lost_query:type_name -> lds.v1.LostQuery
+	5,  // 17: lds.v1.ReceiverFrame.challenge:type_name -> lds.v1.Challenge
+	1,  // 18: lds.v1.SketchExchange.Stream:input_type -> lds.v1.SenderFrame
+	13, // 19: lds.v1.SketchExchange.Stream:output_type -> lds.v1.ReceiverFrame
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_lds_v1_lds_proto_init() }
@@ -1288,11 +1517,14 @@ func file_lds_v1_lds_proto_init() {
 		(*SenderFrame_Start)(nil),
 		(*SenderFrame_Chunk)(nil),
 		(*SenderFrame_End)(nil),
+		(*SenderFrame_LostAnswer)(nil),
+		(*SenderFrame_Finished)(nil),
 	}
-	file_lds_v1_lds_proto_msgTypes[10].OneofWrappers = []any{
+	file_lds_v1_lds_proto_msgTypes[12].OneofWrappers = []any{
 		(*ReceiverFrame_HelloAck)(nil),
 		(*ReceiverFrame_Ack)(nil),
 		(*ReceiverFrame_Window)(nil),
+		(*ReceiverFrame_LostQuery)(nil),
 		(*ReceiverFrame_Challenge)(nil),
 	}
 	type x struct{}
@@ -1301,7 +1533,7 @@ func file_lds_v1_lds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lds_v1_lds_proto_rawDesc), len(file_lds_v1_lds_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
