@@ -37,7 +37,10 @@ func captures(t *testing.T, dir string, seed uint64) (a, b string) {
 	sc.Classes = []gen.Class{{Name: "c", Weight: 1,
 		Delay: gen.DelayModel{Kind: gen.DelayUniform, Min: 200 * time.Microsecond, Max: 20 * time.Millisecond},
 		Loss:  gen.LossModel{Kind: "uniform", P: 0.01}}}
-	sc.HeavyLoss = gen.HeavyLoss{}
+	// A few flows lose every packet: their records carry the exact loss
+	// and no delay, so the collectors see records of both kinds (every
+	// other lossy flow's cells are repaired from the lost-packet list).
+	sc.HeavyLoss = gen.HeavyLoss{Fraction: 0.05, P: 1}
 	a, b = filepath.Join(dir, "a.pcap"), filepath.Join(dir, "b.pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
