@@ -117,7 +117,7 @@ func checkSqueeze(t *testing.T, res *SqueezeResult) {
 		reasons = append(reasons, fmt.Sprintf("%s %d", k, n))
 	}
 	slices.Sort(reasons)
-	t.Logf("squeezed flow-intervals of >= 50 packets: %d, delay within 5 %%: %d; with a complete lost list: %d, within 5 %%: %d (worst %.2f %%; %d with repaired cells); with an incomplete list: %d (%s), within 5 %%: %d (worst %.2f %%), of them where the queue fills or drains %d (%d within 5 %%), beyond 5 %% but within twice their ci95 %d",
+	t.Logf("squeezed flow-intervals of >= 50 packets: %d, delay within 5 %%: %d; with a complete lost list: %d, within 5 %%: %d (worst %.3g %%; %d with repaired cells); with an incomplete list: %d (%s), within 5 %%: %d (worst %.2f %%), of them where the queue fills or drains %d (%d within 5 %%), beyond 5 %% but within twice their ci95 %d",
 		c.checked, c.within, c.complete, c.completeWithin, 100*c.completeWorst, c.repaired, c.checked-c.complete, strings.Join(reasons, ", "), c.within-c.completeWithin, 100*c.incompleteWorst, c.edge, c.edgeWithin, c.wide)
 	if c.complete == 0 {
 		t.Errorf("no squeezed flow-interval of >= 50 packets has a complete lost list (%s): the 5 %% line is not tested", strings.Join(reasons, ", "))
