@@ -185,9 +185,9 @@ func RunSqueeze(ctx context.Context, opt SqueezeOptions) (res *SqueezeResult, er
 	body, _ := httpGetIn(ctx, NetnsPath(topo.Rtr), realMetricsURL(0))
 	_ = os.WriteFile(filepath.Join(dir, "metrics-receiver.txt"), []byte(body), 0o644)
 	res.ReceiverKernelDrops = kernelDrops(body)
-	ibody, _ := httpGetIn(ctx, NetnsPath(topo.Rtr), strings.TrimSuffix(realMetricsURL(0), "/metrics")+"/api/v1/intervals")
-	_ = os.WriteFile(filepath.Join(dir, "intervals-receiver.json"), []byte(ibody), 0o644)
-	res.LostLists = lostLists(ibody)
+	if res.LostLists, err = fetchLostLists(ctx, topo, dir); err != nil {
+		return res, err
+	}
 	sbody, _ := httpGetIn(ctx, NetnsPath(topo.Rtr), realSenderMetricsURL(0))
 	res.SenderKernelDrops = kernelDrops(sbody)
 	res.Qdisc = topo.QdiscStats()
@@ -208,18 +208,31 @@ func RunSqueeze(ctx context.Context, opt SqueezeOptions) (res *SqueezeResult, er
 	return res, err
 }
 
-// lostLists reads each interval's lost_list from an /api/v1/intervals
-// answer (an empty map if it does not parse).
-func lostLists(body string) map[int64]*results.LostSummary {
-	var a api.IntervalsAnswer
-	out := map[int64]*results.LostSummary{}
-	if json.Unmarshal([]byte(body), &a) != nil {
-		return out
+// fetchLostLists reads each interval's lost_list from the receiver's
+// /api/v1/intervals (three tries: the machine may be loaded) and keeps
+// the answer in dir as intervals-receiver.json.
+func fetchLostLists(ctx context.Context, topo *RealTopology, dir string) (map[int64]*results.LostSummary, error) {
+	url := strings.TrimSuffix(realMetricsURL(0), "/metrics") + "/api/v1/intervals"
+	var body string
+	var err error
+	for range 3 {
+		if body, err = httpGetIn(ctx, NetnsPath(topo.Rtr), url); err == nil {
+			break
+		}
 	}
+	if err != nil {
+		return nil, fmt.Errorf("testbed: the receiver's %s: %w", url, err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "intervals-receiver.json"), []byte(body), 0o644)
+	var a api.IntervalsAnswer
+	if err := json.Unmarshal([]byte(body), &a); err != nil {
+		return nil, fmt.Errorf("testbed: the receiver's %s: %w", url, err)
+	}
+	out := map[int64]*results.LostSummary{}
 	for _, iv := range a.Intervals {
 		out[iv.Interval] = iv.LostList
 	}
-	return out
+	return out, nil
 }
 
 // truthTails fills res.TruthP10, TruthP99 and TruthMean from the
