@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lds-net/lds/internal/api"
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/match"
@@ -77,7 +78,10 @@ type SqueezeResult struct {
 	// 10th and 99th percentile and mean one-way delay (ns) from the
 	// tcpdump join.
 	TruthP10, TruthP99, TruthMean map[join.FlowID]float64
-	mu                            sync.Mutex // Fired, LossFired, PromAlertsPolls while the poll runs
+	// LostLists is each interval's lost_list from the receiver's
+	// /api/v1/intervals at the end of the run (nil entry: none given).
+	LostLists map[int64]*results.LostSummary
+	mu        sync.Mutex // Fired, LossFired, PromAlertsPolls while the poll runs
 }
 
 // Squeezed says whether a flow is in the priority class (UDP to the
@@ -181,6 +185,9 @@ func RunSqueeze(ctx context.Context, opt SqueezeOptions) (res *SqueezeResult, er
 	body, _ := httpGetIn(ctx, NetnsPath(topo.Rtr), realMetricsURL(0))
 	_ = os.WriteFile(filepath.Join(dir, "metrics-receiver.txt"), []byte(body), 0o644)
 	res.ReceiverKernelDrops = kernelDrops(body)
+	if res.LostLists, err = fetchLostLists(ctx, topo, dir); err != nil {
+		return res, err
+	}
 	sbody, _ := httpGetIn(ctx, NetnsPath(topo.Rtr), realSenderMetricsURL(0))
 	res.SenderKernelDrops = kernelDrops(sbody)
 	res.Qdisc = topo.QdiscStats()
@@ -199,6 +206,33 @@ func RunSqueeze(ctx context.Context, opt SqueezeOptions) (res *SqueezeResult, er
 	}
 	res.Records, err = eval.ReadResultsFile(resultsPath)
 	return res, err
+}
+
+// fetchLostLists reads each interval's lost_list from the receiver's
+// /api/v1/intervals (three tries: the machine may be loaded) and keeps
+// the answer in dir as intervals-receiver.json.
+func fetchLostLists(ctx context.Context, topo *RealTopology, dir string) (map[int64]*results.LostSummary, error) {
+	url := strings.TrimSuffix(realMetricsURL(0), "/metrics") + "/api/v1/intervals"
+	var body string
+	var err error
+	for range 3 {
+		if body, err = httpGetIn(ctx, NetnsPath(topo.Rtr), url); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("testbed: the receiver's %s: %w", url, err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "intervals-receiver.json"), []byte(body), 0o644)
+	var a api.IntervalsAnswer
+	if err := json.Unmarshal([]byte(body), &a); err != nil {
+		return nil, fmt.Errorf("testbed: the receiver's %s: %w", url, err)
+	}
+	out := map[int64]*results.LostSummary{}
+	for _, iv := range a.Intervals {
+		out[iv.Interval] = iv.LostList
+	}
+	return out, nil
 }
 
 // truthTails fills res.TruthP10, TruthP99 and TruthMean from the
