@@ -112,7 +112,7 @@ func newBound(terms []MemoryTerm) MemoryBound {
 // sketchBytes is one interval's LDS and LDA sketches and its lost-packet
 // table (lost.capacity).
 func (c *Common) sketchBytes() int64 {
-	cell := sketch.CellBytes
+	cell := int64(unsafe.Sizeof(sketch.Cell{}))
 	if c.Sketch.Bytes {
 		cell += 8
 	}

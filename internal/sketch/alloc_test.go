@@ -91,7 +91,7 @@ func TestMaxEncodedBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range l.cells {
-			l.cells[i].Cell = Cell{S: int64(r.Uint64()), SPM: int64(r.Uint64()), SN: int64(r.Uint64()), N: int64(r.Uint64()), D: r.Uint64() >> 32}
+			l.cells[i] = Cell{S: int64(r.Uint64()), SPM: int64(r.Uint64()), SN: int64(r.Uint64()), N: int64(r.Uint64()), D: r.Uint64() >> 32}
 			if p.Bytes {
 				l.bytes[i] = r.Uint64()
 			}

@@ -336,7 +336,7 @@ func UnmarshalLDS(b []byte, want Params) (*LDS, error) {
 		if d.err == nil && c.empty() && by == 0 {
 			d.fail("cell %d is encoded but empty (non-canonical)", idx)
 		}
-		l.cells[idx].Cell = c
+		l.cells[idx] = c
 		if p.Bytes {
 			l.bytes[idx] = by
 		}

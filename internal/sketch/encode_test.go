@@ -126,7 +126,7 @@ func TestUnmarshalTruncatedNoPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < l.Len(); i++ {
-		l.cells[i].Cell = Cell{S: int64(i) * 1000, SPM: -int64(i), SN: 1, N: 1, D: uint64(i)}
+		l.cells[i] = Cell{S: int64(i) * 1000, SPM: -int64(i), SN: 1, N: 1, D: uint64(i)}
 	}
 	a, err := NewLDA(LDAParams{Banks: 2, Cells: 4})
 	if err != nil {

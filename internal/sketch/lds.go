@@ -2,7 +2,6 @@ package sketch
 
 import (
 	"fmt"
-	"unsafe"
 )
 
 // Cell is one LDS counter tuple. All fields are linear (sums or XOR), so
@@ -22,21 +21,6 @@ type Cell struct {
 
 func (c Cell) empty() bool { return c == Cell{} }
 
-// cellLine is a Cell padded to one 64-byte cache line. The sketch's storage
-// is a slice of them (large slices start on a page boundary), so that an
-// update touches one line: 40-byte cells straddle two lines for half the
-// cells, and live the ring traffic evicts the sketch between two packets
-// of a cell. The padding is storage only: the wire, the hashing and the
-// accessors see Cell.
-type cellLine struct {
-	Cell
-	_ [64 - 40]byte
-}
-
-// CellBytes is what one LDS cell takes in memory (a cache line; on the
-// wire it is varint-coded).
-const CellBytes = int64(unsafe.Sizeof(cellLine{}))
-
 // LDS is a Lossy Difference Sketch (Sanjuàs-Cuxart et al., IMC 2011): R rows
 // of C cells; a flow owns k adjacent cells per row (its virtual LDA) and
 // each of its packets, if the row's sampling keeps it, updates one of them.
@@ -49,7 +33,7 @@ type LDS struct {
 	cmod  uint64 // modMagic(cols)
 	k     uint64
 	thr   [MaxRows]uint64 // sampling thresholds T_r
-	cells []cellLine      // row-major: index r*C + c
+	cells []Cell          // row-major: index r*C + c
 	bytes []uint64        // nil unless Params.Bytes
 }
 
@@ -65,7 +49,7 @@ func NewLDS(p Params) (*LDS, error) {
 		cols:  uint64(p.Columns),
 		cmod:  modMagic(uint64(p.Columns)),
 		k:     uint64(p.VLDA),
-		cells: make([]cellLine, p.Rows*p.Columns),
+		cells: make([]Cell, p.Rows*p.Columns),
 	}
 	for r, rate := range p.Sampling {
 		l.thr[r] = samplingThreshold(rate)
@@ -200,7 +184,7 @@ func (l *LDS) rowCol(flowHash uint64, r int) uint64 {
 }
 
 // Cell returns cell i (index r*C + c).
-func (l *LDS) Cell(i int) Cell { return l.cells[i].Cell }
+func (l *LDS) Cell(i int) Cell { return l.cells[i] }
 
 // ByteCount returns the byte counter of cell i (0 if Params.Bytes is off).
 func (l *LDS) ByteCount(i int) uint64 {
@@ -242,7 +226,7 @@ func (l *LDS) Equal(o *LDS) bool {
 		return false
 	}
 	for i := range l.cells {
-		if l.cells[i].Cell != o.cells[i].Cell {
+		if l.cells[i] != o.cells[i] {
 			return false
 		}
 	}
@@ -268,7 +252,7 @@ func UsableCellRatio(snd, rcv *LDS) float64 {
 	}
 	var used, good int
 	for i := range snd.cells {
-		s, r := snd.cells[i].Cell, rcv.cells[i].Cell
+		s, r := snd.cells[i], rcv.cells[i]
 		if s.empty() && r.empty() {
 			continue
 		}

@@ -87,7 +87,7 @@ func (e *estimator) pairCells(workers int) {
 	e.ok = make([]bool, n)
 	parallelChunks(workers, n, 1<<14, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
-			s, v := e.snd.cells[i].Cell, e.rcv.cells[i].Cell
+			s, v := e.snd.cells[i], e.rcv.cells[i]
 			e.pairs[i] = cellPair{dS: v.S - s.S, dSPM: v.SPM - s.SPM, sn: s.SN, n: s.N, rn: v.N}
 			e.ok[i] = s.N > 0 && usable(s, v)
 		}

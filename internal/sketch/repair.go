@@ -219,7 +219,7 @@ func (a *LDA) cellOf(pktHash uint64) uint64 {
 // Clone returns a copy of the sketch (cells and byte counters).
 func (l *LDS) Clone() *LDS {
 	c := *l
-	c.cells = append([]cellLine(nil), l.cells...)
+	c.cells = append([]Cell(nil), l.cells...)
 	if l.bytes != nil {
 		c.bytes = append([]uint64(nil), l.bytes...)
 	}

@@ -29,7 +29,7 @@ type Sizing struct {
 	P         float64 // Pr[T1 > x] under the Pareto law
 	Z         float64 // offered load of large flows per cell, n·P/(R·C)
 	Cells     int     // R·C
-	Bytes     int     // memory of one sketch, CellBytes a cell (without byte counters)
+	Bytes     int     // memory of one sketch, 40 bytes a cell (without byte counters)
 }
 
 // Q is q(Rk, z) = 1 - (z·Rk)^Rk, the probability that a large flow has only
@@ -116,6 +116,6 @@ func Size(in SizingInput) (Sizing, error) {
 	s.Cells = s.Rows * s.Columns
 	s.Z = n * s.P / float64(s.Cells)
 	s.Q = Q(s.Rows*k, s.Z)
-	s.Bytes = s.Cells * int(CellBytes)
+	s.Bytes = s.Cells * 40
 	return s, nil
 }
