@@ -114,7 +114,8 @@ func TestReceiverMemoryWaitingForSender(t *testing.T) {
 	rc.PTP.Enabled = false
 	rc.Sketch.Seed = "5f0c6e1a9b2d4c3e8f7a6b5c4d3e2f10" // not the example seed, which a daemon may refuse
 	rc.Receiver.TLS.Plaintext = true
-	rc.Receiver.Lateness = time.Hour // only max_pending gives intervals up
+	rc.Receiver.Lateness = time.Hour            // only max_pending gives intervals up
+	rc.Receiver.MaxIntervalSkew = 2 * time.Hour // at least lateness + 2 intervals (Validate)
 	rc.Receiver.MaxPending = 4
 	rc.Sketch.Estimator = "paper"
 	rc.Capture.Source.Kind, rc.Capture.Source.File = "file", "unused" // Options.Sources replaces it
