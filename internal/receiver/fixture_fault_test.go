@@ -132,6 +132,12 @@ func (f *faultFixture) senderIntervals(t *testing.T, captureStart int64) []*inte
 		}
 	}
 	b.Flush(emit)
+	// Finished as the sender's ship stage does, before encoding.
+	for _, si := range out {
+		if err := si.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return out
 }
 
