@@ -153,7 +153,10 @@ func TestRealPrometheusScrapesReceiver(t *testing.T) {
 			// of its packets: held to its own ci95, of which about one
 			// in twenty may miss.
 			lossy++
-			if math.Abs(got*1e9-best.MeanNS) > ci[k]*1e9 {
+			// A delay repaired from the list of lost packets is exact,
+			// with a ci95 of 0: allow the float rounding of its trip
+			// through seconds and the exposition text (1e-12 relative).
+			if math.Abs(got*1e9-best.MeanNS) > ci[k]*1e9+1e-12*best.MeanNS {
 				outside++
 				t.Logf("lossy flow %v: Prometheus has %v s ± %v, truth %v ns", k, got, ci[k], best.MeanNS)
 			}
