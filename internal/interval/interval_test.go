@@ -391,6 +391,10 @@ func TestWorkersMergeEqualsOne(t *testing.T) {
 			if m, err := sm.Add(si); err != nil {
 				t.Fatal(err)
 			} else if m != nil {
+				// Finished as the sender's ship stage does.
+				if err := m.Finish(); err != nil {
+					t.Fatal(err)
+				}
 				snd[m.ID] = m
 			}
 		}

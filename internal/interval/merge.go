@@ -20,12 +20,13 @@ func NewSenderMerger(n, heavy int) *SenderMerger {
 	return &SenderMerger{n: n, heavy: heavy, pending: map[int64][]*SenderInterval{}}
 }
 
-// Add takes one worker's interval; it returns the merged (and finished)
-// interval once all n have it, else nil. Call it off the capture goroutine:
-// the boundary function is built here, once, over all workers' keys.
+// Add takes one worker's interval; it returns the merged interval once
+// all n have it, else nil. Call it off the capture goroutine. The merged
+// interval is not finished: its owner (the sender's ship stage) calls
+// Finish once, which builds the boundary function over all workers' keys.
 func (m *SenderMerger) Add(si *SenderInterval) (*SenderInterval, error) {
 	if m.n == 1 {
-		return si, si.Finish()
+		return si, nil
 	}
 	si.rank()
 	p := append(m.pending[si.ID], si)
@@ -64,9 +65,6 @@ func (m *SenderMerger) merge(p []*SenderInterval) (*SenderInterval, error) {
 		}
 	}
 	out.Heavy, out.HeavyN = top(all, m.heavy)
-	if err := out.Finish(); err != nil {
-		return nil, err
-	}
 	return out, nil
 }
 

@@ -78,8 +78,9 @@ type BoundaryKey struct {
 }
 
 // Finish ranks the heavy flows and builds the boundary function.
-// Idempotent; the merger, the encoder and the matcher call it, off the
-// capture goroutine. An interval built by hand keeps its Heavy list as it
+// Idempotent; the sender's ship stage calls it once per interval (before
+// wire.Encode, which only encodes), and the receiver's matcher on what it
+// decoded, both off the capture goroutine. An interval built by hand keeps its Heavy list as it
 // is; one that already has Split (decoded) keeps it. The error (only
 // possible for a corrupt key set) is returned again by later calls.
 func (si *SenderInterval) Finish() error {

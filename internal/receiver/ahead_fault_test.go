@@ -37,7 +37,7 @@ func TestAheadIntervalsPoisonNoGenuine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &interval.SenderInterval{ID: id, Sk: sk}
+		return finished(t, &interval.SenderInterval{ID: id, Sk: sk})
 	}
 	for _, si := range ivs {
 		if err := c.Submit(empty(si.ID), disabledClock()); err != nil {

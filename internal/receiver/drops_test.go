@@ -34,9 +34,9 @@ func TestPublishFlagsHeldPredecessor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := r.senders[0]
-			s.plan = interval.NewWindowPlan(r.params, 1)
-			r.toPublish = make(chan *results.Interval, 4)
+			out := make(chan *results.Interval, 4)
+			e := r.entries[0].emit
+			e.plan, e.out = interval.NewWindowPlan(r.params, 1), out
 			job := func(id int64, deficit int, meta interval.SenderMeta, rxDrops uint64) *estJob {
 				loss := 2.0
 				iv := &results.Interval{Sender: "a", Interval: id, Outcome: results.OutcomeMatched,
@@ -44,13 +44,13 @@ func TestPublishFlagsHeldPredecessor(t *testing.T) {
 				return &estJob{sender: "a", iv: iv, chk: interval.Assignment{DeficitCells: deficit, Delay: math.NaN()},
 					mt: &interval.Matched{ID: id, Outcome: results.OutcomeMatched, Meta: meta, RxDrops: rxDrops}}
 			}
-			r.publishJob(s, job(10, 3, interval.SenderMeta{}, 0)) // cells short of packets: held
-			if len(r.toPublish) != 0 {
+			e.publishJob(job(10, 3, interval.SenderMeta{}, 0)) // cells short of packets: held
+			if len(out) != 0 {
 				t.Fatal("an interval with cells short of packets was published before its successor's check")
 			}
-			r.publishJob(s, job(11, 0, interval.SenderMeta{KernelDrops: tc.senderDrops}, tc.rxDrops))
-			held := <-r.toPublish
-			next := <-r.toPublish
+			e.publishJob(job(11, 0, interval.SenderMeta{KernelDrops: tc.senderDrops}, tc.rxDrops))
+			held := <-out
+			next := <-out
 			if held.Interval != 10 || next.Interval != 11 {
 				t.Fatalf("published %d then %d, want 10 then 11", held.Interval, next.Interval)
 			}

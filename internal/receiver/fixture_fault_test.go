@@ -132,7 +132,19 @@ func (f *faultFixture) senderIntervals(t *testing.T, captureStart int64) []*inte
 		}
 	}
 	b.Flush(emit)
+	for _, si := range out {
+		finished(t, si)
+	}
 	return out
+}
+
+// finished finishes si as the sender's ship stage does before encoding.
+func finished(t *testing.T, si *interval.SenderInterval) *interval.SenderInterval {
+	t.Helper()
+	if err := si.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	return si
 }
 
 func disabledClock() interval.SenderMeta {

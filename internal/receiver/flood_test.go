@@ -93,7 +93,11 @@ func TestReceiverIdleFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Submit(&interval.SenderInterval{ID: interval.ID(time.Now().UnixNano(), p.T) - 1, Sk: sk},
+	si := &interval.SenderInterval{ID: interval.ID(time.Now().UnixNano(), p.T) - 1, Sk: sk}
+	if err := si.Finish(); err != nil { // as the sender's ship stage does before encoding
+		t.Fatal(err)
+	}
+	if err := c.Submit(si,
 		interval.SenderMeta{Clock: interval.ClockStatus{State: "disabled"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -43,25 +43,19 @@ type parkedLost struct {
 	resolved bool
 }
 
-func newLostQueue(capacity int, t int64, replay bool) *lostQueue {
-	q := &lostQueue{queries: make(chan *ldsv1.LostQuery, 16), done: make(chan struct{}), max: capacity, t: t, wait: LostAnswerWait}
-	if replay {
-		q.wait = lostAnswerWaitReplay
-	}
-	return q
+func newLostQueue(capacity int, t int64, wait time.Duration) *lostQueue {
+	return &lostQueue{queries: make(chan *ldsv1.LostQuery, 16), done: make(chan struct{}), max: capacity, t: t, wait: wait}
 }
 
 // finalLost peels the final interval's lost-packet tables, asks the
 // sender about the lost packets, and parks the interval (or hands it on
 // at once when there is nothing to ask and nothing parked before it).
-func (r *Receiver) finalLost(s *senderState, est *estStage, mt *interval.Matched, now time.Time) {
-	q := s.lostQ
-	r.recordFinal(s, mt.ID)
+func (ms *matchStage) finalLost(mt *interval.Matched, now time.Time) {
+	q := ms.lostQ
+	ms.conn.recordFinal(mt.ID)
 	mt.Lost = interval.PeelLost(mt)
 	p := &parkedLost{mt: mt, resolved: true}
-	s.mu.Lock()
-	connected := s.connected
-	s.mu.Unlock()
+	connected := ms.conn.isConnected()
 	if mt.Lost != nil {
 		nameExtra(mt)
 		if hs := mt.Lost.LostHashes(q.max); len(hs) > 0 {
@@ -86,7 +80,7 @@ func (r *Receiver) finalLost(s *senderState, est *estStage, mt *interval.Matched
 		}
 	}
 	q.park = append(q.park, p)
-	r.flushLost(s, est, now, false)
+	ms.flushLost(now, false)
 }
 
 // nameExtra names the extra packets (seen at the receiver only) from the
@@ -106,8 +100,8 @@ func nameExtra(mt *interval.Matched) {
 }
 
 // lostAnswered takes the sender's answer to a parked interval.
-func (r *Receiver) lostAnswered(s *senderState, est *estStage, a *ldsv1.LostAnswer, now time.Time) {
-	q := s.lostQ
+func (ms *matchStage) lostAnswered(a *ldsv1.LostAnswer, now time.Time) {
+	q := ms.lostQ
 	for _, p := range q.park {
 		if p.resolved || p.mt.ID != a.Interval {
 			continue
@@ -122,7 +116,7 @@ func (r *Receiver) lostAnswered(s *senderState, est *estStage, a *ldsv1.LostAnsw
 			ps, err := wire.DecodeLostAnswer(a.Packets, p.asked, p.mt.ID*q.t, q.t)
 			if err != nil {
 				p.mt.Lost.Unanswered = interval.UnansweredRefused
-				r.log.Warn("refused the sender's answer about lost packets", "sender", s.name(), "interval", p.mt.ID, "err", err)
+				ms.log.Warn("refused the sender's answer about lost packets", "sender", ms.conn.name(), "interval", p.mt.ID, "err", err)
 				break
 			}
 			p.mt.Lost.Answer = make(map[uint64]interval.LoggedPacket, len(ps))
@@ -132,13 +126,13 @@ func (r *Receiver) lostAnswered(s *senderState, est *estStage, a *ldsv1.LostAnsw
 		}
 		break
 	}
-	r.flushLost(s, est, now, false)
+	ms.flushLost(now, false)
 }
 
 // flushLost hands on the parked intervals at the head that are answered
 // or whose wait is over (all of them when all is set).
-func (r *Receiver) flushLost(s *senderState, est *estStage, now time.Time, all bool) {
-	q := s.lostQ
+func (ms *matchStage) flushLost(now time.Time, all bool) {
+	q := ms.lostQ
 	n := 0
 	for _, p := range q.park {
 		if !p.resolved && !all && now.Before(p.deadline) {
@@ -147,7 +141,7 @@ func (r *Receiver) flushLost(s *senderState, est *estStage, now time.Time, all b
 		if !p.resolved {
 			p.mt.Lost.Unanswered = interval.UnansweredTimeout
 		}
-		r.final(s, est, p.mt)
+		ms.final(p.mt)
 		n++
 	}
 	clear(q.park[:n])

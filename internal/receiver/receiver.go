@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -28,7 +27,6 @@ import (
 	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/export"
 	"github.com/lds-net/lds/internal/interval"
-	"github.com/lds-net/lds/internal/jsonl"
 	"github.com/lds-net/lds/internal/match"
 	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
@@ -72,62 +70,37 @@ type Options struct {
 	NoLostRepair bool
 }
 
-// Receiver is the downstream daemon's pipeline.
+// Receiver is the downstream daemon's pipeline: its stages (docs/DESIGN.md,
+// "Goroutines") and what they share read-only.
 type Receiver struct {
 	cfg     config.Receiver
 	opt     Options
+	pol     policy
 	log     *slog.Logger
 	limited *wire.LimitedLog // rate-limited lines: refusals, repeated write failures
 	params  interval.Params
 	cc      capture.Config
 	est     Estimation
-	estConc int // intervals estimated at once
 	metrics *metrics.Receiver
-	store   *api.Store
-	jsonl   *jsonl.Writer
-	lostW   *jsonl.Writer // receiver.lost_file (lostfile.go)
-	spikes  *spike.Detector
-	export  *export.Set // nil: no exporter configured
-	ptp     *ptp.Checker
-	senders []*senderState
+	ptp     *ptp.Checker // nil without clock checks
 
-	// toPublish carries every sender entry's intervals, in each entry's
-	// order, from its emitter to the publish stage (made in Run).
-	toPublish chan *results.Interval
-	capMu     sync.Mutex // guards capStats: each capture worker's last counters
-	capStats  []workerStats
-	done      chan struct{} // closed when Run returns: stream handlers stop waiting
+	// The stages: streams serves the senders' streams; per sender entry a
+	// match stage, an estimate stage and an emitter; one publisher.
+	streams *streams
+	entries []*entryStages
+	pub     *publisher
+
+	capMu    sync.Mutex // guards capStats: each capture worker's last counters
+	capStats []workerStats
 }
 
-// senderState is one receiver.senders entry: its match stage's input
-// channels and matcher, and what its emitter and the stream stage keep.
-type senderState struct {
-	entry  config.SenderEntry
-	sel    []match.Compiled
-	m      *interval.Matcher // match stage only
-	pieces *sample.Pieces    // the capture workers' sample candidates, until joined
-	// sealed carries the capture workers' sealed intervals to the match
-	// stage; closed once every worker has ended.
-	sealed chan *interval.Sealed
-	// fromStream carries what the sender's stream decoded to the match
-	// stage; never closed (streams come and go; r.done ends a waiting send).
-	fromStream chan senderMsg
-	plan       *interval.WindowPlan // hold windows (made in Run: it needs the worker count)
-
-	// Emitter goroutine only: the interval held back until the next
-	// one's check (a surplus there means packets of this one moved there),
-	// and whether the last published interval was flagged (log once an
-	// episode).
-	held      *estJob
-	inEpisode bool
-	mu        sync.Mutex // guards the fields below, and plan against Windows (the gRPC server's goroutines)
-	bound     string     // sender id bound to a wildcard entry
-	connected bool
-	final     []int64 // recent final interval ids, for HelloAck.have
-	finished  bool    // the connected sender said Finished (its end already told the match stage)
-	// lostQ: the questions about lost packets in flight (lost_round.go);
-	// its park is the match stage's only.
-	lostQ *lostQueue
+// entryStages are one receiver.senders entry's stages after capture.
+type entryStages struct {
+	conn  *senderConn
+	sel   []match.Compiled // which captured packets are the entry's
+	match *matchStage
+	est   *estStage
+	emit  *emitter
 }
 
 // New builds the pipeline from a validated configuration.
@@ -147,32 +120,24 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	// Live, estimation gets the cores the capture workers leave, one
-	// interval at a time (they come one an interval; decode's per-flow
-	// stages use those cores). A replay reads files, which cannot drop:
-	// its intervals become final in bursts, so it estimates as many at
-	// once as there are cores, each with every core for its per-flow
-	// stages (a replay of one long interval decodes it on all of them).
-	estWorkers, estConc := runtime.GOMAXPROCS(0)-max(1, cc.Source.Workers), 1
-	if opt.Replay {
-		estWorkers, estConc = runtime.GOMAXPROCS(0), runtime.GOMAXPROCS(0)
-	}
-	r := &Receiver{cfg: cfg, opt: opt, log: log, limited: wire.NewLimitedLog(log, 0), params: p, cc: cc,
+	pol := newPolicy(cfg, opt)
+	r := &Receiver{cfg: cfg, opt: opt, pol: pol, log: log, limited: wire.NewLimitedLog(log, 0), params: p, cc: cc,
 		est: Estimation{Estimator: sketch.Estimator(cfg.Sketch.Estimator), Alpha: cfg.Sketch.Alpha, T: p.T, Classes: classes,
-			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy,
-			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}, NoRepair: opt.NoLostRepair},
-		estConc: estConc,
-		store:   api.NewBoundedStore(cfg.Receiver.Keep, cfg.Receiver.APIMaxRecords), done: make(chan struct{})}
+			FlowHash: parser.FlowHash, Weight: parser.WeightOf, Workers: pol.estWorkers, MaxFlows: cfg.Sketch.MaxFlows, Heavy: cfg.Sketch.Heavy,
+			Window: sample.Window{T: p.T, MaxDelay: p.MaxDelay, Guard: p.Guard}, NoRepair: opt.NoLostRepair}}
 	if r.metrics, err = metrics.NewReceiver(cfg.Metrics, log); err != nil {
 		return nil, err
 	}
-	if r.spikes, err = spike.New(cfg.Spike); err != nil {
+	r.pub = &publisher{in: make(chan *results.Interval), cfg: cfg.Receiver, rotate: pol.rotate,
+		store: api.NewBoundedStore(cfg.Receiver.Keep, cfg.Receiver.APIMaxRecords), metrics: r.metrics, log: log, limited: r.limited,
+		onInterval: opt.OnInterval}
+	if r.pub.spikes, err = spike.New(cfg.Spike); err != nil {
 		return nil, err
 	}
-	if r.export, err = export.New(cfg.Export, export.Options{Blocking: opt.ExportBlocking, IntervalNS: p.T}, r.metrics, log); err != nil {
+	if r.pub.export, err = export.New(cfg.Export, export.Options{Blocking: opt.ExportBlocking, IntervalNS: p.T}, r.metrics, log); err != nil {
 		return nil, err
 	}
-	if !opt.Replay {
+	if pol.clockChecks {
 		if r.ptp, err = ptp.New(cfg.PTP, log); err != nil {
 			return nil, err
 		}
@@ -180,6 +145,7 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		// first interval: it is often why none is published.
 		r.metrics.SetOwnClock(tap.OwnClock(r.ptp))
 	}
+	r.streams = &streams{metrics: r.metrics, log: log, done: make(chan struct{})}
 	entries := cfg.Receiver.Senders
 	if len(entries) == 0 {
 		entries = []config.SenderEntry{{}} // one wildcard entry: the first sender id that connects
@@ -189,58 +155,56 @@ func New(cfg config.Receiver, opt Options, log *slog.Logger) (*Receiver, error) 
 		if err != nil {
 			return nil, err
 		}
-		r.senders = append(r.senders, &senderState{entry: e, sel: sel,
-			m:      interval.NewMatcher(p, cfg.Receiver.Lateness, cfg.Receiver.MaxPending),
-			pieces: sample.NewPieces(pieceKeep(cfg, opt.Replay)),
-			sealed: make(chan *interval.Sealed, cfg.Receiver.SealedQueue), fromStream: make(chan senderMsg, 16),
-			lostQ: newLostQueue(cfg.Lost.Cells(), p.T, opt.Replay)})
+		r.entries = append(r.entries, r.newEntry(e, sel))
 	}
 	return r, nil
 }
 
-// watchMatchers counts and logs what each sender entry's matcher refuses,
-// and (live: clock not nil) makes it hold sender intervals ahead of the
-// receiver's clock: more than two intervals and the largest hold window,
-// further than any honest sender's interval can be (a sender seals an
-// interval after its end; its shutdown trailers reach at most a window
-// ahead).
-func (r *Receiver) watchMatchers(clock func() time.Time) {
-	for _, s := range r.senders {
-		if clock != nil {
-			s.m.HoldAhead(clock, time.Duration(2*r.params.T+r.params.MaxDelay))
-		}
-		s.m.OnRefuse(func(reason string, id int64) {
-			name := s.name()
-			r.metrics.IntervalRefusal(name, reason, 1)
-			if reason == interval.RefusedDuplicate {
-				r.metrics.IntervalOutcome(name, results.OutcomeDuplicate)
-			}
-			r.limited.Warn("interval\x00"+reason+"\x00"+name, "refused an interval half", "sender", name, "interval", id,
-				"interval_start", time.Unix(0, id*r.params.T).UTC(), "reason", reason)
-		})
-	}
+// newEntry makes one sender entry's stages and wires their channels.
+func (r *Receiver) newEntry(e config.SenderEntry, sel []match.Compiled) *entryStages {
+	in := make(chan senderMsg, 16)
+	lq := newLostQueue(r.cfg.Lost.Cells(), r.params.T, r.pol.answerWait)
+	conn := &senderConn{entry: e, toMatch: in, queries: lq.queries, matchDone: lq.done, keepFinal: 4 * r.cfg.Receiver.MaxPending}
+	r.streams.entries = append(r.streams.entries, conn)
+	est := newEstStage(r.pol.estConc, r.estimateJob)
+	ms := &matchStage{conn: conn, m: interval.NewMatcher(r.params, r.cfg.Receiver.Lateness, r.cfg.Receiver.MaxPending),
+		pieces: sample.NewPieces(r.pol.pieceKeep), sealed: make(chan *interval.Sealed, r.cfg.Receiver.SealedQueue), in: in,
+		lostQ: lq, est: est, stopWhenDrained: r.pol.stopWhenDrained, verdict: r.clock, ownClock: r.ownClock, metrics: r.metrics, log: r.log}
+	r.watchMatcher(ms)
+	return &entryStages{conn: conn, sel: sel, match: ms, est: est,
+		emit: &emitter{out: r.pub.in, params: r.params, metrics: r.metrics, log: r.log}}
 }
 
-// pieceKeep bounds the sample pieces a sender entry holds: a live
-// interval is final (and its pieces joined) within receiver.lateness, so
-// a few more than lateness / interval suffice; a replay's capture may run
-// up to its sealed-interval queue (receiver.sealed_queue) ahead of
-// estimation.
-func pieceKeep(cfg config.Receiver, replay bool) int {
-	if replay {
-		return max(4*cfg.Receiver.MaxPending, cfg.Receiver.SealedQueue+8)
+// watchMatcher counts and logs what a sender entry's matcher refuses,
+// and (with a clock: policy.now) makes it hold sender intervals ahead of
+// the receiver's clock: more than two intervals and the largest hold
+// window, further than any honest sender's interval can be (a sender
+// seals an interval after its end; its shutdown trailers reach at most a
+// window ahead).
+func (r *Receiver) watchMatcher(ms *matchStage) {
+	if r.pol.now != nil {
+		ms.m.HoldAhead(r.pol.now, time.Duration(2*r.params.T+r.params.MaxDelay))
 	}
-	return int(cfg.Receiver.Lateness/cfg.Interval) + 8
+	ms.m.OnRefuse(func(reason string, id int64) {
+		name := ms.conn.name()
+		r.metrics.IntervalRefusal(name, reason, 1)
+		if reason == interval.RefusedDuplicate {
+			r.metrics.IntervalOutcome(name, results.OutcomeDuplicate)
+		}
+		r.limited.Warn("interval\x00"+reason+"\x00"+name, "refused an interval half", "sender", name, "interval", id,
+			"interval_start", time.Unix(0, id*r.params.T).UTC(), "reason", reason)
+	})
 }
 
 // Store is the results store behind the API.
-func (r *Receiver) Store() *api.Store { return r.store }
+func (r *Receiver) Store() *api.Store { return r.pub.store }
 
 // Metrics is the receiver's metrics (for tests and extra handlers).
 func (r *Receiver) Metrics() *metrics.Receiver { return r.metrics }
 
-// Run captures, serves and publishes until ctx ends (or, in replay, until
-// everything is final).
+// Run captures, serves and publishes until ctx ends (or, when the policy
+// stops when drained, until everything is final): it serves the senders,
+// watches SIGHUP, starts the exporters and runs the stages.
 func (r *Receiver) Run(ctx context.Context) error {
 	readers, release, err := capture.OpenReaders(r.opt.Sources, r.cc, r.log)
 	if err != nil {
@@ -248,107 +212,108 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	defer release()
 	r.capStats = make([]workerStats, len(readers))
-	for _, s := range r.senders {
+	for _, e := range r.entries {
 		plan := interval.NewWindowPlan(r.params, len(readers))
-		if r.opt.Replay {
+		if r.pol.pace > 0 {
 			// Files are read far ahead of estimation: let each boundary's
 			// window wait for the evidence of the intervals before it.
-			plan.Pace(replayPace)
+			plan.Pace(r.pol.pace)
 		}
-		// The gRPC server may already ask for it (Windows).
-		s.mu.Lock()
-		s.plan = plan
-		s.mu.Unlock()
+		e.conn.setPlan(plan)
+		e.emit.plan = plan
 	}
-	start := r.opt.CaptureStart
-	if start == 0 {
-		start = time.Now().UnixNano()
-	}
-	if r.cfg.Receiver.ResultsFile != "" {
-		w, err := r.openResults()
-		if err != nil {
-			return err
-		}
-		r.jsonl = w
-		defer func() {
-			if err := w.Close(); err != nil {
-				r.log.Error("closing the results file: its last records may be lost", "file", r.cfg.Receiver.ResultsFile, "err", err)
-			}
-		}()
-	}
-	closeLost, err := r.openLost()
+	closeFiles, err := r.pub.open()
 	if err != nil {
 		return err
 	}
-	defer closeLost()
-	if !r.opt.Replay {
-		// SIGHUP reopens the results file (logrotate's create mode, or
-		// systemctl reload); without a file it is ignored, never fatal.
-		hup, stopHUP := make(chan os.Signal, 1), make(chan struct{})
-		signal.Notify(hup, syscall.SIGHUP)
-		defer close(stopHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-hup:
-					r.ReopenResults()
-				case <-stopHUP:
-					return
-				}
-			}
-		}()
+	defer closeFiles()
+	defer r.watchHUP()()
+	srv, lis, err := r.senderServer()
+	if err != nil {
+		return err
 	}
+	defer close(r.streams.done)
+	defer r.startExporters()()
+	g, gctx := errgroup.WithContext(ctx)
+	r.serve(gctx, g, srv, lis)
+	// The pipeline's stages, from capture on (stages.go).
+	r.runStages(gctx, g, srv, readers)
+	return tap.Wait(g)
+}
+
+// watchHUP makes SIGHUP reopen the results and lost-packet files
+// (logrotate's create mode, or systemctl reload) where they rotate;
+// without a file it is ignored, never fatal. The returned function stops
+// watching.
+func (r *Receiver) watchHUP() func() {
+	if !r.pol.rotate {
+		return func() {}
+	}
+	hup, stop := make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				r.ReopenResults()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(stop) }
+}
+
+// startExporters runs the exporters beside the pipeline, never inside its
+// errgroup: an export failure cannot stop the receiver. The returned
+// function stops them (and waits for their flush), after the last
+// interval is published.
+func (r *Receiver) startExporters() func() {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.pub.export.Run(ctx) }()
+	return func() { stop(); <-done }
+}
+
+// senderServer builds the gRPC server the senders stream to, on
+// receiver.listen (or Options.Listener) behind the connection gate.
+func (r *Receiver) senderServer() (*grpc.Server, net.Listener, error) {
 	lis := r.opt.Listener
 	if lis == nil {
 		var err error
 		if lis, err = net.Listen("tcp", r.cfg.Receiver.Listen); err != nil {
-			return fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
+			return nil, nil, fmt.Errorf("receiver.listen %q: %w", r.cfg.Receiver.Listen, err)
 		}
 	}
 	creds, err := r.serverCreds(lis.Addr().String())
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	r.metrics.RefusalReasons(wire.ConnectionRefusalReasons(), wire.SenderRefusalReasons())
 	refusals := &wire.Refusals{Log: r.limited, Connection: r.metrics.ConnectionRefusal, Sender: r.metrics.SenderRefusal}
 	gate := wire.NewGate(wire.GateConfig{MaxAuthenticated: r.cfg.Receiver.MaxConnections, Refusals: refusals})
 	if lis, err = gate.Listener(lis); err != nil {
-		return fmt.Errorf("receiver.listen: %w", err)
+		return nil, nil, fmt.Errorf("receiver.listen: %w", err)
 	}
 	srv := grpc.NewServer(wire.ServerOptions(gate.Creds(creds), r.cfg.Receiver.MaxFrameBytes)...)
 	senders := map[string]bool{}
 	for _, e := range r.cfg.Receiver.Senders {
 		senders[e.ID] = true
 	}
-	var now func() time.Time
-	switch {
-	case r.opt.Clock != nil:
-		now = r.opt.Clock
-	case r.opt.Replay:
-		// A replay's intervals are as old as its captures: no window.
-	default:
-		now = time.Now
-	}
-	r.watchMatchers(now)
 	ldsv1.RegisterSketchExchangeServer(srv, wire.NewServer(wire.ServerConfig{
 		Fingerprint: r.cfg.Fingerprint(), Seed: r.cfg.Sketch.Seed, Params: r.params, Senders: senders, Version: r.opt.Version,
-		Now: now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew, Refusals: refusals,
+		Now: r.pol.now, MaxSkew: r.cfg.Receiver.MaxIntervalSkew, Refusals: refusals,
 		Limits: wire.Limits{MaxSketchBytes: r.cfg.Receiver.MaxSketchBytes, MaxCells: r.params.Sketch.Rows*r.params.Sketch.Columns + 1<<22,
 			MaxClasses: r.params.Classes},
-	}, r, r.log))
+	}, r.streams, r.log))
+	return srv, lis, nil
+}
 
-	defer close(r.done)
-	// The exporters run beside the pipeline, never inside its errgroup: an
-	// export failure cannot stop the receiver. They stop (and flush) after
-	// the last interval is published.
-	expCtx, expStop := context.WithCancel(context.Background())
-	expDone := make(chan struct{})
-	go func() { defer close(expDone); r.export.Run(expCtx) }()
-	defer func() { expStop(); <-expDone }()
-	g, gctx := errgroup.WithContext(ctx)
+// serve runs, in g, the gRPC server (stopped when ctx ends), the HTTP
+// endpoint (metrics and results API) and the PTP checker.
+func (r *Receiver) serve(ctx context.Context, g *errgroup.Group, srv *grpc.Server, lis net.Listener) {
 	g.Go(func() error {
-		<-gctx.Done()
+		<-ctx.Done()
 		srv.Stop()
 		return nil
 	})
@@ -359,64 +324,20 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return nil
 	})
 	if !r.opt.NoHTTP {
-		extra := map[string]http.Handler{"/api/": r.store.Handler()}
+		extra := map[string]http.Handler{"/api/": r.pub.store.Handler()}
 		g.Go(func() error {
-			return metrics.ServeListener(gctx, r.opt.HTTPListener, r.cfg.Metrics, r.metrics.Registry(), extra, r.log)
+			return metrics.ServeListener(ctx, r.opt.HTTPListener, r.cfg.Metrics, r.metrics.Registry(), extra, r.log)
 		})
 	}
 	if r.ptp != nil {
-		g.Go(func() error { return r.ptp.Run(gctx) })
+		g.Go(func() error { return r.ptp.Run(ctx) })
 	}
-	// The pipeline's stages, from the match stage on (stages.go).
-	r.runStages(gctx, g, srv, len(readers))
-	var workers sync.WaitGroup
-	for i, rd := range readers {
-		workers.Add(1)
-		g.Go(func() error { defer workers.Done(); return r.captureLoop(gctx, i, rd, start) })
-	}
-	g.Go(func() error {
-		workers.Wait()
-		for _, s := range r.senders {
-			s.plan.Close()
-			close(s.sealed)
-		}
-		return nil
-	})
-	return tap.Wait(g)
 }
 
-// openResults opens receiver.results_file with its rotation, durability
-// and error counting; a replay writes one file, never rotated or synced.
-func (r *Receiver) openResults() (*jsonl.Writer, error) {
-	rc := r.cfg.Receiver
-	opt := jsonl.Options{MaxBytes: rc.ResultsMaxBytes, MaxAge: rc.ResultsMaxAge, Keep: rc.ResultsKeep, Fsync: rc.ResultsFsync,
-		OnError: r.metrics.ResultsWriteError}
-	if r.opt.Replay {
-		opt.MaxBytes, opt.MaxAge, opt.Fsync = 0, 0, false
-	}
-	r.metrics.ResultsFileReasons([]string{jsonl.ReasonNoSpace, jsonl.ReasonIO, jsonl.ReasonOpen, jsonl.ReasonFsync, jsonl.ReasonRotate, jsonl.ReasonOther})
-	w, err := jsonl.Open(rc.ResultsFile, opt)
-	if err != nil {
-		return nil, fmt.Errorf("receiver.results_file: %w", err)
-	}
-	return w, nil
-}
-
-// ReopenResults closes and reopens the results file, what SIGHUP does: after
-// an outside rotation moved it away, writing goes on in a new file at
-// receiver.results_file.
-func (r *Receiver) ReopenResults() {
-	r.reopenLost()
-	if r.jsonl == nil {
-		r.log.Info("SIGHUP: no results file to reopen")
-		return
-	}
-	if err := r.jsonl.Reopen(); err != nil {
-		r.log.Error("reopening the results file; retried at the next interval", "err", err)
-		return
-	}
-	r.log.Info("results file reopened", "path", r.cfg.Receiver.ResultsFile)
-}
+// ReopenResults closes and reopens the results and lost-packet files,
+// what SIGHUP does: after an outside rotation moved them away, writing
+// goes on in new files at their paths.
+func (r *Receiver) ReopenResults() { r.pub.reopen() }
 
 func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, error) {
 	t := r.cfg.Receiver.TLS
@@ -424,125 +345,11 @@ func (r *Receiver) serverCreds(addr string) (credentials.TransportCredentials, e
 		if !wire.IsLoopback(addr) {
 			return nil, fmt.Errorf("receiver.tls.plaintext: refused on %s, which is not a loopback address; configure mTLS", addr)
 		}
-		lv := slog.LevelWarn
-		if r.opt.Replay {
-			lv = slog.LevelDebug
-		}
-		r.log.Log(context.Background(), lv, "serving senders without TLS (loopback only)", "listen", addr)
+		r.log.Log(context.Background(), r.pol.plaintextLog, "serving senders without TLS (loopback only)", "listen", addr)
 		return nil, nil
 	}
 	return wire.ServerTLS(t.Cert, t.Key, t.ClientCA)
 }
-
-// captureLoop is one capture worker: the receiver's callbacks of the
-// shared loop (internal/tap) hand each packet to every sender entry whose
-// selection it matches. It never waits on the network or on estimation,
-// only (in replay) on a full channel to the matcher, which keeps memory
-// bounded.
-func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
-	builders := make([]*interval.RxBuilder, len(r.senders))
-	emitters := make([]func(*interval.Sealed), len(r.senders))
-	// Sample candidates by receive time; a sealed interval's pieces are
-	// handed to the sender entry before the interval itself.
-	stores := make([]*sample.RxStore, len(r.senders))
-	outages := make([]capture.OutageTracker, len(r.senders))
-	// A packet this capture dropped was sent before the read + guard
-	// (interval.DropLedger); one ledger per sender entry, as each entry
-	// seals its intervals on its own.
-	ledgers := make([]interval.DropLedger, len(r.senders))
-	for i, s := range r.senders {
-		stores[i] = sample.NewRxStore(r.cfg.Sample, start)
-		var err error
-		// The decoding estimator needs each flow's packets per cell.
-		composition := r.est.Estimator == sketch.EstimatorDecode
-		if builders[i], err = interval.NewRxBuilderPlan(r.params, start, composition, s.plan); err != nil {
-			return err
-		}
-		ledgers[i] = interval.DropLedger{T: r.params.T, Reach: r.params.Guard}
-		emitters[i] = func(sl *interval.Sealed) {
-			stores[i].Cut(sl.ID, s.pieces.Put)
-			if st, err := rd.Source().Stats(); err == nil {
-				if outages[i].Touched(st) {
-					sl.Partial = true // the capture interface was down during it
-				}
-				sl.Drops, sl.DropsAffecting = ledgers[i].Read(sl.ID, st.Kernel+st.Interface, time.Now().UnixNano())
-			}
-			select {
-			case s.sealed <- sl:
-			case <-ctx.Done():
-			}
-		}
-	}
-	loop := tap.Loop{Name: "receiver", Reader: rd, Log: r.log.With("worker", worker), Replay: r.opt.Replay,
-		Packet: func(pkt *capture.Packet) {
-			for i, s := range r.senders {
-				if len(s.sel) == 0 || match.First(s.sel, pkt.Key.SrcAddr(), pkt.Key.DstAddr(), pkt.Key.Proto, pkt.Key.SPort, pkt.Key.DPort) >= 0 {
-					builders[i].Add(pkt, emitters[i])
-					stores[i].Add(pkt) // after: a piece Add's sealing hands over is complete
-				}
-			}
-		},
-		Advance: func(now int64) {
-			for i := range r.senders {
-				builders[i].Advance(now, emitters[i])
-			}
-		},
-		Flush: func() {
-			for i := range r.senders {
-				builders[i].Flush(emitters[i])
-			}
-		},
-		// On a stop request, seal what has been captured and hand it to
-		// the matchers (they drain their channel before finalizing):
-		// nothing captured is dropped silently at SIGTERM.
-		Stop: func() {
-			for i, s := range r.senders {
-				builders[i].Flush(func(sl *interval.Sealed) {
-					stores[i].Cut(sl.ID, s.pieces.Put)
-					select {
-					case s.sealed <- sl:
-					case <-time.After(stopGrace):
-					}
-				})
-			}
-		},
-		Poll: func() { r.publishCapture(worker, rd) },
-	}
-	return loop.Run(ctx)
-}
-
-// replayPace bounds how long a replay's capture waits for the evidence of
-// earlier intervals before fixing a boundary's window without it.
-const replayPace = 10 * time.Second
-
-type workerStats struct {
-	parse capture.ParseCounters
-	drops capture.DropStats
-}
-
-// publishCapture records one worker's cumulative counters and exports the
-// sum over workers.
-func (r *Receiver) publishCapture(worker int, rd *capture.Reader) {
-	st, _ := rd.Source().Stats()
-	r.capMu.Lock()
-	r.capStats[worker] = workerStats{parse: rd.Parser().Counters(), drops: st}
-	var tot workerStats
-	for _, w := range r.capStats {
-		tot.parse = tot.parse.Add(w.parse)
-		tot.drops = tot.drops.Add(w.drops)
-	}
-	r.capMu.Unlock()
-	drops := tot.parse.ByReason()
-	drops["kernel"], drops["interface"] = tot.drops.Kernel, tot.drops.Interface
-	r.metrics.CaptureCounters(tot.parse.Parsed, drops)
-	if tot.drops.Link != capture.LinkUnknown {
-		r.metrics.CaptureHealth().Set(tot.drops.Oversize, tot.drops.LinkDowns, tot.drops.Link == capture.LinkUp)
-	}
-}
-
-// stopGrace bounds how long a stopping capture worker waits to hand its
-// last sealed intervals to the match stage.
-const stopGrace = 2 * time.Second
 
 // ownClock is this host's clock verdict now.
 func (r *Receiver) ownClock() interval.ClockStatus { return tap.Clock(r.ptp) }
@@ -551,7 +358,7 @@ func (r *Receiver) ownClock() interval.ClockStatus { return tap.Clock(r.ptp) }
 // closed the interval, the receiver's when it sealed it. Anything but
 // synced (or disabled by choice) withholds the delays.
 func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
-	if r.opt.Replay {
+	if !r.pol.clockChecks {
 		return Clock{}
 	}
 	own, other := mt.RxClock, mt.Meta.Clock

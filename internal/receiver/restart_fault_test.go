@@ -108,11 +108,12 @@ func TestReceiverRestartMidRun(t *testing.T) {
 	}
 }
 
-// faultHandler stands between the wire server and a real Receiver and
-// breaks the stream at chosen intervals after the receiver has taken them:
-// the acknowledgement is lost, as when a connection drops.
+// faultHandler stands between the wire server and a real receiver's
+// stream stage and breaks the stream at chosen intervals after the
+// receiver has taken them: the acknowledgement is lost, as when a
+// connection drops.
 type faultHandler struct {
-	*Receiver
+	*streams
 	mu         sync.Mutex
 	deliveries map[int64]int
 	haves      [][]int64
@@ -122,7 +123,7 @@ type faultHandler struct {
 }
 
 func (h *faultHandler) Connected(sender string, instance uint64) ([]int64, error) {
-	have, err := h.Receiver.Connected(sender, instance)
+	have, err := h.streams.Connected(sender, instance)
 	h.mu.Lock()
 	h.haves = append(h.haves, slices.Clone(have))
 	h.mu.Unlock()
@@ -130,7 +131,7 @@ func (h *faultHandler) Connected(sender string, instance uint64) ([]int64, error
 }
 
 func (h *faultHandler) Interval(sender string, r *wire.Result) error {
-	if err := h.Receiver.Interval(sender, r); err != nil || r.Kind != wire.Complete {
+	if err := h.streams.Interval(sender, r); err != nil || r.Kind != wire.Complete {
 		return err
 	}
 	id := r.ID
@@ -177,7 +178,7 @@ func TestReceiverDropsResentDuplicates(t *testing.T) {
 	gate := &gatedSource{Source: src, open: make(chan struct{})}
 	t.Cleanup(gate.release)
 	run := f.startReceiver(t, lis, gate, "")
-	h := &faultHandler{Receiver: run.rx, deliveries: map[int64]int{}, breakAfter: map[int64]func(){
+	h := &faultHandler{streams: run.rx.streams, deliveries: map[int64]int{}, breakAfter: map[int64]func(){
 		// Still pending (the receiver has not captured it yet): a resend is a duplicate.
 		ids[1]: func() {},
 		// Final before the stream breaks: the next HelloAck names it.

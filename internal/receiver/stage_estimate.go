@@ -124,7 +124,7 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	// growth for it (its loss is withheld as capture_drops already).
 	j.beyond = j.beyond && j.drops.Sender == 0
 	r.metrics.EstimationDuration(j.sender, took)
-	if !r.opt.Replay && took > time.Duration(r.params.T) {
+	if r.pol.warnSlowEstimate && took > time.Duration(r.params.T) {
 		// Live intervals come one an interval: estimation slower than
 		// that piles them up (the sender's resend buffer, then voids).
 		r.log.Warn("estimating an interval took longer than the interval: the receiver falls behind",

@@ -2,138 +2,148 @@ package receiver
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/results"
+	"github.com/lds-net/lds/internal/sample"
 )
 
-// matchStage is one sender entry's match stage, the only goroutine that
-// touches its Matcher. It reads the capture workers' sealed intervals
-// (s.sealed) and what the sender's stream decoded (s.fromStream), merges
-// the workers' parts of each interval, matches both ends, and submits every
-// final interval (and a tick a second) to the estimate stage. It ends
+// matchStage is one sender entry's match stage; its goroutine (run) is
+// the only one that touches its Matcher, its sample pieces' joins and its
+// questions about lost packets. It reads the capture workers' sealed
+// intervals (sealed) and what the sender's stream decoded (in), merges
+// the workers' parts of each interval, matches both ends, asks the
+// sender about the lost packets (lost_round.go), and submits every final
+// interval (and a tick a second) to the entry's estimate stage.
+type matchStage struct {
+	conn   *senderConn
+	m      *interval.Matcher
+	pieces *sample.Pieces // the capture workers' sample candidates, until joined
+	// sealed carries the capture workers' sealed intervals here; Run
+	// closes it once every worker has ended.
+	sealed chan *interval.Sealed
+	in     chan senderMsg // from the stream stage (senderConn.toMatch)
+	lostQ  *lostQueue
+	est    *estStage
+	// stopWhenDrained: end once capture has ended, the sender's stream
+	// has closed and nothing is pending (policy).
+	stopWhenDrained bool
+	// verdict judges an interval by both ends' clocks (Receiver.clock);
+	// ownClock is this host's clock now.
+	verdict  func(sender string, mt *interval.Matched) Clock
+	ownClock func() interval.ClockStatus
+	metrics  *metrics.Receiver
+	log      *slog.Logger
+}
+
+// run is the match stage's goroutine. It ends
 //   - at a stop request: it stops reading the stream, closes the hold
 //     window plan (no capture worker waits for evidence any more), drains
-//     s.sealed until the capture workers have closed it, and finalizes
+//     sealed until the capture workers have closed it, and finalizes
 //     everything pending;
-//   - in a replay: once capture has ended, the sender's stream has closed
-//     and nothing is pending;
+//   - when stopWhenDrained: once capture has ended, the sender's stream
+//     has closed and nothing is pending;
 //
 // and closes the estimate stage's input on its way out.
-func (r *Receiver) matchStage(ctx context.Context, s *senderState, est *estStage, workers int) error {
-	defer est.close()
-	defer close(s.lostQ.done) // a finished sender's stream may end
+func (ms *matchStage) run(ctx context.Context, plan *interval.WindowPlan, workers int) error {
+	defer ms.est.close()
+	defer close(ms.lostQ.done) // a finished sender's stream may end
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	merger := interval.NewSealedMerger(workers)
 	// Final intervals go through the lost-packet round first (lost_round.go).
-	emit := func(mt *interval.Matched) { r.finalLost(s, est, mt, time.Now()) }
-	defer func() { r.flushLost(s, est, time.Now(), true) }()
+	emit := func(mt *interval.Matched) { ms.finalLost(mt, time.Now()) }
+	defer func() { ms.flushLost(time.Now(), true) }()
 	addSealed := func(sl *interval.Sealed) error {
 		merged, err := merger.Add(sl)
 		if err != nil {
 			return err
 		}
 		if merged != nil {
-			merged.Clock = r.ownClock()
-			s.m.AddSealed(merged, time.Now(), emit)
+			merged.Clock = ms.ownClock()
+			ms.m.AddSealed(merged, time.Now(), emit)
 		}
 		return nil
 	}
-	sealed := s.sealed
+	sealed := ms.sealed
 	rxGone, sndGone := false, false
 	for {
-		if r.opt.Replay && rxGone && sndGone && s.m.Idle() && len(s.lostQ.park) == 0 {
+		if ms.stopWhenDrained && rxGone && sndGone && ms.m.Idle() && len(ms.lostQ.park) == 0 {
 			return nil
 		}
 		select {
-		case <-s.lostQ.lostTimer(time.Now()):
-			r.flushLost(s, est, time.Now(), false)
+		case <-ms.lostQ.lostTimer(time.Now()):
+			ms.flushLost(time.Now(), false)
 		case <-ctx.Done():
 			// Capture's hold windows stop waiting for the evidence of
 			// intervals this stage will not finalize before the drain
 			// ends (a replay paces them). The workers seal what they hold
-			// and close s.sealed: nothing captured is dropped silently at
+			// and close sealed: nothing captured is dropped silently at
 			// SIGTERM. Then everything pending is final.
-			s.plan.Close()
+			plan.Close()
 			if sealed != nil {
 				for sl := range sealed {
 					_ = addSealed(sl) // merging fails only on a worker's bug; the rest still counts
 				}
 			}
 			now := time.Now()
-			s.m.RxGone(now, emit)
-			s.m.SenderGone(now, emit)
+			ms.m.RxGone(now, emit)
+			ms.m.SenderGone(now, emit)
 			return nil
 		case sl, ok := <-sealed:
 			if !ok {
 				sealed, rxGone = nil, true
-				s.m.RxGone(time.Now(), emit)
+				ms.m.RxGone(time.Now(), emit)
 				continue
 			}
 			if err := addSealed(sl); err != nil {
 				return err
 			}
-		case msg := <-s.fromStream:
-			if msg.answer != nil {
-				r.lostAnswered(s, est, msg.answer, time.Now())
-				continue
+		case msg := <-ms.in:
+			if ms.onStream(msg, emit) {
+				sndGone = true
 			}
-			if msg.ended {
-				// What the ended stream was asked stays unanswered.
-				r.flushLost(s, est, time.Now(), true)
-				continue
-			}
-			if msg.gone {
-				if r.opt.Replay {
-					sndGone = true
-					s.m.SenderGone(time.Now(), emit)
-				}
-				continue
-			}
-			if ids := msg.voided; len(ids) > 0 {
-				for range ids {
-					r.metrics.IntervalOutcome(s.name(), results.OutcomeVoidedGap)
-				}
-				r.log.Warn("intervals voided by a seq gap (the sender resends them after a reconnect)", "sender", s.name(), "intervals", ids)
-				continue
-			}
-			r.metrics.SketchBytes(s.name(), int(msg.meta.SketchBytes))
-			s.m.AddSender(msg.si, msg.meta, time.Now(), emit) // a refusal is counted by the matcher's OnRefuse
 		case <-tick.C:
-			s.m.Tick(time.Now(), emit)
-			est.submit(&estJob{sender: s.name(), tick: true, final: time.Now()})
+			ms.m.Tick(time.Now(), emit)
+			ms.est.submit(&estJob{sender: ms.conn.name(), tick: true, final: time.Now()})
 		}
 	}
 }
 
-func (s *senderState) name() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.entry.ID != "" {
-		return s.entry.ID
+// onStream takes one message of the sender's stream; it reports whether
+// the sender has gone for good (stopWhenDrained only: live, a sender
+// that went may come back).
+func (ms *matchStage) onStream(msg senderMsg, emit func(*interval.Matched)) (gone bool) {
+	switch {
+	case msg.answer != nil:
+		ms.lostAnswered(msg.answer, time.Now())
+	case msg.ended:
+		// What the ended stream was asked stays unanswered.
+		ms.flushLost(time.Now(), true)
+	case msg.gone:
+		if ms.stopWhenDrained {
+			ms.m.SenderGone(time.Now(), emit)
+			return true
+		}
+	case len(msg.voided) > 0:
+		name := ms.conn.name()
+		for range msg.voided {
+			ms.metrics.IntervalOutcome(name, results.OutcomeVoidedGap)
+		}
+		ms.log.Warn("intervals voided by a seq gap (the sender resends them after a reconnect)", "sender", name, "intervals", msg.voided)
+	default:
+		ms.metrics.SketchBytes(ms.conn.name(), int(msg.meta.SketchBytes))
+		ms.m.AddSender(msg.si, msg.meta, time.Now(), emit) // a refusal is counted by the matcher's OnRefuse
 	}
-	if s.bound != "" {
-		return s.bound
-	}
-	return "unknown"
+	return false
 }
 
 // final submits one final interval to the estimate stage (after its
 // lost-packet round, lost_round.go); its clock verdict is taken now.
-func (r *Receiver) final(s *senderState, est *estStage, mt *interval.Matched) {
-	name := s.name()
-	est.submit(&estJob{sender: name, mt: mt, clk: r.clock(name, mt), pieces: s.pieces, final: time.Now()})
-}
-
-// recordFinal records a final interval for HelloAck.have: the receiver
-// holds it, whatever its lost-packet round still waits for.
-func (r *Receiver) recordFinal(s *senderState, id int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.final = append(s.final, id)
-	if len(s.final) > 4*r.cfg.Receiver.MaxPending {
-		s.final = s.final[len(s.final)-4*r.cfg.Receiver.MaxPending:]
-	}
+func (ms *matchStage) final(mt *interval.Matched) {
+	name := ms.conn.name()
+	ms.est.submit(&estJob{sender: name, mt: mt, clk: ms.verdict(name, mt), pieces: ms.pieces, final: time.Now()})
 }

@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"sync"
 
+	"github.com/lds-net/lds/internal/config"
 	"github.com/lds-net/lds/internal/interval"
+	"github.com/lds-net/lds/internal/metrics"
 	"github.com/lds-net/lds/internal/ptp"
 	"github.com/lds-net/lds/internal/wire"
 	ldsv1 "github.com/lds-net/lds/proto/lds/v1"
@@ -13,10 +17,41 @@ import (
 
 // The stream stage is the gRPC server's: one goroutine per connected
 // sender runs wire.Server.Stream, decodes frames (wire.Assembler) and calls
-// the wire.Handler methods below, which hand the sender entry's match
-// stage what the stream said on s.fromStream. A call returns once its
+// the wire.Handler methods of streams below, which hand the sender entry's
+// match stage what the stream said on its input. A call returns once its
 // message is queued (then the interval is acknowledged) or the receiver
-// is shutting down (r.done).
+// is shutting down (done).
+
+// streams is the stream stage's state: every sender entry's connection,
+// shared by the gRPC server's goroutines under each entry's lock.
+type streams struct {
+	entries []*senderConn
+	metrics *metrics.Receiver
+	log     *slog.Logger
+	done    chan struct{} // closed when Run returns: stream handlers stop waiting
+}
+
+// senderConn is one receiver.senders entry as its streams see it: the
+// match stage's channels it feeds and reads, and what the gRPC server's
+// goroutines share under mu.
+type senderConn struct {
+	entry config.SenderEntry
+	// toMatch carries what the sender's stream decoded to the match
+	// stage; never closed (streams come and go; done ends a waiting send).
+	toMatch chan<- senderMsg
+	// queries are the match stage's questions about lost packets;
+	// matchDone is closed when the match stage ends.
+	queries   <-chan *ldsv1.LostQuery
+	matchDone <-chan struct{}
+
+	mu        sync.Mutex
+	bound     string // sender id bound to a wildcard entry
+	connected bool
+	final     []int64 // recent final interval ids, for HelloAck.have
+	finished  bool    // the connected sender said Finished (its end already told the match stage)
+	plan      *interval.WindowPlan
+	keepFinal int // the most final ids kept
+}
 
 // senderMsg is what a sender's stream hands its match stage: an interval,
 // the intervals a seq gap voided, or the end of the stream.
@@ -31,10 +66,50 @@ type senderMsg struct {
 	ended bool
 }
 
+// name is the sender id the entry serves ("unknown" before a wildcard
+// entry is bound).
+func (c *senderConn) name() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entry.ID != "" {
+		return c.entry.ID
+	}
+	if c.bound != "" {
+		return c.bound
+	}
+	return "unknown"
+}
+
+// isConnected says whether a stream of the sender is up now.
+func (c *senderConn) isConnected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connected
+}
+
+// recordFinal records a final interval for HelloAck.have: the receiver
+// holds it, whatever its lost-packet round still waits for.
+func (c *senderConn) recordFinal(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.final = append(c.final, id)
+	if len(c.final) > c.keepFinal {
+		c.final = c.final[len(c.final)-c.keepFinal:]
+	}
+}
+
+// setPlan gives the entry its hold windows (Run: it needs the worker
+// count; the gRPC server may already ask for them).
+func (c *senderConn) setPlan(p *interval.WindowPlan) {
+	c.mu.Lock()
+	c.plan = p
+	c.mu.Unlock()
+}
+
 // entryFor is the receiver.senders entry that serves sender (a wildcard
 // entry is bound to the first sender id that asks).
-func (r *Receiver) entryFor(sender string) (*senderState, error) {
-	for _, s := range r.senders {
+func (st *streams) entryFor(sender string) (*senderConn, error) {
+	for _, s := range st.entries {
 		s.mu.Lock()
 		ok := s.entry.ID == sender || (s.entry.ID == "" && (s.bound == "" || s.bound == sender))
 		if ok && s.entry.ID == "" {
@@ -49,8 +124,8 @@ func (r *Receiver) entryFor(sender string) (*senderState, error) {
 }
 
 // Connected implements wire.Handler.
-func (r *Receiver) Connected(sender string, _ uint64) ([]int64, error) {
-	s, err := r.entryFor(sender)
+func (st *streams) Connected(sender string, _ uint64) ([]int64, error) {
+	s, err := st.entryFor(sender)
 	if err != nil {
 		return nil, err
 	}
@@ -60,14 +135,14 @@ func (r *Receiver) Connected(sender string, _ uint64) ([]int64, error) {
 		return nil, fmt.Errorf("sender %q is already connected", sender)
 	}
 	s.connected, s.finished = true, false
-	r.metrics.SenderConnected(sender, true)
+	st.metrics.SenderConnected(sender, true)
 	return append([]int64(nil), s.final...), nil
 }
 
 // Interval implements wire.Handler: it turns a decoded interval into the
 // matcher's and queues it (or the ids a gap voided) for the match stage.
-func (r *Receiver) Interval(sender string, res *wire.Result) error {
-	s, err := r.entryFor(sender)
+func (st *streams) Interval(sender string, res *wire.Result) error {
+	s, err := st.entryFor(sender)
 	if err != nil {
 		return err
 	}
@@ -76,16 +151,16 @@ func (r *Receiver) Interval(sender string, res *wire.Result) error {
 		msg.si, msg.meta = senderInterval(res.Interval)
 	}
 	select {
-	case s.fromStream <- msg:
+	case s.toMatch <- msg:
 		return nil
-	case <-r.done:
+	case <-st.done:
 		return errors.New("receiver shutting down")
 	}
 }
 
 // Disconnected implements wire.Handler.
-func (r *Receiver) Disconnected(sender string, err error) {
-	s, e := r.entryFor(sender)
+func (st *streams) Disconnected(sender string, err error) {
+	s, e := st.entryFor(sender)
 	if e != nil {
 		return
 	}
@@ -93,53 +168,53 @@ func (r *Receiver) Disconnected(sender string, err error) {
 	s.connected = false
 	finished := s.finished
 	s.mu.Unlock()
-	r.metrics.SenderConnected(sender, false)
+	st.metrics.SenderConnected(sender, false)
 	select {
-	case s.fromStream <- senderMsg{ended: true}:
-	case <-s.lostQ.done:
-	case <-r.done:
+	case s.toMatch <- senderMsg{ended: true}:
+	case <-s.matchDone:
+	case <-st.done:
 	}
 	if err == nil || errors.Is(err, io.EOF) {
 		if finished {
 			return // Finished already told the match stage
 		}
 		select {
-		case s.fromStream <- senderMsg{gone: true}:
-		case <-r.done:
+		case s.toMatch <- senderMsg{gone: true}:
+		case <-st.done:
 		}
 	} else {
-		r.log.Warn("sender disconnected", "sender", sender, "err", err)
+		st.log.Warn("sender disconnected", "sender", sender, "err", err)
 	}
 }
 
 // LostQueries implements wire.LostHandler: the questions the match stage
 // asks the sender, and the end of its need for answers.
-func (r *Receiver) LostQueries(sender string) (<-chan *ldsv1.LostQuery, <-chan struct{}) {
-	s, err := r.entryFor(sender)
+func (st *streams) LostQueries(sender string) (<-chan *ldsv1.LostQuery, <-chan struct{}) {
+	s, err := st.entryFor(sender)
 	if err != nil {
 		return nil, nil
 	}
-	return s.lostQ.queries, s.lostQ.done
+	return s.queries, s.matchDone
 }
 
 // LostAnswer implements wire.LostHandler: it hands the answer to the match stage.
-func (r *Receiver) LostAnswer(sender string, a *ldsv1.LostAnswer) {
-	s, err := r.entryFor(sender)
+func (st *streams) LostAnswer(sender string, a *ldsv1.LostAnswer) {
+	s, err := st.entryFor(sender)
 	if err != nil {
 		return
 	}
 	select {
-	case s.fromStream <- senderMsg{answer: a}:
-	case <-s.lostQ.done: // the match stage has ended: nothing waits for it
-	case <-r.done:
+	case s.toMatch <- senderMsg{answer: a}:
+	case <-s.matchDone: // the match stage has ended: nothing waits for it
+	case <-st.done:
 	}
 }
 
 // Finished implements wire.LostHandler: the sender sends no more
 // intervals (its stream stays open for answers), which the match stage
 // takes as the sender's end.
-func (r *Receiver) Finished(sender string) {
-	s, err := r.entryFor(sender)
+func (st *streams) Finished(sender string) {
+	s, err := st.entryFor(sender)
 	if err != nil {
 		return
 	}
@@ -147,15 +222,15 @@ func (r *Receiver) Finished(sender string) {
 	s.finished = true
 	s.mu.Unlock()
 	select {
-	case s.fromStream <- senderMsg{gone: true}:
-	case <-s.lostQ.done:
-	case <-r.done:
+	case s.toMatch <- senderMsg{gone: true}:
+	case <-s.matchDone:
+	case <-st.done:
 	}
 }
 
 // Windows gives the server the hold windows to tell sender (wire.windowed).
-func (r *Receiver) Windows(sender string) wire.WindowSource {
-	s, err := r.entryFor(sender)
+func (st *streams) Windows(sender string) wire.WindowSource {
+	s, err := st.entryFor(sender)
 	if err != nil {
 		return nil
 	}
@@ -169,7 +244,7 @@ func (r *Receiver) Windows(sender string) wire.WindowSource {
 }
 
 // FrameError implements wire.Handler.
-func (r *Receiver) FrameError(sender, reason string) { r.metrics.FrameError(sender, reason) }
+func (st *streams) FrameError(sender, reason string) { st.metrics.FrameError(sender, reason) }
 
 // senderInterval turns an interval decoded from a sender's stream into the
 // matcher's sender side and what the sender reported with it.

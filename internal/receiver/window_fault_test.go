@@ -32,7 +32,7 @@ func TestIntervalsOutsideTheWindowRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Submit(&interval.SenderInterval{ID: id, Sk: sk}, disabledClock()); err != nil {
+		if err := c.Submit(finished(t, &interval.SenderInterval{ID: id, Sk: sk}), disabledClock()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ package sender
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -225,12 +226,18 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 	return loop.Run(ctx)
 }
 
-// ship merges the workers' intervals, attaches the clock and the capture
-// counters, and hands each to the client, off the capture goroutines.
+// ship merges the workers' intervals, finishes each once (heavy ranking,
+// lost-packet table, boundary function), attaches the clock and the
+// capture counters, and hands it to the client, off the capture goroutines.
 func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 	merger := interval.NewSenderMerger(workers, s.params.Heavy)
 	var prevDrops capture.DropStats
 	submit := func(si *interval.SenderInterval) error {
+		// Before the packet logs go to the lost-packet log below: the
+		// table is built from them.
+		if err := si.Finish(); err != nil {
+			return fmt.Errorf("interval %d: %w", si.ID, err)
+		}
 		meta := interval.SenderMeta{Clock: tap.Clock(s.ptp)}
 		if s.ptp != nil {
 			s.metrics.SetClock(meta.Clock.State, meta.Clock.OffsetNS, 0)

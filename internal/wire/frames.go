@@ -25,10 +25,14 @@ const (
 )
 
 // Encode turns a finished interval into frames (seq left at 0: the stream
-// numbers them). Each blob is split into chunks of at most chunkBytes.
+// numbers them). Each blob is split into chunks of at most chunkBytes. It
+// only encodes: the sender's ship stage finishes the interval
+// (SenderInterval.Finish: heavy ranking, lost-packet table, boundary
+// function) once before, and an interval without its boundary function
+// is refused.
 func Encode(si *interval.SenderInterval, meta interval.SenderMeta, chunkBytes int) ([]*ldsv1.SenderFrame, error) {
-	if err := si.Finish(); err != nil {
-		return nil, fmt.Errorf("wire: %w", err)
+	if si.Split == nil {
+		return nil, fmt.Errorf("wire: interval %d has no boundary function: finish it (SenderInterval.Finish) before encoding", si.ID)
 	}
 	lds, err := si.Sk.LDS.MarshalBinary()
 	if err != nil {

@@ -423,3 +423,26 @@ func boundaryChunk(fr []*ldsv1.SenderFrame) *ldsv1.Chunk {
 	}
 	return out
 }
+
+// TestEncodeRefusesUnfinished: Encode only encodes; an interval its owner
+// has not finished (no boundary function) is refused, never finished here.
+func TestEncodeRefusesUnfinished(t *testing.T) {
+	p := testParams()
+	sk, err := interval.NewSketches(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si := &interval.SenderInterval{ID: 7, Sk: sk}
+	if _, err := Encode(si, testMeta(), 1<<20); err == nil || !strings.Contains(err.Error(), "Finish") {
+		t.Fatalf("unfinished interval: got %v, want an error naming Finish", err)
+	}
+	if si.Split != nil {
+		t.Fatal("Encode built the boundary function: it must only encode")
+	}
+	if err := si.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Encode(si, testMeta(), 1<<20); err != nil {
+		t.Fatalf("finished interval: %v", err)
+	}
+}

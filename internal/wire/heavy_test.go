@@ -40,6 +40,9 @@ func TestEndFitsWithMostHeavyKeys(t *testing.T) {
 		}
 		si.Heavy = append(si.Heavy, k)
 	}
+	if err := si.Finish(); err != nil {
+		t.Fatal(err)
+	}
 	frames, err := Encode(si, interval.SenderMeta{ParseDrops: map[string]uint64{"malformed": 1 << 60}}, 256<<10)
 	if err != nil {
 		t.Fatal(err)

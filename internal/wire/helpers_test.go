@@ -67,7 +67,12 @@ func makeInterval(t testing.TB, p interval.Params, id int64, n int, seed uint64)
 			}
 		}
 	}
-	return &interval.SenderInterval{ID: id, Sk: sk, Keys: keysB, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5))}
+	si := &interval.SenderInterval{ID: id, Sk: sk, Keys: keysB, Heavy: keys[:p.Heavy], Late: uint64(r.IntN(5))}
+	// Finished as the sender's ship stage does, before encoding.
+	if err := si.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	return si
 }
 
 func testMeta() interval.SenderMeta {
