@@ -32,11 +32,11 @@ const (
 	// sample.max_per_interval / 10 an interval: not counted.
 	recordBytes = int64(unsafe.Sizeof(results.FlowRecord{})) + 8*8
 	// candBytes is one packet-sample candidate at the receiver
-	// (sample.Cand), txCandBytes one at the sender (sample.TxCand), and
+	// (sample.ReceiverCand), senderCandBytes one at the sender (sample.SenderCand), and
 	// sampleBytes one shipped sample held decoded (sample.Sample).
-	candBytes   = int64(unsafe.Sizeof(sample.Cand{}))
-	txCandBytes = int64(unsafe.Sizeof(sample.TxCand{}))
-	sampleBytes = int64(unsafe.Sizeof(sample.Sample{}))
+	candBytes       = int64(unsafe.Sizeof(sample.ReceiverCand{}))
+	senderCandBytes = int64(unsafe.Sizeof(sample.SenderCand{}))
+	sampleBytes     = int64(unsafe.Sizeof(sample.Sample{}))
 	// estimatePaperBytes and estimateDecodeBytes are one candidate flow's
 	// working memory during estimation: keys, hashes, compositions and
 	// estimates (paper); decode adds its solver state (docs/decode.md;
@@ -215,9 +215,9 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 	table := maxFlows * (flowTableBytes + 4*int64(c.Sketch.Rows*c.Sketch.VLDA))
 	// Intervals waiting for the sender: one sealed a T live, given up
 	// after lateness; max_pending in any case.
-	waitRx := int64(r.MaxPending)
+	waitReceiver := int64(r.MaxPending)
 	if !in.Replay {
-		waitRx = min(waitRx, int64(math.Ceil(float64(r.Lateness)/float64(c.Interval)))+2)
+		waitReceiver = min(waitReceiver, int64(math.Ceil(float64(r.Lateness)/float64(c.Interval)))+2)
 	}
 	// The estimation pipeline: conc intervals estimated (queued for
 	// publishing in order), one being published, one being handed in.
@@ -248,7 +248,7 @@ func (c *Receiver) MemoryBound(in MemoryInput) MemoryBound {
 			senders * workers * (c.boundaryClass() + 1), held},
 		{"sealed intervals queued for matching (receiver.sealed_queue + 1 per worker), each with its boundary's held packets", senders * (int64(r.SealedQueue) + workers), sk + table + held},
 		{"worker parts waiting to be merged", senders * (workers - 1), sk + table + held},
-		{"receiver intervals waiting for their sender (min(max_pending, lateness/interval + 2) live)", senders * waitRx, sk + table + held},
+		{"receiver intervals waiting for their sender (min(max_pending, lateness/interval + 2) live)", senders * waitReceiver, sk + table + held},
 		{"sender intervals waiting for the receiver's (max_pending)", senders * int64(r.MaxPending), senderIv},
 		{"sketch frames being assembled (max_sketch_bytes per stream)", senders, int64(r.MaxSketchBytes)},
 		{"matched intervals in estimation and publishing", senders * jobs, c.sketchBytes() + sk + table},
@@ -281,7 +281,7 @@ func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 	return newBound([]MemoryTerm{
 		{"packet logs of the lost-packet table (every packet: 24 B, and a 40 B flow key a packet at worst; the intervals open or waiting per worker, those queued, and the shipped ones kept for the receiver's question)",
 			workers*open + 8 + 2*workers + c.lostLogIntervals(), plog},
-		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * txCandBytes},
+		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * senderCandBytes},
 		{"intervals open or waiting for their boundary window in the capture workers (2 + class per worker)", workers * open, sk},
 		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, with 4096 packets of slack, in chunks of 16,384: one more)", workers, keys + logSlackBytes + logChunkBytes},
 		{"boundary-key storage kept for reuse (1 per worker)", workers, keyBuf},

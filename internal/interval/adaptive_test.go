@@ -81,17 +81,17 @@ func runAdaptiveWorkers(t *testing.T, p Params, base int64, pk []simPkt, prime f
 		plan.Observe(0, prime, false)
 	}
 	table := NewWindowTable()
-	sbs, rbs := make([]*SenderBuilder, n), make([]*RxBuilder, n)
+	sbs, rbs := make([]*SenderBuilder, n), make([]*ReceiverBuilder, n)
 	for w := range n {
 		var err error
 		if sbs[w], err = NewSenderBuilderWindows(p, base, table, 0); err != nil {
 			t.Fatal(err)
 		}
-		if rbs[w], err = NewRxBuilderPlan(p, base, true, plan); err != nil {
+		if rbs[w], err = NewReceiverBuilderPlan(p, base, true, plan); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sm, rm := NewSenderMerger(n, p.Heavy), NewSealedMerger(n)
+	sm, rm := NewSenderMerger(n, p.Heavy), NewReceiverMerger(n)
 	m := NewMatcher(p, time.Hour, 64)
 	now := time.Unix(0, 0)
 	run := &adaptiveRun{matched: map[int64]*Matched{}, checks: map[int64]Assignment{}, plan: plan}
@@ -122,13 +122,13 @@ func runAdaptiveWorkers(t *testing.T, p Params, base int64, pk []simPkt, prime f
 			m.AddSender(merged, SenderMeta{}, now, emit)
 		}
 	}
-	emitR := func(s *Sealed) {
+	emitR := func(s *ReceiverInterval) {
 		merged, err := rm.Add(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if merged != nil {
-			m.AddSealed(merged, now, emit)
+			m.AddReceiver(merged, now, emit)
 		}
 	}
 	for i := range evs {
@@ -164,7 +164,7 @@ func runAdaptiveWorkers(t *testing.T, p Params, base int64, pk []simPkt, prime f
 	for _, sb := range sbs {
 		sb.Flush(emitS)
 	}
-	m.RxGone(now, emit)
+	m.ReceiverGone(now, emit)
 	m.SenderGone(now, emit)
 	if !m.Idle() {
 		t.Fatalf("matcher not idle: %d pending", m.Pending())
@@ -247,14 +247,14 @@ func TestAdaptiveWindowsExact(t *testing.T) {
 					t.Errorf("interval %d not matched (%v)", id-first, mt)
 					continue
 				}
-				exact := sameSketches(mt.Rx, w)
+				exact := sameSketches(mt.Receiver, w)
 				flag := run.flagged(id)
 				switch {
 				case tc.allExact && (!exact || flag):
 					t.Errorf("interval %d: exact %v, flagged %v (%+v), want exact and unflagged", id-first, exact, flag, run.checks[id])
 				case !exact && !flag:
 					wrongUnflagged++
-					t.Errorf("interval %d: receiver sketch wrong (%d vs %d packets) and not flagged (%+v)", id-first, mt.Rx.Packets, w.Packets, run.checks[id])
+					t.Errorf("interval %d: receiver sketch wrong (%d vs %d packets) and not flagged (%+v)", id-first, mt.Receiver.Packets, w.Packets, run.checks[id])
 				case tc.exactFrom > 0 && id-first >= int64(tc.exactFrom) && id-first < int64(tc.n) && (!exact || flag):
 					t.Errorf("interval %d after the window adapted: exact %v, flagged %v", id-first, exact, flag)
 				}

@@ -11,9 +11,9 @@ import (
 
 // buildSides runs packets through both ends' builders and returns the
 // sender's intervals and the receiver's sealed ones, by id, unmatched.
-func buildSides(t *testing.T, p Params, base int64, pk []simPkt) (map[int64]*SenderInterval, map[int64]*Sealed) {
+func buildSides(t *testing.T, p Params, base int64, pk []simPkt) (map[int64]*SenderInterval, map[int64]*ReceiverInterval) {
 	t.Helper()
-	snd, rx := map[int64]*SenderInterval{}, map[int64]*Sealed{}
+	snd, rx := map[int64]*SenderInterval{}, map[int64]*ReceiverInterval{}
 	sb, rb := newBuilders(t, p, base)
 	byS, _ := byTime(pk)
 	byR := slices.Clone(pk)
@@ -21,7 +21,7 @@ func buildSides(t *testing.T, p Params, base int64, pk []simPkt) (map[int64]*Sen
 	for _, si := range sendAll(sb, byS) {
 		snd[si.ID] = si
 	}
-	keepR := func(s *Sealed) { rx[s.ID] = s }
+	keepR := func(s *ReceiverInterval) { rx[s.ID] = s }
 	for i := range byR {
 		q := byR[i].p
 		q.TS = byR[i].recv
@@ -40,10 +40,10 @@ func buildSides(t *testing.T, p Params, base int64, pk []simPkt) (map[int64]*Sen
 // superseded; no receiver half is dropped.
 func TestAheadIntervalsPoisonNothing(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		n       int
-		ahead   time.Duration
-		rxFirst bool // the receiver's half of each interval comes before the sender's
+		name          string
+		n             int
+		ahead         time.Duration
+		receiverFirst bool // the receiver's half of each interval comes before the sender's
 	}{
 		{"10 ids 25 s ahead, sender first", 10, 25 * time.Second, false},
 		{"10 ids 25 s ahead, receiver first", 10, 25 * time.Second, true},
@@ -63,12 +63,12 @@ func TestAheadIntervalsPoisonNothing(t *testing.T) {
 			ref := map[int64]*Matched{}
 			rm := NewMatcher(p, time.Hour, maxPending)
 			for _, id := range SortedIDs(refRx) {
-				rm.AddSealed(refRx[id], time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
+				rm.AddReceiver(refRx[id], time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
 				if si := refSnd[id]; si != nil {
 					rm.AddSender(si, SenderMeta{}, time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
 				}
 			}
-			rm.RxGone(time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
+			rm.ReceiverGone(time.Unix(0, 0), func(mt *Matched) { ref[mt.ID] = mt })
 
 			clock := time.Unix(0, base).Add(-tc.ahead) // the receiver's clock
 			m := NewMatcher(p, lateness, maxPending)
@@ -102,13 +102,13 @@ func TestAheadIntervalsPoisonNothing(t *testing.T) {
 			for i, id := range SortedIDs(rx) {
 				clock = time.Unix(0, (id+1)*p.T+p.MaxDelay)
 				wall = wall.Add(time.Second)
-				addRx := func() { m.AddSealed(rx[id], wall, emit) }
+				addRx := func() { m.AddReceiver(rx[id], wall, emit) }
 				addSnd := func() {
 					if si := genuine[id]; si != nil && !m.AddSender(si, SenderMeta{}, wall, emit) {
 						t.Errorf("genuine interval %d refused", id)
 					}
 				}
-				if tc.rxFirst || i%2 == 1 {
+				if tc.receiverFirst || i%2 == 1 {
 					addRx()
 					addSnd()
 				} else {
@@ -121,19 +121,19 @@ func TestAheadIntervalsPoisonNothing(t *testing.T) {
 				wall = wall.Add(lateness)
 				m.Tick(wall, emit)
 			}
-			m.RxGone(wall, emit)
+			m.ReceiverGone(wall, emit)
 			m.SenderGone(wall, emit)
 			for _, id := range SortedIDs(genuine) {
 				mt := got[id]
 				switch {
 				case mt == nil:
 					t.Errorf("genuine interval %d lost", id)
-				case mt.Snd != genuine[id]:
+				case mt.Sender != genuine[id]:
 					t.Errorf("interval %d matched with the early sender interval, not the genuine one", id)
 				case rx[id] != nil && mt.Outcome != results.OutcomeMatched && mt.Outcome != results.OutcomePartial:
 					t.Errorf("interval %d outcome %s, want matched", id, mt.Outcome)
-				case ref[id] == nil || ref[id].Outcome != mt.Outcome || (mt.Rx != nil) != (ref[id].Rx != nil) ||
-					mt.Rx != nil && (!sameSketches(mt.Rx, ref[id].Rx) || mt.Unresolved != ref[id].Unresolved):
+				case ref[id] == nil || ref[id].Outcome != mt.Outcome || (mt.Receiver != nil) != (ref[id].Receiver != nil) ||
+					mt.Receiver != nil && (!sameSketches(mt.Receiver, ref[id].Receiver) || mt.Unresolved != ref[id].Unresolved):
 					t.Errorf("interval %d differs from the same halves matched without intervals ahead (its held packets placed otherwise)", id)
 				}
 			}
@@ -170,14 +170,14 @@ func TestAheadHeldBounded(t *testing.T) {
 	}
 	for _, id := range SortedIDs(rx) {
 		clock = time.Unix(0, (id+1)*p.T+p.MaxDelay)
-		m.AddSealed(rx[id], wall, emit)
+		m.AddReceiver(rx[id], wall, emit)
 		if si := genuine[id]; si != nil {
 			m.AddSender(si, SenderMeta{}, wall, emit)
 		}
 	}
-	m.RxGone(wall, emit)
+	m.ReceiverGone(wall, emit)
 	for id := range genuine {
-		if mt := got[id]; mt == nil || mt.Snd != genuine[id] {
+		if mt := got[id]; mt == nil || mt.Sender != genuine[id] {
 			t.Errorf("interval %d in time not matched with its sender half beside held ones", id)
 		}
 	}

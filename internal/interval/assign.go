@@ -49,10 +49,10 @@ func (mt *Matched) CheckAssignment() Assignment {
 	if mt.WOpen > 0 && mt.WClose > 0 {
 		a.Window = min(mt.WOpen, mt.WClose)
 	}
-	if mt.Snd == nil || mt.Rx == nil || mt.Snd.Sk == nil {
+	if mt.Sender == nil || mt.Receiver == nil || mt.Sender.Sk == nil {
 		return a
 	}
-	s, r := mt.Snd.Sk.LDS, mt.Rx.LDS
+	s, r := mt.Sender.Sk.LDS, mt.Receiver.LDS
 	if s.Len() == r.Len() {
 		for i := range s.Len() {
 			switch rn, sn := r.Cell(i).N, s.Cell(i).N; {
@@ -63,8 +63,8 @@ func (mt *Matched) CheckAssignment() Assignment {
 			}
 		}
 	}
-	for c := range min(len(mt.Snd.Sk.LDA), len(mt.Rx.LDA)) {
-		sa, ra := mt.Snd.Sk.LDA[c], mt.Rx.LDA[c]
+	for c := range min(len(mt.Sender.Sk.LDA), len(mt.Receiver.LDA)) {
+		sa, ra := mt.Sender.Sk.LDA[c], mt.Receiver.LDA[c]
 		p := sa.Params()
 		if ra.Params() != p {
 			continue

@@ -137,9 +137,9 @@ func BenchmarkHeldPcap(b *testing.B) {
 					b.Fatal(err)
 				}
 				rd := capture.NewReader(src, parser)
-				var rb *RxBuilder
+				var rb *ReceiverBuilder
 				maxHeld := 0
-				emit := func(s *Sealed) {
+				emit := func(s *ReceiverInterval) {
 					maxHeld = max(maxHeld, len(s.HeldNext.Pkts))
 					s.Release()
 				}
@@ -157,7 +157,7 @@ func BenchmarkHeldPcap(b *testing.B) {
 						if tc.adaptive {
 							plan = NewWindowPlan(p, 1)
 						}
-						if rb, err = NewRxBuilderPlan(p, ID(pkt.TS, p.T)*p.T, true, plan); err != nil {
+						if rb, err = NewReceiverBuilderPlan(p, ID(pkt.TS, p.T)*p.T, true, plan); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -43,7 +43,7 @@ func runCost(t *testing.T, p Params, base int64, pk []simPkt, adaptive bool) bou
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := NewRxBuilderPlan(p, base, false, plan)
+	rb, err := NewReceiverBuilderPlan(p, base, false, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func runCost(t *testing.T, p Params, base int64, pk []simPkt, adaptive bool) bou
 		}
 		si.Release()
 	}
-	emitR := func(s *Sealed) {
+	emitR := func(s *ReceiverInterval) {
 		c.maxHeld = max(c.maxHeld, len(s.HeldNext.Pkts))
 		s.Release()
 	}

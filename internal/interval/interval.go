@@ -39,17 +39,17 @@ type Params struct {
 	// LostCells: cells of the lost-packet table both ends keep per
 	// interval (sketch.IBLTCells of lost.capacity; 0: none).
 	LostCells int
-	// rxLog: the receiver logs every packet it places (Sketches.Log), so
+	// receiverLog: the receiver logs every packet it places (Sketches.Log), so
 	// that an extra packet's flow and identifier can be named; the pool
 	// its chunks come from (WithReceiverLog).
-	rxLog *recPool
+	receiverLog *recPool
 }
 
 // WithReceiverLog is p for the receiver's sketches: with the lost-packet
 // table, each interval also logs its packets (Sketches.Log).
 func (p Params) WithReceiverLog() Params {
 	if p.LostCells > 0 {
-		p.rxLog = &recPool{}
+		p.receiverLog = &recPool{}
 	}
 	return p
 }
@@ -94,9 +94,9 @@ type Sketches struct {
 	// Log (receiver only, with Lost): every packet placed in the interval,
 	// and the logs of the capture workers merged into it (More); an extra
 	// packet's flow and identifier are looked up there.
-	Log     *PacketLog
-	LogMore []*PacketLog
-	rxLog   *recPool
+	Log         *PacketLog
+	LogMore     []*PacketLog
+	receiverLog *recPool
 	// deferLost: the sender's sketches leave Lost to be built from the
 	// interval's packet log (SenderInterval.Finish), off the packet path.
 	deferLost bool
@@ -126,9 +126,9 @@ func NewSketches(p Params) (*Sketches, error) {
 		if s.Lost, err = sketch.NewIBLT(p.LostCells); err != nil {
 			return nil, err
 		}
-		if p.rxLog != nil {
-			s.rxLog = p.rxLog
-			s.Log = newPacketLog(0, p.rxLog)
+		if p.receiverLog != nil {
+			s.receiverLog = p.receiverLog
+			s.Log = newPacketLog(0, p.receiverLog)
 		}
 	}
 	return s, nil
@@ -198,13 +198,13 @@ func (s *Sketches) Reset() {
 	if s.Lost != nil {
 		s.Lost.Reset()
 	}
-	if s.rxLog != nil {
+	if s.receiverLog != nil {
 		for _, l := range s.LogMore {
 			l.Release()
 		}
 		s.LogMore = s.LogMore[:0]
 		s.Log.Release()
-		s.Log = newPacketLog(0, s.rxLog)
+		s.Log = newPacketLog(0, s.receiverLog)
 	}
 }
 

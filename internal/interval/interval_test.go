@@ -148,13 +148,13 @@ func byTime(pk []simPkt) (sent, received []simPkt) {
 }
 
 // newBuilders makes both ends' builders for p from base, or fails the test.
-func newBuilders(t *testing.T, p Params, base int64) (*SenderBuilder, *RxBuilder) {
+func newBuilders(t *testing.T, p Params, base int64) (*SenderBuilder, *ReceiverBuilder) {
 	t.Helper()
 	sb, err := NewSenderBuilder(p, base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := NewRxBuilder(p, base, true)
+	rb, err := NewReceiverBuilder(p, base, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,16 +219,16 @@ func runExact(t *testing.T, p Params, base int64, pk []simPkt, interleave bool) 
 	for i := range recvOrder {
 		q := recvOrder[i].p
 		q.TS = recvOrder[i].recv
-		rb.Add(&q, func(s *Sealed) {
-			m.AddSealed(s, now, emit)
+		rb.Add(&q, func(s *ReceiverInterval) {
+			m.AddReceiver(s, now, emit)
 			feedSender()
 		})
 	}
-	rb.Flush(func(s *Sealed) { m.AddSealed(s, now, emit) })
+	rb.Flush(func(s *ReceiverInterval) { m.AddReceiver(s, now, emit) })
 	for next < len(sndIvs) {
 		feedSender()
 	}
-	m.RxGone(now, emit)
+	m.ReceiverGone(now, emit)
 	m.SenderGone(now, emit)
 	if !m.Idle() {
 		t.Fatalf("matcher not idle: %d pending", m.Pending())
@@ -247,8 +247,8 @@ func runExact(t *testing.T, p Params, base int64, pk []simPkt, interleave bool) 
 		if mt.Unresolved != 0 || mt.Late != 0 {
 			t.Errorf("interval %d: %d unresolved, %d late", id, mt.Unresolved, mt.Late)
 		}
-		if !sameSketches(mt.Rx, w) {
-			t.Errorf("interval %d: receiver sketch differs from ground truth (%d vs %d packets)", id, mt.Rx.Packets, w.Packets)
+		if !sameSketches(mt.Receiver, w) {
+			t.Errorf("interval %d: receiver sketch differs from ground truth (%d vs %d packets)", id, mt.Receiver.Packets, w.Packets)
 		}
 		// The flow table counts exactly the flow's received packets.
 		var total uint64
@@ -349,7 +349,7 @@ func TestPartialAndMissingSender(t *testing.T) {
 	if !ivs[0].Partial || ivs[1].Partial {
 		t.Fatalf("partial flags: first %v second %v", ivs[0].Partial, ivs[1].Partial)
 	}
-	rb, _ := NewRxBuilder(p, base, false)
+	rb, _ := NewReceiverBuilder(p, base, false)
 	m := NewMatcher(p, time.Second, 64)
 	now := time.Unix(100, 0)
 	got := map[int64]results.Outcome{}
@@ -358,9 +358,9 @@ func TestPartialAndMissingSender(t *testing.T) {
 	for i := range pk {
 		q := pk[i].p
 		q.TS = pk[i].recv
-		rb.Add(&q, func(s *Sealed) { m.AddSealed(s, now, emit) })
+		rb.Add(&q, func(s *ReceiverInterval) { m.AddReceiver(s, now, emit) })
 	}
-	rb.Flush(func(s *Sealed) { m.AddSealed(s, now, emit) })
+	rb.Flush(func(s *ReceiverInterval) { m.AddReceiver(s, now, emit) })
 	m.AddSender(ivs[0], SenderMeta{}, now, emit) // interval 1 and 2 never arrive
 	m.Tick(now.Add(2*time.Second), emit)
 	first := ID(base, p.T)
@@ -384,9 +384,9 @@ func TestWorkersMergeEqualsOne(t *testing.T) {
 	pk := simulate(t, p, base, 4, 0.01, 9)
 	slices.SortFunc(pk, func(a, b simPkt) int { return int(a.send - b.send) })
 	const n = 3
-	run := func(workers int) (map[int64]*SenderInterval, map[int64]*Sealed) {
-		sm, rm := NewSenderMerger(workers, p.Heavy), NewSealedMerger(workers)
-		snd, rx := map[int64]*SenderInterval{}, map[int64]*Sealed{}
+	run := func(workers int) (map[int64]*SenderInterval, map[int64]*ReceiverInterval) {
+		sm, rm := NewSenderMerger(workers, p.Heavy), NewReceiverMerger(workers)
+		snd, rx := map[int64]*SenderInterval{}, map[int64]*ReceiverInterval{}
 		emitS := func(si *SenderInterval) {
 			if m, err := sm.Add(si); err != nil {
 				t.Fatal(err)
@@ -398,17 +398,17 @@ func TestWorkersMergeEqualsOne(t *testing.T) {
 				snd[m.ID] = m
 			}
 		}
-		emitR := func(s *Sealed) {
+		emitR := func(s *ReceiverInterval) {
 			if m, err := rm.Add(s); err != nil {
 				t.Fatal(err)
 			} else if m != nil {
 				rx[m.ID] = m
 			}
 		}
-		sbs, rbs := make([]*SenderBuilder, workers), make([]*RxBuilder, workers)
+		sbs, rbs := make([]*SenderBuilder, workers), make([]*ReceiverBuilder, workers)
 		for w := range workers {
 			sbs[w], _ = NewSenderBuilder(p, base)
-			rbs[w], _ = NewRxBuilder(p, base, true)
+			rbs[w], _ = NewReceiverBuilder(p, base, true)
 		}
 		for i := range pk {
 			q := pk[i].p

@@ -43,11 +43,11 @@ const (
 // difference (at most as many items as cells); nil when either end keeps
 // no table. The tables are left as they are.
 func PeelLost(mt *Matched) *LostRound {
-	if mt.Snd == nil || mt.Snd.Sk == nil || mt.Rx == nil || mt.Snd.Sk.Lost == nil || mt.Rx.Lost == nil {
+	if mt.Sender == nil || mt.Sender.Sk == nil || mt.Receiver == nil || mt.Sender.Sk.Lost == nil || mt.Receiver.Lost == nil {
 		return nil
 	}
-	diff := mt.Snd.Sk.Lost.Copy()
-	if err := diff.Subtract(mt.Rx.Lost); err != nil {
+	diff := mt.Sender.Sk.Lost.Copy()
+	if err := diff.Subtract(mt.Receiver.Lost); err != nil {
 		return &LostRound{}
 	}
 	items, complete := diff.Peel(diff.Cells())

@@ -36,17 +36,17 @@ type ClockStatus struct {
 
 // Matched pairs both ends' sketches of one interval, ready for estimation.
 type Matched struct {
-	ID      int64
-	Outcome results.Outcome
-	Snd     *SenderInterval // nil when the sender's sketch never came
-	Meta    SenderMeta
-	Rx      *Sketches   // nil when the receiver never saw the interval
-	RxClock ClockStatus // the receiver's clock when it sealed the interval
+	ID            int64
+	Outcome       results.Outcome
+	Sender        *SenderInterval // nil when the sender's sketch never came
+	Meta          SenderMeta
+	Receiver      *Sketches   // nil when the receiver never saw the interval
+	ReceiverClock ClockStatus // the receiver's clock when it sealed the interval
 	// The receiver's capture drops: read when it sealed the interval, and
 	// those that may have removed packets of it (DropLedger).
-	RxDrops, RxDropsAffecting uint64
-	Flows                     *FlowTable // receiver's candidate flows
-	Partial                   bool
+	ReceiverDrops, ReceiverDropsAffecting uint64
+	Flows                                 *FlowTable // receiver's candidate flows
+	Partial                               bool
 	// Held packets placed without the sender's boundary function (it never
 	// came): their cells may mismatch and are then left out, never believed.
 	Unresolved uint64
@@ -69,7 +69,7 @@ func (mt *Matched) Release() {
 		mt.release()
 		mt.release = nil
 	}
-	mt.Rx = nil
+	mt.Receiver = nil
 }
 
 // split is one boundary's held set placed into intervals.
@@ -96,17 +96,17 @@ type Matcher struct {
 
 	ivs  map[int64]*ivState
 	bnds map[int64]*bndState
-	// nRx and nSnd count the intervals with a receiver or sender side
+	// nReceiver and nSender count the intervals with a receiver or sender side
 	// waiting (Pending).
-	nRx, nSnd int
+	nReceiver, nSender int
 	// doneOrder holds the final interval ids in the order they became
 	// final: what is forgotten goes by that order, never by the id's value.
 	doneOrder []int64
 
-	rxFirst    int64
-	rxStarted  bool
-	senderGone bool
-	rxGone     bool
+	receiverFirst   int64
+	receiverStarted bool
+	senderGone      bool
+	receiverGone    bool
 
 	// Duplicates counts sender intervals that arrived after their interval was final.
 	Duplicates uint64
@@ -183,10 +183,10 @@ func (m *Matcher) due(id int64) bool {
 
 // ivState is what the matcher holds for one interval id.
 type ivState struct {
-	rx       *Sealed // the receiver's side, until final
-	rxSince  time.Time
-	snd      *senderEntry // the sender's side, until final
-	sndSince time.Time
+	receiver      *ReceiverInterval // the receiver's side, until final
+	receiverSince time.Time
+	sender        *senderEntry // the sender's side, until final
+	senderSince   time.Time
 	// fn is the sender's boundary function of this interval, kept until
 	// boundary id+1 (the interval's end) is split.
 	fn *retrieval.Func
@@ -203,7 +203,7 @@ type ivState struct {
 }
 
 func (s *ivState) empty() bool {
-	return s.rx == nil && s.snd == nil && s.fn == nil && !s.first && !s.done
+	return s.receiver == nil && s.sender == nil && s.fn == nil && !s.first && !s.done
 }
 
 // bndState is what the matcher holds for one boundary id.
@@ -274,22 +274,22 @@ func (m *Matcher) splitAt(b int64) *split {
 }
 
 // Pending is the number of intervals waiting for their other side.
-func (m *Matcher) Pending() int { return m.nRx + m.nSnd }
+func (m *Matcher) Pending() int { return m.nReceiver + m.nSender }
 
 // Idle reports whether both sides have ended and everything is emitted.
 func (m *Matcher) Idle() bool {
-	return m.senderGone && m.rxGone && m.nRx == 0 && m.nSnd == 0
+	return m.senderGone && m.receiverGone && m.nReceiver == 0 && m.nSender == 0
 }
 
 // HasFinal reports whether interval id was already emitted (duplicates).
 func (m *Matcher) HasFinal(id int64) bool { return m.isDone(id) }
 
-// AddSealed takes the receiver's own view of an interval.
-func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
-	if !m.rxStarted {
-		m.rxStarted, m.rxFirst = true, s.ID
+// AddReceiver takes the receiver's own view of an interval.
+func (m *Matcher) AddReceiver(s *ReceiverInterval, now time.Time, emit func(*Matched)) {
+	if !m.receiverStarted {
+		m.receiverStarted, m.receiverFirst = true, s.ID
 	}
-	if s.HeldPrev != nil || s.ID == m.rxFirst {
+	if s.HeldPrev != nil || s.ID == m.receiverFirst {
 		m.addHeld(s.ID, s.HeldPrev, now)
 	}
 	m.addHeld(s.ID+1, s.HeldNext, now)
@@ -306,10 +306,10 @@ func (m *Matcher) AddSealed(s *Sealed, now time.Time, emit func(*Matched)) {
 		return
 	}
 	st := m.iv(s.ID)
-	if st.rx == nil {
-		m.nRx++
+	if st.receiver == nil {
+		m.nReceiver++
 	}
-	st.rx, st.rxSince = s, now
+	st.receiver, st.receiverSince = s, now
 	m.try(now, emit)
 }
 
@@ -339,26 +339,26 @@ func (m *Matcher) AddSender(si *SenderInterval, meta SenderMeta, now time.Time, 
 	early := m.ahead(si.ID)
 	st := m.ivs[si.ID]
 	switch {
-	case st != nil && st.done, st != nil && st.snd != nil && (early || !st.early):
+	case st != nil && st.done, st != nil && st.sender != nil && (early || !st.early):
 		m.Duplicates++
 		m.refuse(RefusedDuplicate, si.ID)
 		return false
-	case st != nil && st.snd != nil:
+	case st != nil && st.sender != nil:
 		// In time, where one ahead of the clock waits: this one is the
 		// genuine interval.
 		m.refuse(RefusedSupersededEarly, si.ID)
 		if st.held {
 			m.nHeld--
 		}
-		st.snd, st.early, st.held, st.earlyFn, st.earlyFirst = nil, false, false, nil, false
-		m.nSnd--
+		st.sender, st.early, st.held, st.earlyFn, st.earlyFirst = nil, false, false, nil, false
+		m.nSender--
 	case early && m.nHeld >= m.maxPending:
 		m.refuse(RefusedEarlyOverflow, si.ID)
 		return false
 	}
 	st = m.iv(si.ID)
-	st.snd, st.sndSince = &senderEntry{si: si, meta: meta}, now
-	m.nSnd++
+	st.sender, st.senderSince = &senderEntry{si: si, meta: meta}, now
+	m.nSender++
 	if early {
 		st.early, st.held = true, true
 		m.nHeld++
@@ -394,9 +394,9 @@ func (m *Matcher) SenderGone(now time.Time, emit func(*Matched)) {
 	m.try(now, emit)
 }
 
-// RxGone says that the receiver's capture has ended and everything is sealed.
-func (m *Matcher) RxGone(now time.Time, emit func(*Matched)) {
-	m.rxGone = true
+// ReceiverGone says that the receiver's capture has ended and everything is sealed.
+func (m *Matcher) ReceiverGone(now time.Time, emit func(*Matched)) {
+	m.receiverGone = true
 	m.try(now, emit)
 }
 
@@ -406,15 +406,15 @@ func (m *Matcher) expired(since time.Time, now time.Time) bool {
 
 func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 	m.resolve(now)
-	ids := make([]int64, 0, m.nRx+m.nSnd)
+	ids := make([]int64, 0, m.nReceiver+m.nSender)
 	for id, st := range m.ivs {
 		if st.held && m.due(id) {
 			// The clock passed it: from now on it waits as if it had
 			// arrived now.
-			st.held, st.sndSince = false, now
+			st.held, st.senderSince = false, now
 			m.nHeld--
 		}
-		if st.rx != nil || st.snd != nil && !st.held {
+		if st.receiver != nil || st.sender != nil && !st.held {
 			ids = append(ids, id)
 		}
 	}
@@ -423,25 +423,25 @@ func (m *Matcher) try(now time.Time, emit func(*Matched)) {
 		over := len(ids)-n > m.maxPending
 		st := m.ivs[id]
 		switch {
-		case st.rx != nil && st.snd != nil:
+		case st.receiver != nil && st.sender != nil:
 			if st.early {
-				if !over && !m.senderGone && !m.expired(st.rxSince, now) {
+				if !over && !m.senderGone && !m.expired(st.receiverSince, now) {
 					continue // a sender interval in time may still replace it
 				}
 				m.believe(id, now)
 			}
-			if over || m.expired(st.rxSince, now) {
+			if over || m.expired(st.receiverSince, now) {
 				m.forceResolve(id)
 				m.finish(id, results.OutcomeMatched, emit)
 			} else if m.ready(id) {
 				m.finish(id, results.OutcomeMatched, emit)
 			}
-		case st.rx != nil:
-			if m.senderGone || over || m.expired(st.rxSince, now) {
+		case st.receiver != nil:
+			if m.senderGone || over || m.expired(st.receiverSince, now) {
 				m.finish(id, results.OutcomeNoSender, emit)
 			}
-		case st.snd != nil:
-			if (m.rxStarted && id < m.rxFirst) || m.rxGone || over || m.expired(st.sndSince, now) {
+		case st.sender != nil:
+			if (m.receiverStarted && id < m.receiverFirst) || m.receiverGone || over || m.expired(st.senderSince, now) {
 				m.finish(id, results.OutcomeNoReceiver, emit)
 			}
 		}
@@ -457,7 +457,7 @@ func (m *Matcher) needs(id int64) (bs []int64, ok bool) {
 	for b := id + 2; ; b++ {
 		st := m.bnds[b]
 		if st == nil || !st.kKnown {
-			if m.rxGone {
+			if m.receiverGone {
 				return bs, true // no later held set will come
 			}
 			return bs, false
@@ -477,7 +477,7 @@ func (m *Matcher) ready(id int64) bool {
 	}
 	for _, b := range bs {
 		if m.splitAt(b) == nil {
-			if m.heldAt(b) != nil || !m.rxGone || b <= id+1 {
+			if m.heldAt(b) != nil || !m.receiverGone || b <= id+1 {
 				return false
 			}
 		}
@@ -586,13 +586,13 @@ func (m *Matcher) finish(id int64, outcome results.Outcome, emit func(*Matched))
 	m.believe(id, time.Time{})
 	st := m.iv(id)
 	mt := &Matched{ID: id, Outcome: outcome}
-	if se := st.snd; se != nil {
-		mt.Snd, mt.Meta = se.si, se.meta
+	if se := st.sender; se != nil {
+		mt.Sender, mt.Meta = se.si, se.meta
 		mt.Partial = se.si.Partial
 	}
-	if rx := st.rx; rx != nil {
-		mt.Rx, mt.Flows, mt.Late, mt.RxClock = rx.Direct, rx.Flows, rx.Late, rx.Clock
-		mt.RxDrops, mt.RxDropsAffecting = rx.Drops, rx.DropsAffecting
+	if rx := st.receiver; rx != nil {
+		mt.Receiver, mt.Flows, mt.Late, mt.ReceiverClock = rx.Direct, rx.Flows, rx.Late, rx.Clock
+		mt.ReceiverDrops, mt.ReceiverDropsAffecting = rx.Drops, rx.DropsAffecting
 		mt.release = rx.Release
 		mt.Partial = mt.Partial || rx.Partial
 		start := id * m.p.T
@@ -604,7 +604,7 @@ func (m *Matcher) finish(id int64, outcome results.Outcome, emit func(*Matched))
 			}
 			pk := sp.byIv[id]
 			for i := range pk {
-				mt.Rx.AddCount(&pk[i], pk[i].TS-start, mt.Flows.add(&pk[i]))
+				mt.Receiver.AddCount(&pk[i], pk[i].TS-start, mt.Flows.add(&pk[i]))
 			}
 			delete(sp.byIv, id)
 			if b == id+1 {
@@ -629,17 +629,17 @@ func (m *Matcher) finish(id int64, outcome results.Outcome, emit func(*Matched))
 	// packets, which by now have gone to their neighbours.
 	// So are the empty intervals a sender emits after the end of its input
 	// for the boundaries that can still hold its last packets.
-	quiet := (mt.Snd == nil || mt.Snd.Trailer && mt.Snd.Sk != nil && mt.Snd.Sk.Packets == 0) && (mt.Rx == nil || mt.Rx.Packets == 0)
-	if st.rx != nil {
-		m.nRx--
+	quiet := (mt.Sender == nil || mt.Sender.Trailer && mt.Sender.Sk != nil && mt.Sender.Sk.Packets == 0) && (mt.Receiver == nil || mt.Receiver.Packets == 0)
+	if st.receiver != nil {
+		m.nReceiver--
 	}
-	if st.snd != nil {
-		m.nSnd--
+	if st.sender != nil {
+		m.nSender--
 	}
 	if st.held {
 		m.nHeld--
 	}
-	st.rx, st.rxSince, st.snd, st.sndSince = nil, time.Time{}, nil, time.Time{}
+	st.receiver, st.receiverSince, st.sender, st.senderSince = nil, time.Time{}, nil, time.Time{}
 	st.held = false
 	st.done = true
 	m.doneOrder = append(m.doneOrder, id)

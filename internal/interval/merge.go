@@ -84,20 +84,20 @@ func (m *SenderMerger) Flush() []*SenderInterval {
 	return out
 }
 
-// SealedMerger joins the n workers' sealed copies of each interval.
-type SealedMerger struct {
+// ReceiverMerger joins the n workers' sealed copies of each interval.
+type ReceiverMerger struct {
 	n       int
-	pending map[int64][]*Sealed
+	pending map[int64][]*ReceiverInterval
 }
 
-// NewSealedMerger merges n workers.
-func NewSealedMerger(n int) *SealedMerger {
-	return &SealedMerger{n: n, pending: map[int64][]*Sealed{}}
+// NewReceiverMerger merges n workers.
+func NewReceiverMerger(n int) *ReceiverMerger {
+	return &ReceiverMerger{n: n, pending: map[int64][]*ReceiverInterval{}}
 }
 
 // Add takes one worker's sealed interval; it returns the merged one once all
 // n have sealed it, else nil.
-func (m *SealedMerger) Add(s *Sealed) (*Sealed, error) {
+func (m *ReceiverMerger) Add(s *ReceiverInterval) (*ReceiverInterval, error) {
 	if m.n == 1 {
 		return s, nil
 	}

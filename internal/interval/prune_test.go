@@ -40,19 +40,19 @@ func TestFarIntervalIdsCostOnlyThemselves(t *testing.T) {
 	for i := range recvOrder {
 		q := recvOrder[i].p
 		q.TS = recvOrder[i].recv
-		rb.Add(&q, func(s *Sealed) {
-			m.AddSealed(s, now, emit)
+		rb.Add(&q, func(s *ReceiverInterval) {
+			m.AddReceiver(s, now, emit)
 			if next < len(snd) {
 				m.AddSender(snd[next], SenderMeta{}, now, emit)
 				next++
 			}
 		})
 	}
-	rb.Flush(func(s *Sealed) { m.AddSealed(s, now, emit) })
+	rb.Flush(func(s *ReceiverInterval) { m.AddReceiver(s, now, emit) })
 	for ; next < len(snd); next++ {
 		m.AddSender(snd[next], SenderMeta{}, now, emit)
 	}
-	m.RxGone(now, emit)
+	m.ReceiverGone(now, emit)
 	m.SenderGone(now, emit)
 	for _, id := range []int64{first + 1_000_000, first - 1_000_000} {
 		if got[id] == nil || got[id].Outcome != results.OutcomeNoReceiver {
@@ -66,7 +66,7 @@ func TestFarIntervalIdsCostOnlyThemselves(t *testing.T) {
 			t.Errorf("interval %d never emitted", id)
 		case mt.Outcome != results.OutcomeMatched || mt.Unresolved != 0:
 			t.Errorf("interval %d: outcome %s, %d packets placed by receive time; want matched, 0", id, mt.Outcome, mt.Unresolved)
-		case !sameSketches(mt.Rx, w):
+		case !sameSketches(mt.Receiver, w):
 			t.Errorf("interval %d: receiver sketch differs from the truth", id)
 		}
 	}
@@ -103,10 +103,10 @@ func TestMatcherStateBounded(t *testing.T) {
 		}
 		sk.Packets = 1 // not quiet: emitted
 		m.AddSender(&SenderInterval{ID: id, Sk: sk, First: id == first}, SenderMeta{}, now, emit)
-		m.AddSealed(&Sealed{ID: id, Direct: rxSk, Flows: NewFlowTable(0, p.Sketch, false)}, now, emit)
+		m.AddReceiver(&ReceiverInterval{ID: id, Direct: rxSk, Flows: NewFlowTable(0, p.Sketch, false)}, now, emit)
 		maxIvs, maxBnds = max(maxIvs, len(m.ivs)), max(maxBnds, len(m.bnds))
 	}
-	m.RxGone(now, emit)
+	m.ReceiverGone(now, emit)
 	m.SenderGone(now, emit)
 	if len(got) != n {
 		t.Fatalf("%d of %d intervals emitted", len(got), n)

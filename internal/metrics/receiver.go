@@ -39,27 +39,27 @@ type Receiver struct {
 
 	health *CaptureHealth
 
-	intervals   *prometheus.CounterVec
-	spikes      *prometheus.CounterVec
-	lossSpikes  *prometheus.CounterVec
-	linkSent    *prometheus.CounterVec
-	linkRecv    *prometheus.CounterVec
-	ivDrops     *prometheus.CounterVec
-	sketchBytes *prometheus.CounterVec
-	frameErrs   *prometheus.CounterVec
-	watchCut    *prometheus.CounterVec
-	delayHist   *prometheus.HistogramVec
-	packetHist  *prometheus.HistogramVec
-	estTime     *prometheus.HistogramVec
-	misassigned *prometheus.CounterVec
-	lost        lostMetrics // lost.go
-	window      *prometheus.GaugeVec
-	exp         *exportSeries
-	resErrs     *prometheus.CounterVec
-	resDropped  prometheus.Counter
-	connRefused *prometheus.CounterVec
-	sndRefused  *prometheus.CounterVec
-	ivRefused   *prometheus.CounterVec
+	intervals     *prometheus.CounterVec
+	spikes        *prometheus.CounterVec
+	lossSpikes    *prometheus.CounterVec
+	linkSent      *prometheus.CounterVec
+	linkRecv      *prometheus.CounterVec
+	ivDrops       *prometheus.CounterVec
+	sketchBytes   *prometheus.CounterVec
+	frameErrs     *prometheus.CounterVec
+	watchCut      *prometheus.CounterVec
+	delayHist     *prometheus.HistogramVec
+	packetHist    *prometheus.HistogramVec
+	estTime       *prometheus.HistogramVec
+	misassigned   *prometheus.CounterVec
+	lost          lostMetrics // lost.go
+	window        *prometheus.GaugeVec
+	exp           *exportSeries
+	resErrs       *prometheus.CounterVec
+	resDropped    prometheus.Counter
+	connRefused   *prometheus.CounterVec
+	senderRefused *prometheus.CounterVec
+	ivRefused     *prometheus.CounterVec
 
 	// The scrape-time series, a collector per concern, each with its
 	// own descriptors: flows.go, link.go, interval.go, clock.go, capture.go.
@@ -170,14 +170,14 @@ func NewReceiver(cfg Config, log *slog.Logger) (*Receiver, error) {
 			Help: "Flow records left out of the results file because their interval's write failed (never written in part)."}),
 		connRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_connection_refusals_total",
 			Help: "Connections to the sender port closed before a stream could open, by reason (handshake_timeout, handshake_failed, pending_evicted, max_connections)."}, []string{"reason"}),
-		sndRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_sender_refusals_total",
+		senderRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_sender_refusals_total",
 			Help: "Sender streams refused at Hello, by reason (hello_timeout, no_hello, bad_sender_id, identity_mismatch, unknown_sender, config_mismatch, not_served)."}, []string{"reason"}),
 		ivRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lds_interval_refusals_total",
 			Help: "Interval halves the matcher refused or replaced, by reason (duplicate, superseded_early, early_overflow, receiver_after_final)."}, []string{"sender", "reason"}),
 	}
 	for _, c := range append([]prometheus.Collector{
 		r.intervals, r.spikes, r.lossSpikes, r.linkSent, r.linkRecv, r.ivDrops, r.sketchBytes, r.frameErrs, r.watchCut, r.delayHist, r.packetHist, r.estTime, r.resErrs, r.resDropped,
-		r.misassigned, r.window, r.connRefused, r.sndRefused, r.ivRefused,
+		r.misassigned, r.window, r.connRefused, r.senderRefused, r.ivRefused,
 		r.lost.listed, r.lost.extra, r.lost.incomplete, r.lost.reordered, r.lost.repaired,
 		newFlowCollector(r), newLinkCollector(r), newIntervalCollector(r), r.clock, r.capture, r.health,
 		collectors.NewGoCollector(),
@@ -403,7 +403,7 @@ func (r *Receiver) RefusalReasons(connection, sender []string) {
 		r.connRefused.WithLabelValues(reason)
 	}
 	for _, reason := range sender {
-		r.sndRefused.WithLabelValues(reason)
+		r.senderRefused.WithLabelValues(reason)
 	}
 }
 
@@ -414,7 +414,7 @@ func (r *Receiver) ConnectionRefusal(reason string) { r.connRefused.WithLabelVal
 // SenderRefusal counts a sender refused at Hello; reason comes from a
 // fixed set (wire.SenderRefusalReasons). No sender label: the id of a
 // refused sender is only claimed.
-func (r *Receiver) SenderRefusal(reason string) { r.sndRefused.WithLabelValues(reason).Inc() }
+func (r *Receiver) SenderRefusal(reason string) { r.senderRefused.WithLabelValues(reason).Inc() }
 
 // IntervalRefusal counts n interval halves of sender the matcher refused
 // or replaced; reason comes from a fixed set (interval.RefusalReasons).

@@ -42,7 +42,7 @@ func TestPublishFlagsHeldPredecessor(t *testing.T) {
 				iv := &results.Interval{Sender: "a", Interval: id, Outcome: results.OutcomeMatched,
 					Flows: []results.FlowRecord{{Interval: id, Key: capture.MustParseFlowKey("10.0.0.1", "10.0.0.2", 17, 1, 2), Loss: &loss, Packets: 50}}}
 				return &estJob{sender: "a", iv: iv, chk: interval.Assignment{DeficitCells: deficit, Delay: math.NaN()},
-					mt: &interval.Matched{ID: id, Outcome: results.OutcomeMatched, Meta: meta, RxDrops: rxDrops}}
+					mt: &interval.Matched{ID: id, Outcome: results.OutcomeMatched, Meta: meta, ReceiverDrops: rxDrops}}
 			}
 			e.publishJob(job(10, 3, interval.SenderMeta{}, 0)) // cells short of packets: held
 			if len(out) != 0 {

@@ -45,16 +45,16 @@ type Clock struct {
 // Estimate computes per-flow and link records of a matched interval.
 func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*results.Interval, error) {
 	iv := &results.Interval{Sender: sender, Interval: mt.ID, StartNS: mt.ID * e.T, Outcome: mt.Outcome,
-		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, ReceiverDrops: mt.RxDrops, SketchBytes: mt.Meta.SketchBytes}
+		SenderDrops: mt.Meta.KernelDrops + mt.Meta.IfDrops, ReceiverDrops: mt.ReceiverDrops, SketchBytes: mt.Meta.SketchBytes}
 	var joined *sample.Joined
 	if e.Pieces != nil {
 		var set *sample.Set
-		if mt.Snd != nil {
-			set = mt.Snd.Samples
+		if mt.Sender != nil {
+			set = mt.Sender.Samples
 		}
 		joined = sample.Join(e.Pieces, mt.ID, set, e.Window) // also frees the pieces of intervals without one
 	}
-	if mt.Snd == nil || mt.Rx == nil {
+	if mt.Sender == nil || mt.Receiver == nil {
 		return iv, nil
 	}
 	if clk.Unsynced && iv.Outcome == results.OutcomeMatched {
@@ -62,7 +62,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 	}
 	// Candidates: every flow the receiver saw, plus the sender's heaviest
 	// keys (a flow that lost every packet is only known from those).
-	heavy := mt.Snd.Heavy
+	heavy := mt.Sender.Heavy
 	if e.MaxFlows > 0 {
 		heavy = heavy[:min(len(heavy), e.Heavy, max(0, e.MaxFlows-mt.Flows.Len()))]
 	}
@@ -104,7 +104,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 		// The receiver knows exactly how many packets of each flow it put
 		// in each of its cells; flows known only from the sender's heavy
 		// keys sit in no receiver cell.
-		p := mt.Rx.LDS.Params()
+		p := mt.Receiver.LDS.Params()
 		comp := make([]sketch.FlowComposition, len(hashes))
 		empty := make([]uint32, p.Rows*p.VLDA)
 		for i, h := range hashes {
@@ -120,10 +120,10 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 	if err != nil {
 		return nil, err
 	}
-	iv.UsableCellRatio = sketch.UsableCellRatio(mt.Snd.Sk.LDS, mt.Rx.LDS)
+	iv.UsableCellRatio = sketch.UsableCellRatio(mt.Sender.Sk.LDS, mt.Receiver.LDS)
 	iv.Flows = make([]results.FlowRecord, len(pub.Estimates))
 	iv.Touched = make([]bool, len(pub.Estimates))
-	cellsPerFlow := mt.Rx.LDS.Params().Rows * mt.Rx.LDS.Params().VLDA
+	cellsPerFlow := mt.Receiver.LDS.Params().Rows * mt.Receiver.LDS.Params().VLDA
 	for i, est := range pub.Estimates {
 		iv.Touched[i] = est.Usable < cellsPerFlow
 		k := keys[i]
@@ -172,10 +172,10 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 // class both ends' sketches have.
 func (e *Estimation) linkRecords(iv *results.Interval, mt *interval.Matched, sender string, clk Clock, joined *sample.Joined, cr *cellRepair) {
 	for c, name := range e.Classes {
-		if c >= len(mt.Snd.Sk.LDA) || c >= len(mt.Rx.LDA) {
+		if c >= len(mt.Sender.Sk.LDA) || c >= len(mt.Receiver.LDA) {
 			break
 		}
-		le := sketch.EstimateLDA(mt.Snd.Sk.LDA[c], mt.Rx.LDA[c])
+		le := sketch.EstimateLDA(mt.Sender.Sk.LDA[c], mt.Receiver.LDA[c])
 		repaired := cr.linkDelay(c, &le)
 		lr := results.LinkRecord{Interval: mt.ID, StartNS: iv.StartNS, Sender: sender, Class: name,
 			Sent: le.Sent, Received: le.Received, LossRatio: results.Float(zeroNaN(le.LossRatio)), Samples: le.Samples,

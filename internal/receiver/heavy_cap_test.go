@@ -48,7 +48,7 @@ func TestHeavyKeysCannotPassMaxFlows(t *testing.T) {
 			for i := range tc.sent {
 				si.Heavy = append(si.Heavy, key(1000+i))
 			}
-			mt := &interval.Matched{ID: 1, Outcome: results.OutcomeMatched, Snd: si, Rx: rx, Flows: ft}
+			mt := &interval.Matched{ID: 1, Outcome: results.OutcomeMatched, Sender: si, Receiver: rx, Flows: ft}
 			est := receiver.Estimation{Estimator: sketch.EstimatorPaper, T: p.T, Classes: []string{"default"}, FlowHash: hash,
 				Workers: 1, MaxFlows: tc.maxFlows, Heavy: tc.heavy}
 			iv, err := est.Estimate("a", mt, receiver.Clock{})

@@ -115,7 +115,7 @@ func lostDoubt(mt *interval.Matched) string {
 	switch {
 	case mt.Partial || mt.Outcome == results.OutcomePartial:
 		return lostPartial
-	case mt.Meta.DropsAffecting+mt.RxDropsAffecting > 0:
+	case mt.Meta.DropsAffecting+mt.ReceiverDropsAffecting > 0:
 		// Either end's capture dropped packets that may belong to the
 		// interval (the drop ledgers' attribution, the same that withholds
 		// its loss: results.Interval.FlagCaptureDrops).

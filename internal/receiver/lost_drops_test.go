@@ -36,9 +36,9 @@ func TestLostListWithCaptureDrops(t *testing.T) {
 			round.Answer[h] = interval.LoggedPacket{Hash: h, SentNS: 7e9 + int64(i), Key: k, IDKind: capture.IDTCPSeq, ID: 1000 + i}
 		}
 		mt := &interval.Matched{ID: 7, Outcome: results.OutcomeMatched,
-			Snd:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
-			Rx:    &interval.Sketches{Lost: rx},
-			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+			Sender:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
+			Receiver: &interval.Sketches{Lost: rx},
+			Flows:    interval.NewFlowTable(16, sketch.DefaultParams(), false)}
 		p := interval.PeelLost(mt)
 		round.Items, round.Complete = p.Items, p.Complete
 		mt.Lost = round
@@ -52,7 +52,7 @@ func TestLostListWithCaptureDrops(t *testing.T) {
 		reason string // "": complete
 	}{
 		{"no drops", func(*results.Interval, *interval.Matched) {}, ""},
-		{"receiver's drops", func(_ *results.Interval, mt *interval.Matched) { mt.RxDrops, mt.RxDropsAffecting = 0, 12 }, "capture_drops"},
+		{"receiver's drops", func(_ *results.Interval, mt *interval.Matched) { mt.ReceiverDrops, mt.ReceiverDropsAffecting = 0, 12 }, "capture_drops"},
 		{"sender's drops", func(_ *results.Interval, mt *interval.Matched) { mt.Meta.DropsAffecting = 1 }, "capture_drops"},
 		{"loss withheld beyond the window", func(iv *results.Interval, _ *interval.Matched) {
 			iv.Flows[0].Status, iv.Flows[0].Loss = results.StatusBeyondWindow, nil
@@ -102,9 +102,9 @@ func TestLostListWithoutAnswer(t *testing.T) {
 			}
 		}
 		mt := &interval.Matched{ID: 7, Outcome: results.OutcomeMatched,
-			Snd:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
-			Rx:    &interval.Sketches{Lost: rx},
-			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+			Sender:   &interval.SenderInterval{ID: 7, Sk: &interval.Sketches{Lost: snd}},
+			Receiver: &interval.Sketches{Lost: rx},
+			Flows:    interval.NewFlowTable(16, sketch.DefaultParams(), false)}
 		mt.Lost = interval.PeelLost(mt)
 		mt.Lost.Asked, mt.Lost.Unanswered = 3, why
 		iv := &results.Interval{Sender: "a", Interval: 7, Outcome: results.OutcomeMatched,

@@ -92,11 +92,11 @@ func nameExtra(mt *interval.Matched) {
 			want[it.Hash] = true
 		}
 	}
-	if len(want) == 0 || mt.Rx == nil {
+	if len(want) == 0 || mt.Receiver == nil {
 		return
 	}
 	mt.Lost.Extra = make(map[uint64]interval.LoggedPacket, len(want))
-	interval.Answer(mt.Rx.PacketLogs(), want, func(p interval.LoggedPacket) { mt.Lost.Extra[p.Hash] = p })
+	interval.Answer(mt.Receiver.PacketLogs(), want, func(p interval.LoggedPacket) { mt.Lost.Extra[p.Hash] = p })
 }
 
 // lostAnswered takes the sender's answer to a parked interval.

@@ -168,7 +168,7 @@ func (r *Receiver) newEntry(e config.SenderEntry, sel []match.Compiled) *entrySt
 	r.streams.entries = append(r.streams.entries, conn)
 	est := newEstStage(r.pol.estConc, r.estimateJob)
 	ms := &matchStage{conn: conn, m: interval.NewMatcher(r.params, r.cfg.Receiver.Lateness, r.cfg.Receiver.MaxPending),
-		pieces: sample.NewPieces(r.pol.pieceKeep), sealed: make(chan *interval.Sealed, r.cfg.Receiver.SealedQueue), in: in,
+		pieces: sample.NewPieces(r.pol.pieceKeep), sealed: make(chan *interval.ReceiverInterval, r.cfg.Receiver.SealedQueue), in: in,
 		lostQ: lq, est: est, stopWhenDrained: r.pol.stopWhenDrained, verdict: r.clock, ownClock: r.ownClock, metrics: r.metrics, log: r.log}
 	r.watchMatcher(ms)
 	return &entryStages{conn: conn, sel: sel, match: ms, est: est,
@@ -361,7 +361,7 @@ func (r *Receiver) clock(sender string, mt *interval.Matched) Clock {
 	if !r.pol.clockChecks {
 		return Clock{}
 	}
-	own, other := mt.RxClock, mt.Meta.Clock
+	own, other := mt.ReceiverClock, mt.Meta.Clock
 	if own.State == "" {
 		own = r.ownClock()
 	}

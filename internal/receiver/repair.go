@@ -24,7 +24,7 @@ type cellRepair struct {
 // assignment check and the usable-cell ratio read them). Extra packets
 // have no receive time in the list, so their cells stay lossy.
 func (e *Estimation) repairCells(iv *results.Interval, mt *interval.Matched, sender string) *cellRepair {
-	cr := &cellRepair{snd: mt.Snd.Sk.LDS, rcv: mt.Rx.LDS}
+	cr := &cellRepair{snd: mt.Sender.Sk.LDS, rcv: mt.Receiver.LDS}
 	if len(iv.Lost) == 0 || iv.LostList == nil {
 		return cr
 	}
@@ -60,8 +60,8 @@ func (e *Estimation) repairCells(iv *results.Interval, mt *interval.Matched, sen
 	// The link aggregators: with one class every packet is in it; with
 	// more, the list does not say which class a packet was in (the class
 	// rules read the packet, the list holds its flow), so they stay.
-	if known > 0 && len(mt.Snd.Sk.LDA) == 1 && len(mt.Rx.LDA) == 1 {
-		s, r := mt.Snd.Sk.LDA[0].Clone(), mt.Rx.LDA[0].Clone()
+	if known > 0 && len(mt.Sender.Sk.LDA) == 1 && len(mt.Receiver.LDA) == 1 {
+		s, r := mt.Sender.Sk.LDA[0].Clone(), mt.Receiver.LDA[0].Clone()
 		if n, err := sketch.RepairLDA(s, r, pkts); err == nil && n > 0 {
 			cr.lda, cr.ldaCells = [][2]*sketch.LDA{{s, r}}, []int{n}
 		}

@@ -35,9 +35,9 @@ func TestRepairCellsGating(t *testing.T) {
 			}
 		}
 		mt := &interval.Matched{ID: id, Outcome: results.OutcomeMatched,
-			Snd:   &interval.SenderInterval{ID: id, Sk: &interval.Sketches{LDS: sl, Lost: st}},
-			Rx:    &interval.Sketches{LDS: rl, Lost: rt},
-			Flows: interval.NewFlowTable(16, sketch.DefaultParams(), false)}
+			Sender:   &interval.SenderInterval{ID: id, Sk: &interval.Sketches{LDS: sl, Lost: st}},
+			Receiver: &interval.Sketches{LDS: rl, Lost: rt},
+			Flows:    interval.NewFlowTable(16, sketch.DefaultParams(), false)}
 		return &results.Interval{Sender: "a", Interval: id, StartNS: id * T, Outcome: results.OutcomeMatched}, mt
 	}
 	// answer is the sender's answer to the question of the match stage
@@ -66,7 +66,7 @@ func TestRepairCellsGating(t *testing.T) {
 		{"one answer missing: list incomplete", answer(2), false, nil, 0, 2},
 		{"no answer: list incomplete", answer(0), false, nil, 0, 0},
 		{"repair off", answer(3), true, nil, 0, 3},
-		{"list incomplete: capture drops", answer(3), false, func(mt *interval.Matched) { mt.RxDropsAffecting = 1 }, 0, 3},
+		{"list incomplete: capture drops", answer(3), false, func(mt *interval.Matched) { mt.ReceiverDropsAffecting = 1 }, 0, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,21 +75,21 @@ func TestRepairCellsGating(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(mt)
 			}
-			s0, r0 := mt.Snd.Sk.LDS.Clone(), mt.Rx.LDS.Clone()
+			s0, r0 := mt.Sender.Sk.LDS.Clone(), mt.Receiver.LDS.Clone()
 			e := &Estimation{T: T, FlowHash: func(capture.FlowKey) uint64 { return fh }, NoRepair: tc.noRepair}
 			buildLost(iv, mt, "a", e.FlowHash, T)
 			if iv.LostList == nil || iv.LostList.Lost != tc.lost {
 				t.Fatalf("lost list %+v, want %d lost", iv.LostList, tc.lost)
 			}
 			cr := e.repairCells(iv, mt, "a")
-			if !mt.Snd.Sk.LDS.Equal(s0) || !mt.Rx.LDS.Equal(r0) {
+			if !mt.Sender.Sk.LDS.Equal(s0) || !mt.Receiver.LDS.Equal(r0) {
 				t.Fatal("the matched interval's sketches were changed")
 			}
 			if iv.LostList.RepairedCells != tc.repaired {
 				t.Errorf("repaired %d cells, want %d", iv.LostList.RepairedCells, tc.repaired)
 			}
 			if tc.repaired == 0 {
-				if cr.snd != mt.Snd.Sk.LDS || cr.rcv != mt.Rx.LDS || cr.rep != nil {
+				if cr.snd != mt.Sender.Sk.LDS || cr.rcv != mt.Receiver.LDS || cr.rep != nil {
 					t.Error("nothing repaired, yet the estimators would read other sketches")
 				}
 				return

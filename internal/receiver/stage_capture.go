@@ -18,11 +18,11 @@ import (
 // only (in replay) on a full channel to the matcher, which keeps memory
 // bounded.
 func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Reader, start int64) error {
-	builders := make([]*interval.RxBuilder, len(r.entries))
-	emitters := make([]func(*interval.Sealed), len(r.entries))
+	builders := make([]*interval.ReceiverBuilder, len(r.entries))
+	emitters := make([]func(*interval.ReceiverInterval), len(r.entries))
 	// Sample candidates by receive time; a sealed interval's pieces are
 	// handed to the sender entry before the interval itself.
-	stores := make([]*sample.RxStore, len(r.entries))
+	stores := make([]*sample.ReceiverStore, len(r.entries))
 	outages := make([]capture.OutageTracker, len(r.entries))
 	// A packet this capture dropped was sent before the read + guard
 	// (interval.DropLedger); one ledger per sender entry, as each entry
@@ -30,15 +30,15 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 	ledgers := make([]interval.DropLedger, len(r.entries))
 	for i, e := range r.entries {
 		s := e.match
-		stores[i] = sample.NewRxStore(r.cfg.Sample, start)
+		stores[i] = sample.NewReceiverStore(r.cfg.Sample, start)
 		var err error
 		// The decoding estimator needs each flow's packets per cell.
 		composition := r.est.Estimator == sketch.EstimatorDecode
-		if builders[i], err = interval.NewRxBuilderPlan(r.params, start, composition, e.emit.plan); err != nil {
+		if builders[i], err = interval.NewReceiverBuilderPlan(r.params, start, composition, e.emit.plan); err != nil {
 			return err
 		}
 		ledgers[i] = interval.DropLedger{T: r.params.T, Reach: r.params.Guard}
-		emitters[i] = func(sl *interval.Sealed) {
+		emitters[i] = func(sl *interval.ReceiverInterval) {
 			stores[i].Cut(sl.ID, s.pieces.Put)
 			if st, err := rd.Source().Stats(); err == nil {
 				if outages[i].Touched(st) {
@@ -77,7 +77,7 @@ func (r *Receiver) captureLoop(ctx context.Context, worker int, rd *capture.Read
 		Stop: func() {
 			for i, e := range r.entries {
 				s := e.match
-				builders[i].Flush(func(sl *interval.Sealed) {
+				builders[i].Flush(func(sl *interval.ReceiverInterval) {
 					stores[i].Cut(sl.ID, s.pieces.Put)
 					select {
 					case s.sealed <- sl:

@@ -67,7 +67,7 @@ func (e *emitter) publishJob(j *estJob) {
 			// slower than the hold window (receiver) or raced the read
 			// by microseconds (sender). The held one has cells short of
 			// packets: its loss is withheld too.
-			d := results.CaptureDrops{Sender: mt.Meta.KernelDrops + mt.Meta.IfDrops, Receiver: mt.RxDrops}
+			d := results.CaptureDrops{Sender: mt.Meta.KernelDrops + mt.Meta.IfDrops, Receiver: mt.ReceiverDrops}
 			h.iv.FlagCaptureDrops(d)
 			h.drops.Sender += d.Sender
 			h.drops.Receiver += d.Receiver

@@ -114,7 +114,7 @@ func (r *Receiver) estimateJob(j *estJob) (*results.Interval, error) {
 	start := time.Now()
 	iv, err := r.estimate(&est, j.sender, j.mt, j.clk)
 	took := time.Since(start)
-	j.drops = results.CaptureDrops{Sender: j.mt.Meta.DropsAffecting, Receiver: j.mt.RxDropsAffecting}
+	j.drops = results.CaptureDrops{Sender: j.mt.Meta.DropsAffecting, Receiver: j.mt.ReceiverDropsAffecting}
 	if iv != nil {
 		iv.FlagCaptureDrops(j.drops)
 	}

@@ -24,7 +24,7 @@ type matchStage struct {
 	pieces *sample.Pieces // the capture workers' sample candidates, until joined
 	// sealed carries the capture workers' sealed intervals here; Run
 	// closes it once every worker has ended.
-	sealed chan *interval.Sealed
+	sealed chan *interval.ReceiverInterval
 	in     chan senderMsg // from the stream stage (senderConn.toMatch)
 	lostQ  *lostQueue
 	est    *estStage
@@ -53,25 +53,25 @@ func (ms *matchStage) run(ctx context.Context, plan *interval.WindowPlan, worker
 	defer close(ms.lostQ.done) // a finished sender's stream may end
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	merger := interval.NewSealedMerger(workers)
+	merger := interval.NewReceiverMerger(workers)
 	// Final intervals go through the lost-packet round first (lost_round.go).
 	emit := func(mt *interval.Matched) { ms.finalLost(mt, time.Now()) }
 	defer func() { ms.flushLost(time.Now(), true) }()
-	addSealed := func(sl *interval.Sealed) error {
+	addSealed := func(sl *interval.ReceiverInterval) error {
 		merged, err := merger.Add(sl)
 		if err != nil {
 			return err
 		}
 		if merged != nil {
 			merged.Clock = ms.ownClock()
-			ms.m.AddSealed(merged, time.Now(), emit)
+			ms.m.AddReceiver(merged, time.Now(), emit)
 		}
 		return nil
 	}
 	sealed := ms.sealed
-	rxGone, sndGone := false, false
+	receiverGone, senderGone := false, false
 	for {
-		if ms.stopWhenDrained && rxGone && sndGone && ms.m.Idle() && len(ms.lostQ.park) == 0 {
+		if ms.stopWhenDrained && receiverGone && senderGone && ms.m.Idle() && len(ms.lostQ.park) == 0 {
 			return nil
 		}
 		select {
@@ -90,13 +90,13 @@ func (ms *matchStage) run(ctx context.Context, plan *interval.WindowPlan, worker
 				}
 			}
 			now := time.Now()
-			ms.m.RxGone(now, emit)
+			ms.m.ReceiverGone(now, emit)
 			ms.m.SenderGone(now, emit)
 			return nil
 		case sl, ok := <-sealed:
 			if !ok {
-				sealed, rxGone = nil, true
-				ms.m.RxGone(time.Now(), emit)
+				sealed, receiverGone = nil, true
+				ms.m.ReceiverGone(time.Now(), emit)
 				continue
 			}
 			if err := addSealed(sl); err != nil {
@@ -104,7 +104,7 @@ func (ms *matchStage) run(ctx context.Context, plan *interval.WindowPlan, worker
 			}
 		case msg := <-ms.in:
 			if ms.onStream(msg, emit) {
-				sndGone = true
+				senderGone = true
 			}
 		case <-tick.C:
 			ms.m.Tick(time.Now(), emit)

@@ -50,7 +50,7 @@ func benchJoin(b *testing.B, two bool) {
 	cfg := DefaultConfig()
 	cfg.MaxCandidates = 1 << 22
 	sm := NewSampler(cfg, T, nil)
-	st := NewRxStore(cfg, 0)
+	st := NewReceiverStore(cfg, 0)
 	ps := NewPieces(8)
 	first := 0
 	if two {

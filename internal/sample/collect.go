@@ -6,43 +6,43 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 )
 
-// Cand is one receiver candidate: its flow, its sampling value s, its
+// ReceiverCand is one receiver candidate: its flow, its sampling value s, its
 // receive time (Unix ns) and its LDA class.
-type Cand struct {
+type ReceiverCand struct {
 	Flow  uint64
 	S     uint64
 	TS    int64
 	Class uint16
 }
 
-// TxCand is one sender candidate, 16 bytes: its flow, and in X the 32 bits
-// of its sampling value s below the candidate bound (s >> Cands.Drop) over
-// its send time from the interval start in units of 2^Cands.Unit ns (exact
+// SenderCand is one sender candidate, 16 bytes: its flow, and in X the 32 bits
+// of its sampling value s below the candidate bound (s >> SenderCands.Drop) over
+// its send time from the interval start in units of 2^SenderCands.Unit ns (exact
 // ns for intervals up to 4.29 s). The sender writes one for every packet on
 // its packet path (Sampler.Add), so it is kept small.
-type TxCand struct {
+type SenderCand struct {
 	Flow uint64
 	X    uint64
 }
 
-// Cands are the sender's candidates of one interval. Every packet with
+// SenderCands are the sender's candidates of one interval. Every packet with
 // S < Limit that the sender captured in the interval is in C, and no other.
-type Cands struct {
+type SenderCands struct {
 	ID     int64
 	Limit  uint64 // exclusive bound on S
-	C      []TxCand
+	C      []SenderCand
 	Halved uint64 // times the candidate rate was halved to stay under max_candidates
-	// Drop and Unit: how C packs s and the send time (TxCand); T: the
+	// Drop and Unit: how C packs s and the send time (SenderCand); T: the
 	// interval length (ns).
 	Drop, Unit uint8
 	T          int64
 }
 
 // S is c's sampling value with the bits below Drop zero.
-func (c *Cands) S(x TxCand) uint64 { return x.X >> 32 << c.Drop }
+func (c *SenderCands) S(x SenderCand) uint64 { return x.X >> 32 << c.Drop }
 
-// TX is c's send time from the interval start (ns), the middle of its unit.
-func (c *Cands) TX(x TxCand) int64 {
+// SendTime is c's send time from the interval start (ns), the middle of its unit.
+func (c *SenderCands) SendTime(x SenderCand) int64 {
 	t := int64(uint32(x.X)) << c.Unit
 	if c.Unit > 0 {
 		t = min(t+1<<(c.Unit-1), c.T-1)
@@ -51,7 +51,7 @@ func (c *Cands) TX(x TxCand) int64 {
 }
 
 // keep drops, in place, the candidates with S >= lim.
-func (c *Cands) keep(lim uint64) {
+func (c *SenderCands) keep(lim uint64) {
 	q := lim >> c.Drop
 	k := 0
 	for _, x := range c.C {
@@ -66,7 +66,7 @@ func (c *Cands) keep(lim uint64) {
 // Merge adds o's candidates (another capture worker's share of the same
 // interval) into c and returns it (o when c is nil): the limit is the
 // smaller one.
-func (c *Cands) Merge(o *Cands) *Cands {
+func (c *SenderCands) Merge(o *SenderCands) *SenderCands {
 	if c == nil {
 		return o
 	}
@@ -84,15 +84,15 @@ func (c *Cands) Merge(o *Cands) *Cands {
 	return c
 }
 
-// Piece is the receiver's candidates of one piece (RxStore): every packet
+// Piece is the receiver's candidates of one piece (ReceiverStore): every packet
 // with S < Limit received in (From, Upto] is in C, and no other.
 type Piece struct {
 	ID     int64
 	Limit  uint64 // exclusive bound on S
-	C      []Cand
+	C      []ReceiverCand
 	Halved uint64 // times the candidate rate was halved to stay under max_candidates
 	// From, Upto: the receive times (From, Upto] the piece covers
-	// (RxStore.Cut).
+	// (ReceiverStore.Cut).
 	From, Upto int64
 }
 
@@ -110,7 +110,7 @@ func (c *Piece) add(p *capture.Packet, s uint64, maxCands int) {
 			return
 		}
 	}
-	c.C = append(c.C, Cand{Flow: p.FlowHash, S: s, TS: p.TS, Class: p.Class})
+	c.C = append(c.C, ReceiverCand{Flow: p.FlowHash, S: s, TS: p.TS, Class: p.Class})
 }
 
 func (c *Piece) keep(lim uint64) {
@@ -141,13 +141,13 @@ func (c *Piece) merge(o *Piece) {
 // Pool recycles candidate buffers between the capture workers that fill
 // them and the goroutine that selects from them, so that a steady capture
 // allocates none. Safe for concurrent use; nil is a valid empty pool.
-type Pool struct{ ch chan *Cands }
+type Pool struct{ ch chan *SenderCands }
 
 // NewPool keeps up to n idle buffers.
-func NewPool(n int) *Pool { return &Pool{ch: make(chan *Cands, n)} }
+func NewPool(n int) *Pool { return &Pool{ch: make(chan *SenderCands, n)} }
 
 // Put gives a buffer back (dropped when the pool is full).
-func (p *Pool) Put(c *Cands) {
+func (p *Pool) Put(c *SenderCands) {
 	if p == nil || c == nil {
 		return
 	}
@@ -157,7 +157,7 @@ func (p *Pool) Put(c *Cands) {
 	}
 }
 
-func (p *Pool) get() *Cands {
+func (p *Pool) get() *SenderCands {
 	if p == nil {
 		return nil
 	}
@@ -180,17 +180,17 @@ func (p *Pool) get() *Cands {
 // everything else (a new interval, a full buffer) is in slow.
 type Sampler struct {
 	limit uint64
-	from  int64    // the open interval's start (ns)
-	t     uint64   // the interval length (ns)
-	buf   []TxCand // the open interval's buffer at its full length: C is buf[:n]
+	from  int64        // the open interval's start (ns)
+	t     uint64       // the interval length (ns)
+	buf   []SenderCand // the open interval's buffer at its full length: C is buf[:n]
 	n     int
 	drop  uint8 // s >> drop: the 32 bits of s below the candidate bound
 	unit  uint8 // send times in 2^unit ns
-	cur   *Cands
+	cur   *SenderCands
 	cfg   Config
 	pool  *Pool
-	done  []*Cands // closed intervals not yet taken (a few at most)
-	free  []*Cands
+	done  []*SenderCands // closed intervals not yet taken (a few at most)
+	free  []*SenderCands
 	last  int // candidates of the last interval: the next buffer's size
 }
 
@@ -213,7 +213,7 @@ func (sm *Sampler) Add(p *capture.Packet) {
 		sm.slow(p, s)
 		return
 	}
-	sm.buf[sm.n] = TxCand{Flow: p.FlowHash, X: s>>sm.drop<<32 | off>>sm.unit}
+	sm.buf[sm.n] = SenderCand{Flow: p.FlowHash, X: s>>sm.drop<<32 | off>>sm.unit}
 	_, in := bits.Sub64(s, sm.limit, 0) // 1 when s < limit
 	sm.n += int(in)
 }
@@ -247,12 +247,12 @@ func (sm *Sampler) slow(p *capture.Packet, s uint64) {
 			}
 		} else {
 			// Grow (rare: the buffer is sized from the last interval).
-			nb := make([]TxCand, min(max(2*len(sm.buf), 4096), sm.cfg.MaxCandidates))
+			nb := make([]SenderCand, min(max(2*len(sm.buf), 4096), sm.cfg.MaxCandidates))
 			copy(nb, sm.buf[:sm.n])
 			sm.buf = nb
 		}
 	}
-	sm.buf[sm.n] = TxCand{Flow: p.FlowHash, X: s>>sm.drop<<32 | uint64(p.TS-sm.from)>>sm.unit}
+	sm.buf[sm.n] = SenderCand{Flow: p.FlowHash, X: s>>sm.drop<<32 | uint64(p.TS-sm.from)>>sm.unit}
 	sm.n++
 }
 
@@ -274,10 +274,10 @@ func (sm *Sampler) rotate(id int64) {
 	if n := len(sm.free); c == nil && n > 0 {
 		c, sm.free = sm.free[n-1], sm.free[:n-1]
 	} else if c == nil {
-		c = &Cands{}
+		c = &SenderCands{}
 	}
 	if want := min(sm.last+sm.last/4+4096, sm.cfg.MaxCandidates); cap(c.C) < want {
-		c.C = make([]TxCand, want)
+		c.C = make([]SenderCand, want)
 	}
 	sm.limit = limitOf(sm.cfg.level())
 	c.ID, c.Limit, c.Halved, c.Drop, c.Unit, c.T = id, sm.limit, 0, sm.drop, sm.unit, int64(sm.t)
@@ -292,7 +292,7 @@ func (sm *Sampler) rotate(id int64) {
 
 // Take hands over the candidates of interval id (nil: none seen); they
 // belong to the caller, who may give them back with Pool.Put once done.
-func (sm *Sampler) Take(id int64) *Cands {
+func (sm *Sampler) Take(id int64) *SenderCands {
 	if sm.cur != nil && sm.cur.ID == id {
 		c := sm.cur
 		sm.seal()

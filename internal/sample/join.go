@@ -28,9 +28,9 @@ type FlowDist struct {
 	// Overtaken[k-1] counts the reordered samples that k later-sent
 	// samples arrived before (the last bucket: k or more).
 	Overtaken [OvertakenBuckets]int32
-	// TxSpanNS is the time between the first and the last joined
+	// SendSpanNS is the time between the first and the last joined
 	// sample's send time.
-	TxSpanNS float64
+	SendSpanNS float64
 	// SerialCorr is the lag-1 correlation of the joined samples' delays
 	// in send order: near 0 where each packet's delay is drawn on its own,
 	// near 1 where it follows a slow swing (a queue filling and
@@ -67,9 +67,9 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 		return out
 	}
 	start := id * w.T
-	rxLimit := cur.Limit
+	receiverLimit := cur.Limit
 	if prev != nil {
-		rxLimit = min(rxLimit, prev.Limit)
+		receiverLimit = min(receiverLimit, prev.Limit)
 	}
 	// A bitmap by flow hash in front of an open-addressing table of the
 	// set's flows: most candidates belong to flows without samples and
@@ -88,8 +88,8 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 		tab.put(f, hi, i)
 		bm[f&(1<<18-1)>>6] |= 1 << (f & 63)
 	}
-	byFlow := make([][]Cand, len(set.Flows))
-	var link []Cand
+	byFlow := make([][]ReceiverCand, len(set.Flows))
+	var link []ReceiverCand
 	for _, pc := range []*Piece{prev, cur} {
 		if pc == nil {
 			continue
@@ -105,29 +105,31 @@ func Join(ps *Pieces, id int64, set *Set, w Window) *Joined {
 			}
 		}
 	}
-	m := matcher{w: w, start: start, rxLimit: rxLimit, prevMissing: !covered}
-	var order []txRx
+	m := matcher{w: w, start: start, receiverLimit: receiverLimit, prevMissing: !covered}
+	var order []sendRecv
 	if covered {
-		m.rxFrom = prev.From
+		m.receiverFrom = prev.From
 	}
 	for i := range set.Flows {
 		l := &set.Flows[i]
 		d := &FlowDist{}
 		order = order[:0]
-		m.join(l, byFlow[i], func(x Cand, delay float64) {
+		m.join(l, byFlow[i], func(x ReceiverCand, delay float64) {
 			d.Delays = append(d.Delays, delay)
-			order = append(order, txRx{tx: x.TS - int64(delay), rx: x.TS})
+			order = append(order, sendRecv{send: x.TS - int64(delay), recv: x.TS})
 		}, &d.Lost, &d.Ambiguous)
 		d.Reordered, d.ReorderExtentNS, d.Overtaken = reordering(order)
 		if len(order) > 1 {
-			d.TxSpanNS = float64(order[0].tx - order[len(order)-1].tx) // reordering sorted them by send time, latest first
+			d.SendSpanNS = float64(order[0].send - order[len(order)-1].send) // reordering sorted them by send time, latest first
 			d.SerialCorr = serialCorr(order)
 		}
 		slices.Sort(d.Delays)
 		out.Flows[l.Flow] = d
 	}
 	var amb int
-	m.join(&set.Link, link, func(x Cand, delay float64) { out.Link = append(out.Link, LinkSample{Class: x.Class, Delay: delay}) }, &out.LinkLost, &amb)
+	m.join(&set.Link, link, func(x ReceiverCand, delay float64) {
+		out.Link = append(out.Link, LinkSample{Class: x.Class, Delay: delay})
+	}, &out.LinkLost, &amb)
 	return out
 }
 
@@ -179,33 +181,33 @@ func (t *flowTab) get(f, s uint64) int {
 }
 
 type matcher struct {
-	w           Window
-	start       int64
-	rxLimit     uint64
-	prevMissing bool
-	// rxFrom: the pieces hold no candidate received at or before it. A
+	w             Window
+	start         int64
+	receiverLimit uint64
+	prevMissing   bool
+	// receiverFrom: the pieces hold no candidate received at or before it. A
 	// sample that could have been received by then (sent within guard of
 	// it: the window of the boundary before its interval was above
 	// T − guard) is left out whole, found or not, so that the delays kept
 	// do not lean towards the slow ones.
-	rxFrom int64
+	receiverFrom int64
 }
 
 // join matches one list against the receiver's candidates that may hold
 // its packets (sorted here by S).
-func (m *matcher) join(l *List, rx []Cand, found func(Cand, float64), lost, amb *int) {
-	slices.SortFunc(rx, func(a, b Cand) int { return cmp.Compare(a.S, b.S) })
+func (m *matcher) join(l *List, rx []ReceiverCand, found func(ReceiverCand, float64), lost, amb *int) {
+	slices.SortFunc(rx, func(a, b ReceiverCand) int { return cmp.Compare(a.S, b.S) })
 	span := uint64(1)<<l.Shift - 1
 	for _, smp := range l.Samples {
 		lo := smp.Q << l.Shift
 		hi := lo | span
-		tx := m.start + smp.TX
-		if !m.prevMissing && tx-m.w.Guard <= m.rxFrom {
+		tx := m.start + smp.SendTime
+		if !m.prevMissing && tx-m.w.Guard <= m.receiverFrom {
 			continue
 		}
 		i := sort.Search(len(rx), func(i int) bool { return rx[i].S >= lo })
 		n := 0
-		var hit Cand
+		var hit ReceiverCand
 		for ; i < len(rx) && rx[i].S <= hi; i++ {
 			// No upper bound: the two pieces end at the seal of the
 			// interval, and a packet slower than max_delay that still
@@ -221,7 +223,7 @@ func (m *matcher) join(l *List, rx []Cand, found func(Cand, float64), lost, amb 
 			found(hit, float64(hit.TS-tx))
 		case n > 1:
 			*amb++
-		case hi < m.rxLimit && !(m.prevMissing && smp.TX < m.w.MaxDelay+m.w.Guard):
+		case hi < m.receiverLimit && !(m.prevMissing && smp.SendTime < m.w.MaxDelay+m.w.Guard):
 			// The receiver kept every candidate in this range that it
 			// received in the window: this packet never arrived.
 			*lost++
@@ -231,18 +233,18 @@ func (m *matcher) join(l *List, rx []Cand, found func(Cand, float64), lost, amb 
 
 // serialCorr is the lag-1 correlation of the delays of v in its order (0
 // where they do not vary).
-func serialCorr(v []txRx) float64 {
+func serialCorr(v []sendRecv) float64 {
 	var mean float64
 	for _, x := range v {
-		mean += float64(x.rx - x.tx)
+		mean += float64(x.recv - x.send)
 	}
 	mean /= float64(len(v))
 	var num, den float64
 	for i, x := range v {
-		e := float64(x.rx-x.tx) - mean
+		e := float64(x.recv-x.send) - mean
 		den += e * e
 		if i > 0 {
-			num += e * (float64(v[i-1].rx-v[i-1].tx) - mean)
+			num += e * (float64(v[i-1].recv-v[i-1].send) - mean)
 		}
 	}
 	if den <= 0 {

@@ -6,8 +6,8 @@ import (
 	"slices"
 )
 
-// txRx is one joined sample's send and receive time (Unix ns).
-type txRx struct{ tx, rx int64 }
+// sendRecv is one joined sample's send and receive time (Unix ns).
+type sendRecv struct{ send, recv int64 }
 
 // OvertakenBuckets is the length of FlowDist.Overtaken.
 const OvertakenBuckets = 8
@@ -19,7 +19,7 @@ const OvertakenBuckets = 8
 // reordered sample, how many later-sent samples arrived before it:
 // over[k-1] counts those overtaken by k (the last bucket: k or more). It
 // reorders v.
-func reordering(v []txRx) (n int, extent float64, over [OvertakenBuckets]int32) {
+func reordering(v []sendRecv) (n int, extent float64, over [OvertakenBuckets]int32) {
 	if len(v) == 0 {
 		return 0, 0, over
 	}
@@ -27,21 +27,21 @@ func reordering(v []txRx) (n int, extent float64, over [OvertakenBuckets]int32) 
 	// already passed (sent later).
 	rxs := make([]int64, len(v))
 	for i := range v {
-		rxs[i] = v[i].rx
+		rxs[i] = v[i].recv
 	}
 	slices.Sort(rxs)
 	bit := make([]int32, len(v)+1)
-	slices.SortFunc(v, func(a, b txRx) int { return cmp.Or(cmp.Compare(b.tx, a.tx), cmp.Compare(a.rx, b.rx)) })
+	slices.SortFunc(v, func(a, b sendRecv) int { return cmp.Or(cmp.Compare(b.send, a.send), cmp.Compare(a.recv, b.recv)) })
 	firstRx := int64(math.MaxInt64) // earliest receive time of the samples sent later than the current one
 	for i := 0; i < len(v); {
 		j := i
-		for j < len(v) && v[j].tx == v[i].tx {
-			if v[j].rx > firstRx {
+		for j < len(v) && v[j].send == v[i].send {
+			if v[j].recv > firstRx {
 				n++
-				extent = max(extent, float64(v[j].rx-firstRx))
+				extent = max(extent, float64(v[j].recv-firstRx))
 				// Samples sent later and received strictly before this one.
 				k := 0
-				for p := rank(rxs, v[j].rx); p > 0; p -= p & -p {
+				for p := rank(rxs, v[j].recv); p > 0; p -= p & -p {
 					k += int(bit[p])
 				}
 				over[min(k, OvertakenBuckets)-1]++
@@ -49,8 +49,8 @@ func reordering(v []txRx) (n int, extent float64, over [OvertakenBuckets]int32) 
 			j++
 		}
 		for k := i; k < j; k++ {
-			firstRx = min(firstRx, v[k].rx)
-			for p := rank(rxs, v[k].rx) + 1; p < len(bit); p += p & -p {
+			firstRx = min(firstRx, v[k].recv)
+			for p := rank(rxs, v[k].recv) + 1; p < len(bit); p += p & -p {
 				bit[p]++
 			}
 		}
@@ -111,14 +111,14 @@ type reorderModelOut struct {
 // the packets) with 1 − exp(−qλG(d)).
 func (d *FlowDist) reorderModel(delivered float64) reorderModelOut {
 	n := len(d.Delays)
-	if n < 2 || delivered <= 0 || d.TxSpanNS <= 0 {
+	if n < 2 || delivered <= 0 || d.SendSpanNS <= 0 {
 		return reorderModelOut{}
 	}
 	q := min(1, float64(n)/delivered)
 	if q >= 1 {
 		return reorderModelOut{}
 	}
-	lambda := delivered * float64(n-1) / float64(n) / d.TxSpanNS // packets a ns
+	lambda := delivered * float64(n-1) / float64(n) / d.SendSpanNS // packets a ns
 	var pTrue, pSamp, prefix float64
 	for i, x := range d.Delays { // ascending
 		g := (float64(i)*x - prefix) / float64(n) // G(x): the delays below x, integrated

@@ -84,7 +84,7 @@ func TestJoinExact(t *testing.T) {
 			}
 			rx := slices.Clone(tr)
 			slices.SortFunc(rx, func(a, b pkt) int { return int(a.rx - b.rx) })
-			st := NewRxStore(tc.cfg, 0)
+			st := NewReceiverStore(tc.cfg, 0)
 			ps := NewPieces(16)
 			next := int64(0)
 			for i := range rx {
@@ -112,7 +112,7 @@ func TestJoinExact(t *testing.T) {
 					wantLost := 0
 					for _, smp := range l.Samples {
 						var p *pkt
-						for _, q := range bySend[key{l.Flow, id*T + smp.TX}] {
+						for _, q := range bySend[key{l.Flow, id*T + smp.SendTime}] {
 							if Mix(q.p.PktHash)>>l.Shift == smp.Q {
 								p = q
 							}
@@ -172,12 +172,12 @@ func TestConfigValidate(t *testing.T) {
 
 // cands makes an interval's sender candidates: n[flow] of each flow, with
 // distinct sampling values and send times.
-func cands(n map[uint64]int) *Cands {
-	c := &Cands{Limit: 1 << 62, Drop: 30, T: 1e9}
+func cands(n map[uint64]int) *SenderCands {
+	c := &SenderCands{Limit: 1 << 62, Drop: 30, T: 1e9}
 	r := rand.New(rand.NewPCG(uint64(len(n)), 2))
 	for f, k := range n {
 		for range k {
-			c.C = append(c.C, TxCand{Flow: f, X: r.Uint64()>>32<<32 | uint64(r.Uint32N(1e9))})
+			c.C = append(c.C, SenderCand{Flow: f, X: r.Uint64()>>32<<32 | uint64(r.Uint32N(1e9))})
 		}
 	}
 	return c
@@ -333,7 +333,7 @@ func TestSamplerRecord(t *testing.T) {
 				if !ok {
 					t.Fatalf("candidate s %x was not sent", c.S(x))
 				}
-				if got := c.TX(x); got < 0 || got >= tc.T || got-want > half || want-got > half {
+				if got := c.SendTime(x); got < 0 || got >= tc.T || got-want > half || want-got > half {
 					t.Fatalf("send time %d, want %d within %d, in [0, %d)", got, want, half, tc.T)
 				}
 			}

@@ -11,23 +11,23 @@ import (
 // selectBySort is Select's definition written the plain way: every
 // candidate sorted by flow, then by X (sampling value, then send time),
 // each flow's first k shipped. Select must ship exactly this.
-func selectBySort(c *Cands, start int64, cfg Config) *Set {
+func selectBySort(c *SenderCands, start int64, cfg Config) *Set {
 	set := &Set{Limit: c.Limit}
 	if ll := cfg.linkLevel(); ll > 0 {
 		set.LinkLimit = min(limitOf(ll), c.Limit)
-		var link []TxCand
+		var link []SenderCand
 		for _, x := range c.C {
 			if c.S(x) < set.LinkLimit {
 				link = append(link, x)
 			}
 		}
-		slices.SortFunc(link, func(a, b TxCand) int { return cmp.Compare(a.X>>32, b.X>>32) })
+		slices.SortFunc(link, func(a, b SenderCand) int { return cmp.Compare(a.X>>32, b.X>>32) })
 		set.Link = makeList(0, c, link)
 	}
 	if cfg.MaxPerInterval == 0 || len(c.C) == 0 {
 		return set
 	}
-	slices.SortFunc(c.C, func(a, b TxCand) int { return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.X, b.X)) })
+	slices.SortFunc(c.C, func(a, b SenderCand) int { return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.X, b.X)) })
 	var runs []flowRun
 	for i := 0; i < len(c.C); {
 		j := i + 1
@@ -53,8 +53,8 @@ func selectBySort(c *Cands, start int64, cfg Config) *Set {
 // sizes (a few heavy, many light), flow hashes uniform or, with small,
 // all below 2^16 (the radix partition's worst case: one bucket a level),
 // and sampling values with repeats (equal S, told apart by send time).
-func randCands(rng *rand.Rand, nFlows int, small bool) *Cands {
-	c := &Cands{ID: 1, Limit: limitOf(2), Drop: 30, T: 1e9}
+func randCands(rng *rand.Rand, nFlows int, small bool) *SenderCands {
+	c := &SenderCands{ID: 1, Limit: limitOf(2), Drop: 30, T: 1e9}
 	for f := 0; f < nFlows; f++ {
 		h := rng.Uint64()
 		if small {
@@ -66,7 +66,7 @@ func randCands(rng *rand.Rand, nFlows int, small bool) *Cands {
 			if rng.IntN(50) == 0 {
 				s &^= 0xffff_fff0 // repeats
 			}
-			c.C = append(c.C, TxCand{Flow: h, X: s<<32 | uint64(rng.Uint32N(1e9))})
+			c.C = append(c.C, SenderCand{Flow: h, X: s<<32 | uint64(rng.Uint32N(1e9))})
 		}
 	}
 	rng.Shuffle(len(c.C), func(i, j int) { c.C[i], c.C[j] = c.C[j], c.C[i] })
@@ -91,7 +91,7 @@ func TestSelectMatchesSort(t *testing.T) {
 		{300, false, Config{OneIn: 4, PerFlow: 1 << 16, MaxPerInterval: 1 << 22, LinkOneIn: 4, MaxCandidates: 1 << 21}},
 	} {
 		c := randCands(rng, tc.flows, tc.small)
-		ref := &Cands{}
+		ref := &SenderCands{}
 		*ref = *c
 		ref.C = slices.Clone(c.C)
 		got, want := Select(c, 0, tc.cfg), selectBySort(ref, 0, tc.cfg)
@@ -118,15 +118,15 @@ func BenchmarkSelect(b *testing.B) {
 			for i := range fl {
 				fl[i] = rng.Uint64()
 			}
-			src := make([]TxCand, sh.cands)
+			src := make([]SenderCand, sh.cands)
 			for i := range src {
 				f := fl[i%sh.flows]
 				if i%3 == 0 {
 					f = fl[i%min(100, sh.flows)] // heavy flows
 				}
-				src[i] = TxCand{Flow: f, X: rng.Uint64()}
+				src[i] = SenderCand{Flow: f, X: rng.Uint64()}
 			}
-			c := &Cands{ID: 1, Limit: limitOf(2), Drop: 30, T: 1e9, C: make([]TxCand, len(src))}
+			c := &SenderCands{ID: 1, Limit: limitOf(2), Drop: 30, T: 1e9, C: make([]SenderCand, len(src))}
 			cfg := DefaultConfig()
 			b.ReportAllocs()
 			for b.Loop() {

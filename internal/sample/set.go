@@ -12,8 +12,8 @@ import (
 // Sample is one shipped packet: the top bits of its sampling value (Q =
 // S >> the list's shift) and its send time relative to the interval start.
 type Sample struct {
-	Q  uint64
-	TX int64
+	Q        uint64
+	SendTime int64
 }
 
 // List is the samples of one flow (or the link sample, Flow 0), sorted by Q.
@@ -66,20 +66,20 @@ const precision = 12
 //     at least MinP50 joined), only their lost samples.
 //
 // and the link sample. It reorders c.C. Off the packet path.
-func Select(c *Cands, start int64, cfg Config) *Set {
+func Select(c *SenderCands, start int64, cfg Config) *Set {
 	if c == nil {
 		return &Set{}
 	}
 	set := &Set{Limit: c.Limit}
 	if ll := cfg.linkLevel(); ll > 0 {
 		set.LinkLimit = min(limitOf(ll), c.Limit)
-		var link []TxCand
+		var link []SenderCand
 		for _, x := range c.C {
 			if c.S(x) < set.LinkLimit {
 				link = append(link, x)
 			}
 		}
-		slices.SortFunc(link, func(a, b TxCand) int { return cmp.Compare(a.X>>32, b.X>>32) })
+		slices.SortFunc(link, func(a, b SenderCand) int { return cmp.Compare(a.X>>32, b.X>>32) })
 		set.Link = makeList(0, c, link)
 	}
 	if cfg.MaxPerInterval == 0 || len(c.C) == 0 {
@@ -115,7 +115,7 @@ func Select(c *Cands, start int64, cfg Config) *Set {
 // time from bit shift up, each bucket of one flow left as it is. Linear
 // in len(cs) for uniform flow hashes, where a sort by flow would take
 // len(cs)·log len(cs) comparisons.
-func groupByFlow(cs []TxCand, shift uint) {
+func groupByFlow(cs []SenderCand, shift uint) {
 	if len(cs) < 2 {
 		return
 	}
@@ -180,8 +180,8 @@ func groupByFlow(cs []TxCand, shift uint) {
 // send time: equal values, a 2^-32 chance between two candidates, go by
 // send time) to run[:k], sorted: a selection (quickselect) and a sort of
 // the k, where sorting the whole run would take n·log n comparisons.
-func smallest(run []TxCand, k int) {
-	byX := func(a, b TxCand) int { return cmp.Compare(a.X, b.X) }
+func smallest(run []SenderCand, k int) {
+	byX := func(a, b SenderCand) int { return cmp.Compare(a.X, b.X) }
 	if k < len(run) {
 		lo, hi := 0, len(run)-1 // the k-th smallest lies in run[lo:hi+1]
 		for hi-lo > 16 {
@@ -291,7 +291,7 @@ func allocate(runs []flowRun, cfg Config) {
 // makeList turns candidates of c sorted by S into a list whose shift keeps
 // bitlen(n)+precision bits of the largest S, and no bit the candidates do
 // not hold (the shift is at least c.Drop).
-func makeList(flow uint64, c *Cands, cs []TxCand) List {
+func makeList(flow uint64, c *SenderCands, cs []SenderCand) List {
 	l := List{Flow: flow, Samples: make([]Sample, len(cs))}
 	if len(cs) == 0 {
 		return l
@@ -302,7 +302,7 @@ func makeList(flow uint64, c *Cands, cs []TxCand) List {
 		l.Shift = max(uint8(top-keep), c.Drop)
 	}
 	for i, x := range cs {
-		l.Samples[i] = Sample{Q: c.S(x) >> l.Shift, TX: c.TX(x)}
+		l.Samples[i] = Sample{Q: c.S(x) >> l.Shift, SendTime: c.SendTime(x)}
 	}
 	return l
 }
@@ -336,7 +336,7 @@ func appendList(b []byte, l *List) []byte {
 	for _, x := range l.Samples {
 		sum += x.Q - prev
 		prev = x.Q
-		maxTX = max(maxTX, uint64(x.TX))
+		maxTX = max(maxTX, uint64(x.SendTime))
 	}
 	k, wt := riceParam(sum, len(l.Samples)), uint(bits.Len64(maxTX))
 	b = append(b, l.Shift, byte(k), byte(wt))
@@ -344,7 +344,7 @@ func appendList(b []byte, l *List) []byte {
 	prev = 0
 	for _, x := range l.Samples {
 		w.rice(x.Q-prev, k)
-		w.write(uint64(x.TX), wt)
+		w.write(uint64(x.SendTime), wt)
 		prev = x.Q
 	}
 	return w.flush()
@@ -455,7 +455,7 @@ func (d *decoder) list(maxTX int64) List {
 			d.fail("send time %d ns outside the interval (%d ns)", tx, maxTX)
 			return l
 		}
-		l.Samples[i] = Sample{Q: q, TX: int64(tx)}
+		l.Samples[i] = Sample{Q: q, SendTime: int64(tx)}
 	}
 	d.b = d.b[(r.pos+7)/8:]
 	return l

@@ -26,12 +26,12 @@ func TestWindowsReachTheSender(t *testing.T) {
 	plan.Observe(0, float64(100*time.Millisecond), false) // target 200 ms
 	// A receiver's capture builder: advancing past a boundary's hold ends
 	// it, and the plan announces its window.
-	rb, err := interval.NewRxBuilderPlan(p, 1763000000*p.T, false, plan)
+	rb, err := interval.NewReceiverBuilderPlan(p, 1763000000*p.T, false, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
 	announce := func(b int64) int64 {
-		rb.Advance(b*p.T+p.T/2, func(s *interval.Sealed) { s.Release() })
+		rb.Advance(b*p.T+p.T/2, func(s *interval.ReceiverInterval) { s.Release() })
 		ws, _, _, _ := plan.Announced(0)
 		for _, w := range ws {
 			if w.Boundary == b {

@@ -27,16 +27,16 @@ import (
 //	ns <prefix>-a                    ns <prefix>-b
 //	blaster ─ pa ══════ veth ══════ pb   tcpdump -w /dev/null  |  lds-sender (workers 1, 2)
 //	                                 lo   gRPC between them (plaintext, 127.0.0.1)
-//	                                 rx0  lds-receiver's tap (a silent veth; PerfOptions.RxTap)
+//	                                 rx0  lds-receiver's tap (a silent veth; PerfOptions.ReceiverTap)
 
 // Interface names of the performance topology (inside its namespaces).
 const (
 	IfPerfSrc  = "pa"
 	IfPerfSink = "pb"
-	// IfPerfRx is one end of a veth pair inside the sink namespace, with
+	// IfPerfReceiver is one end of a veth pair inside the sink namespace, with
 	// no address and nothing sent on it: the receiver's default tap
-	// (PerfOptions.RxTap).
-	IfPerfRx = "rx0"
+	// (PerfOptions.ReceiverTap).
+	IfPerfReceiver = "rx0"
 )
 
 // PerfTopology is the two namespaces of the performance runs.
@@ -66,9 +66,9 @@ func NewPerfTopology(prefix string) (_ *PerfTopology, err error) {
 		{"-n", t.Sink, "link", "set", IfPerfSink, "up"},
 		{"-n", t.Src, "link", "set", "lo", "up"},
 		{"-n", t.Sink, "link", "set", "lo", "up"},
-		{"-n", t.Sink, "link", "add", IfPerfRx, "type", "veth", "peer", "name", IfPerfRx + "p"},
-		{"-n", t.Sink, "link", "set", IfPerfRx, "up"},
-		{"-n", t.Sink, "link", "set", IfPerfRx + "p", "up"},
+		{"-n", t.Sink, "link", "add", IfPerfReceiver, "type", "veth", "peer", "name", IfPerfReceiver + "p"},
+		{"-n", t.Sink, "link", "set", IfPerfReceiver, "up"},
+		{"-n", t.Sink, "link", "set", IfPerfReceiver + "p", "up"},
 	}
 	for _, s := range steps {
 		if err := ip(s...); err != nil {
@@ -106,18 +106,18 @@ type PerfOptions struct {
 	Concurrent bool
 	// MaxDelay sets max_delay on both daemons (0: the default, 1s): the
 	// largest hold window, and so the most traffic a boundary function of
-	// the sender covers (2·max_delay when the windows reach it, RxTap).
+	// the sender covers (2·max_delay when the windows reach it, ReceiverTap).
 	MaxDelay time.Duration
-	// RxTap is the interface lds-receiver taps ("": IfPerfRx). The
+	// ReceiverTap is the interface lds-receiver taps ("": IfPerfReceiver). The
 	// receiver only has to accept the stream; what it taps sets the hold
 	// windows it announces, and so the traffic each of the sender's
-	// boundary functions covers. On the silent IfPerfRx it has no delay
+	// boundary functions covers. On the silent IfPerfReceiver it has no delay
 	// evidence and no surplus, so its windows stay at their minimum (50 ms:
 	// a link of delays below 25 ms). On "lo" it sees the gRPC stream's own
 	// packets, which the sender never saw: surplus cells, read as packets
 	// misplaced by long delays, so its windows grow to max_delay (the
 	// sender's worst case: functions over 2·max_delay of traffic).
-	RxTap string
+	ReceiverTap string
 	// LostCapacity, when set, is lost.capacity of both daemons (0: the
 	// lost-packet table off), to tell its cost from the rest.
 	LostCapacity *int
@@ -371,7 +371,7 @@ func perfSenderConfig(opt PerfOptions, workers int) map[string]any {
 }
 
 // perfReceiverConfig: the receiver only has to accept the stream; it taps
-// opt.RxTap (by default a silent veth, IfPerfRx).
+// opt.ReceiverTap (by default a silent veth, IfPerfReceiver).
 func perfReceiverConfig(opt PerfOptions) map[string]any {
 	m := perfCommon(opt, opt.rxTap(), 0, perfRecvMetrics)
 	m["receiver"] = map[string]any{"listen": perfReceiverAddr, "tls": map[string]any{"plaintext": true},
@@ -681,10 +681,10 @@ func vethCounters(t *PerfTopology) (vethStats, error) {
 }
 
 func (o PerfOptions) rxTap() string {
-	if o.RxTap == "" {
-		return IfPerfRx
+	if o.ReceiverTap == "" {
+		return IfPerfReceiver
 	}
-	return o.RxTap
+	return o.ReceiverTap
 }
 
 // WriteMarkdown writes the trials as tables: every trial, then the per
@@ -733,7 +733,7 @@ func (r *PerfResult) WriteMarkdown(w *bufio.Writer) error {
 
 func rxTapText(tap string) string {
 	switch tap {
-	case IfPerfRx:
+	case IfPerfReceiver:
 		return "silent: its hold windows stay at 50 ms, the sender's functions cover ~100 ms of traffic"
 	case "lo":
 		return "the gRPC stream's packets, which the sender never saw: its windows grow to max_delay, the sender's functions cover ~2·max_delay of traffic"

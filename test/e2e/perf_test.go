@@ -270,7 +270,7 @@ func TestLivePerfSmoke(t *testing.T) {
 // LDS_PERF_THREADS (blaster threads), LDS_PERF_MAX_DELAY (e.g. 2ms),
 // LDS_PERF_TRIALS (comma list of tcpdump, lds, both), LDS_PERF_RX_TAP
 // (the receiver's tap: rx0, silent, by default; lo for windows at
-// max_delay, PerfOptions.RxTap), LDS_PERF_LOST_CAPACITY (lost.capacity of
+// max_delay, PerfOptions.ReceiverTap), LDS_PERF_LOST_CAPACITY (lost.capacity of
 // both daemons; 0: the lost-packet table off).
 func TestLivePerfBench(t *testing.T) {
 	if os.Getenv("LDS_PERF_BENCH") != "1" {
@@ -298,7 +298,7 @@ func TestLivePerfBench(t *testing.T) {
 		}
 		opt.MaxDelay = d
 	}
-	opt.RxTap = os.Getenv("LDS_PERF_RX_TAP")
+	opt.ReceiverTap = os.Getenv("LDS_PERF_RX_TAP")
 	if v := os.Getenv("LDS_PERF_LOST_CAPACITY"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	"github.com/lds-net/lds/internal/capture"
 )
 
-// RxStore is the receiver's per-capture-worker candidate collector. It
+// ReceiverStore is the receiver's per-capture-worker candidate collector. It
 // files candidates by when they were received relative to the receiver's
 // sealing of intervals: piece I holds the candidates received after the
 // seal of interval I−1 and up to the seal of interval I, which happens when
@@ -17,7 +17,7 @@ import (
 // long as the window of the boundary before I is below T − guard; Join
 // checks that from the pieces' receive-time coverage. Not safe for
 // concurrent use.
-type RxStore struct {
+type ReceiverStore struct {
 	cfg      Config
 	limit    uint64
 	open     *Piece
@@ -28,16 +28,16 @@ type RxStore struct {
 	lastSize int
 }
 
-// NewRxStore files candidates for the receiver's sealed intervals of a
+// NewReceiverStore files candidates for the receiver's sealed intervals of a
 // capture that sees every packet received after start (Unix ns).
-func NewRxStore(cfg Config, start int64) *RxStore {
-	return &RxStore{cfg: cfg, limit: limitOf(cfg.level()), from: start, maxTS: start}
+func NewReceiverStore(cfg Config, start int64) *ReceiverStore {
+	return &ReceiverStore{cfg: cfg, limit: limitOf(cfg.level()), from: start, maxTS: start}
 }
 
 // Add considers one received packet. Call it after the packet went to the
 // interval builder, so that a packet that seals an interval goes to the
 // next piece.
-func (st *RxStore) Add(p *capture.Packet) {
+func (st *ReceiverStore) Add(p *capture.Packet) {
 	st.maxTS = max(st.maxTS, p.TS)
 	s := Mix(p.PktHash)
 	if s >= st.limit {
@@ -45,7 +45,7 @@ func (st *RxStore) Add(p *capture.Packet) {
 	}
 	c := st.open
 	if c == nil {
-		c = &Piece{Limit: st.limit, C: make([]Cand, 0, st.lastSize+st.lastSize/4+64)}
+		c = &Piece{Limit: st.limit, C: make([]ReceiverCand, 0, st.lastSize+st.lastSize/4+64)}
 		st.open = c
 	}
 	c.add(p, s, st.cfg.MaxCandidates)
@@ -55,7 +55,7 @@ func (st *RxStore) Add(p *capture.Packet) {
 // (call it when the receiver seals interval id), with their receive-time
 // coverage (From, Upto]. A piece is handed over even when empty: it says
 // that nothing sampled arrived in its range.
-func (st *RxStore) Cut(id int64, put func(*Piece)) {
+func (st *ReceiverStore) Cut(id int64, put func(*Piece)) {
 	if st.cutAny && id <= st.cut {
 		return
 	}

@@ -169,11 +169,11 @@ func (ft *FlowTable) merge(o *FlowTable) {
 	ft.Untracked += o.Untracked
 }
 
-// Sealed is the receiver's own view of one interval once its capture has
+// ReceiverInterval is the receiver's own view of one interval once its capture has
 // passed the end of the hold of the interval's closing boundary: the
 // packets placed directly, and the packets held at that boundary (to be
 // split by the sender's End).
-type Sealed struct {
+type ReceiverInterval struct {
 	ID       int64
 	Partial  bool
 	Direct   *Sketches
@@ -199,31 +199,31 @@ type HeldSet struct {
 	Pkts []capture.Packet
 }
 
-type rxOpen struct {
+type receiverOpen struct {
 	sk    *Sketches
 	flows *FlowTable
 }
 
-type rxHold struct {
+type receiverHold struct {
 	w, k  int64
 	ended bool
 	pkts  []capture.Packet
 }
 
-// RxBuilder is the receiver's capture-side half: it places packets whose
+// ReceiverBuilder is the receiver's capture-side half: it places packets whose
 // interval is certain and holds the ones near a boundary. Not safe for
 // concurrent use.
-type RxBuilder struct {
+type ReceiverBuilder struct {
 	p            Params
 	pool         *pool
 	plan         *WindowPlan // nil: every window is max_delay
 	captureStart int64
 	composition  bool
-	open         map[int64]*rxOpen
-	holds        map[int64]*rxHold // boundary id b (at b*T) → its hold
-	next         int64             // next interval to seal
-	handed       int64             // boundaries up to this one are handed over
-	handedW      int64             // the window of boundary handed
+	open         map[int64]*receiverOpen
+	holds        map[int64]*receiverHold // boundary id b (at b*T) → its hold
+	next         int64                   // next interval to seal
+	handed       int64                   // boundaries up to this one are handed over
+	handedW      int64                   // the window of boundary handed
 	started      bool
 	flushing     bool // end of input: nothing more to wait for
 	sealedAny    bool
@@ -231,11 +231,11 @@ type RxBuilder struct {
 	lastFlows    int // flows of the interval sealed last: the next table's size
 }
 
-// NewRxBuilderPlan starts a receiver builder with adaptive windows from
+// NewReceiverBuilderPlan starts a receiver builder with adaptive windows from
 // plan (shared by the workers of one capture; nil: every window is
 // max_delay); see NewSenderBuilder for captureStart. composition keeps
 // per-flow cell counts (decode estimator).
-func NewRxBuilderPlan(p Params, captureStart int64, composition bool, plan *WindowPlan) (*RxBuilder, error) {
+func NewReceiverBuilderPlan(p Params, captureStart int64, composition bool, plan *WindowPlan) (*ReceiverBuilder, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -243,8 +243,8 @@ func NewRxBuilderPlan(p Params, captureStart int64, composition bool, plan *Wind
 	if err != nil {
 		return nil, err
 	}
-	b := &RxBuilder{p: p, pool: pl, plan: plan, captureStart: captureStart, composition: composition,
-		open: map[int64]*rxOpen{}, holds: map[int64]*rxHold{}, started: true}
+	b := &ReceiverBuilder{p: p, pool: pl, plan: plan, captureStart: captureStart, composition: composition,
+		open: map[int64]*receiverOpen{}, holds: map[int64]*receiverHold{}, started: true}
 	// Start where capture began, the same for every worker of one capture
 	// (their sealed intervals are merged). Packets received in the hold of
 	// that zone's boundary may belong to the K intervals before it: seal
@@ -258,7 +258,7 @@ func NewRxBuilderPlan(p Params, captureStart int64, composition bool, plan *Wind
 	return b, nil
 }
 
-func (b *RxBuilder) classOf(bnd int64) int64 {
+func (b *ReceiverBuilder) classOf(bnd int64) int64 {
 	if b.plan == nil {
 		return b.p.maxClass()
 	}
@@ -267,10 +267,10 @@ func (b *RxBuilder) classOf(bnd int64) int64 {
 
 // hold returns boundary bnd's hold, beginning it (its class and first
 // window fixed by the plan) on first use.
-func (b *RxBuilder) hold(bnd int64) *rxHold {
+func (b *ReceiverBuilder) hold(bnd int64) *receiverHold {
 	h := b.holds[bnd]
 	if h == nil {
-		h = &rxHold{k: b.classOf(bnd), w: b.p.MaxDelay}
+		h = &receiverHold{k: b.classOf(bnd), w: b.p.MaxDelay}
 		if b.plan != nil {
 			h.w = b.plan.startFor(bnd, !b.flushing)
 		}
@@ -282,7 +282,7 @@ func (b *RxBuilder) hold(bnd int64) *rxHold {
 // inHold reports whether time t (in bnd's zone or later) falls in bnd's
 // hold; past its window it first tries to raise the window to the plan's
 // target (within the class), else it ends the hold for good.
-func (b *RxBuilder) inHold(h *rxHold, bnd, t int64) bool {
+func (b *ReceiverBuilder) inHold(h *receiverHold, bnd, t int64) bool {
 	zoneEnd := (bnd+1)*b.p.T - b.p.Guard
 	if t < min(bnd*b.p.T+h.w, zoneEnd) {
 		return true
@@ -300,7 +300,7 @@ func (b *RxBuilder) inHold(h *rxHold, bnd, t int64) bool {
 	return false
 }
 
-func (b *RxBuilder) endHold(h *rxHold, bnd int64) {
+func (b *ReceiverBuilder) endHold(h *receiverHold, bnd int64) {
 	if !h.ended {
 		h.ended = true
 		if b.plan != nil {
@@ -311,7 +311,7 @@ func (b *RxBuilder) endHold(h *rxHold, bnd int64) {
 
 // Add places one received packet, first sealing every interval whose hold
 // window has passed.
-func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
+func (b *ReceiverBuilder) Add(pkt *capture.Packet, emit func(*ReceiverInterval)) {
 	b.Advance(pkt.TS, emit)
 	bnd := ID(pkt.TS+b.p.Guard, b.p.T) // the zone [bnd·T − guard, (bnd+1)·T − guard)
 	if bnd > b.handed {
@@ -332,17 +332,17 @@ func (b *RxBuilder) Add(pkt *capture.Packet, emit func(*Sealed)) {
 	o.sk.AddCount(pkt, pkt.TS-bnd*b.p.T, o.flows.add(pkt))
 }
 
-func (b *RxBuilder) openFor(id int64) *rxOpen {
+func (b *ReceiverBuilder) openFor(id int64) *receiverOpen {
 	o := b.open[id]
 	if o == nil {
-		o = &rxOpen{sk: b.pool.get(), flows: newFlowTable(b.p.FlowCap, b.p.Sketch, b.composition, b.lastFlows)}
+		o = &receiverOpen{sk: b.pool.get(), flows: newFlowTable(b.p.FlowCap, b.p.Sketch, b.composition, b.lastFlows)}
 		b.open[id] = o
 	}
 	return o
 }
 
 // Advance seals every interval I whose closing boundary's hold has ended by now.
-func (b *RxBuilder) Advance(now int64, emit func(*Sealed)) {
+func (b *ReceiverBuilder) Advance(now int64, emit func(*ReceiverInterval)) {
 	if !b.started {
 		return
 	}
@@ -367,7 +367,7 @@ func (b *RxBuilder) Advance(now int64, emit func(*Sealed)) {
 }
 
 // Flush seals everything (end of input).
-func (b *RxBuilder) Flush(emit func(*Sealed)) {
+func (b *ReceiverBuilder) Flush(emit func(*ReceiverInterval)) {
 	if !b.started {
 		return
 	}
@@ -386,21 +386,21 @@ func (b *RxBuilder) Flush(emit func(*Sealed)) {
 	}
 }
 
-func (b *RxBuilder) heldSet(bnd int64) *HeldSet {
+func (b *ReceiverBuilder) heldSet(bnd int64) *HeldSet {
 	h := b.holds[bnd]
 	if h == nil {
 		// Never held (before capture began): any window will do.
-		h = &rxHold{w: b.p.minWindow(), k: 1}
+		h = &receiverHold{w: b.p.minWindow(), k: 1}
 	}
 	b.endHold(h, bnd)
 	delete(b.holds, bnd)
 	return &HeldSet{B: bnd, W: h.w, K: h.k, Pkts: h.pkts}
 }
 
-func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
+func (b *ReceiverBuilder) seal(id int64, emit func(*ReceiverInterval)) {
 	o := b.openFor(id)
 	delete(b.open, id)
-	s := &Sealed{ID: id, Partial: b.captureStart > id*b.p.T, Direct: o.sk, Flows: o.flows, pool: b.pool,
+	s := &ReceiverInterval{ID: id, Partial: b.captureStart > id*b.p.T, Direct: o.sk, Flows: o.flows, pool: b.pool,
 		HeldNext: b.heldSet(id + 1), NextK: b.classOf(id + 2), Late: b.late}
 	if !b.sealedAny {
 		s.HeldPrev = b.heldSet(id)
@@ -415,7 +415,7 @@ func (b *RxBuilder) seal(id int64, emit func(*Sealed)) {
 }
 
 // Release returns Direct's sketches for reuse (any goroutine).
-func (s *Sealed) Release() {
+func (s *ReceiverInterval) Release() {
 	if s.pool != nil && s.Direct != nil {
 		s.pool.put(s.Direct)
 	}

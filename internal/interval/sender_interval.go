@@ -52,7 +52,7 @@ type SenderInterval struct {
 	// Consistent packet samples (internal/sample): the capture worker's
 	// candidates (sender only, merged with the workers'), and the selection
 	// that travels in the interval's stream (nil: none).
-	SampleCands *sample.Cands
+	SampleCands *sample.SenderCands
 	Samples     *sample.Set
 	// Logs: every packet placed in the interval (one log per capture
 	// worker; nil without the lost-packet table). It outlives Release: the
