@@ -216,8 +216,7 @@ type pool struct {
 	sc sync.Pool // *splitScratch
 	// kfree holds storage for a boundary's keys, kept from one interval
 	// to the next (at most keysKept; more goes to the collector).
-	kmu   sync.Mutex
-	kfree []*[]BoundaryKey
+	kfree freeList[*[]BoundaryKey]
 	recs  recPool // packet log chunks (PacketLog)
 }
 
@@ -253,23 +252,14 @@ func (pl *pool) putScratch(s *splitScratch) {
 
 // getKeys returns a holder of key storage (empty, its capacity kept).
 func (pl *pool) getKeys() *[]BoundaryKey {
-	pl.kmu.Lock()
-	defer pl.kmu.Unlock()
-	if n := len(pl.kfree); n > 0 {
-		k := pl.kfree[n-1]
-		pl.kfree[n-1] = nil
-		pl.kfree = pl.kfree[:n-1]
+	if k, ok := pl.kfree.get(); ok {
 		return k
 	}
 	return new([]BoundaryKey)
 }
 
 func (pl *pool) putKeys(k *[]BoundaryKey) {
-	pl.kmu.Lock()
-	defer pl.kmu.Unlock()
-	if len(pl.kfree) < keysKept {
-		pl.kfree = append(pl.kfree, k)
-	}
+	pl.kfree.put(k, keysKept)
 }
 
 func newPool(p Params) (*pool, error) {

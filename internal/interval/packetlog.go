@@ -1,8 +1,6 @@
 package interval
 
 import (
-	"sync"
-
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/sketch"
 )
@@ -75,9 +73,8 @@ func PacketLogBytes(n, flows int64) int64 {
 
 // recPool recycles log chunks between intervals (any goroutine).
 type recPool struct {
-	mu   sync.Mutex
-	free [][]PacketRec
-	keys [][]capture.FlowKey
+	free freeList[[]PacketRec]
+	keys freeList[[]capture.FlowKey]
 }
 
 // recsKept bounds the chunks the pool keeps for reuse (64 chunks: 24 MiB,
@@ -85,26 +82,15 @@ type recPool struct {
 const recsKept = 64
 
 func (p *recPool) get() []PacketRec {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.free); n > 0 {
-		c := p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
+	if c, ok := p.free.get(); ok {
 		return c
 	}
 	return make([]PacketRec, logRecsChunk)
 }
 
 func (p *recPool) getKeys() []capture.FlowKey {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.keys); n > 0 {
-		k := p.keys[n-1]
-		p.keys = p.keys[:n-1]
-		return k[:0]
-	}
-	return nil
+	k, _ := p.keys.get()
+	return k[:0]
 }
 
 func newPacketLog(id int64, pool *recPool) *PacketLog {
@@ -176,16 +162,12 @@ func (l *PacketLog) Release() {
 		return
 	}
 	p := l.pool
-	p.mu.Lock()
 	for _, c := range l.chunks {
-		if len(p.free) < recsKept {
-			p.free = append(p.free, c)
-		}
+		p.free.put(c, recsKept)
 	}
-	if len(p.keys) < 2 && l.Keys != nil {
-		p.keys = append(p.keys, l.Keys)
+	if l.Keys != nil {
+		p.keys.put(l.Keys, 2)
 	}
-	p.mu.Unlock()
 	l.chunks, l.Keys, l.n, l.pool, l.cache = nil, nil, 0, nil, nil
 }
 
