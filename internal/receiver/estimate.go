@@ -96,7 +96,7 @@ func (e *Estimation) Estimate(sender string, mt *interval.Matched, clk Clock) (*
 	opt := sketch.EstimateOptions{Alpha: e.Alpha, Weight: weight}
 	// The list of lost packets comes first: its exact send times repair
 	// the lossy cells the estimators then read (repair.go).
-	perFlow := buildLost(iv, mt, sender, e.FlowHash, e.T) // lost.go
+	perFlow := buildLost(iv, mt, sender) // lost.go
 	cr := e.repairCells(iv, mt, sender)
 	var pub sketch.Published
 	var err error

@@ -25,20 +25,14 @@ type lostFlow struct {
 	lost, extra int
 }
 
-// applyLost subtracts the receiver's lost-packet table from the sender's,
-// peels the difference into the interval's list of lost (and extra)
-// packets and, where the list is complete, makes every flow's loss the
-// exact count (docs/results.md, "Lost packets"); t is the interval length.
-func applyLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64, t int64) {
-	applyLostFlows(iv, mt, buildLost(iv, mt, sender, flowHash, t), flowHash)
-}
-
-// buildLost is applyLost's first half, which needs no flow record: the
-// interval's list (iv.Lost, iv.LostList, the send times the samples
-// give) and each listed flow's counts, nil without tables. The list is
-// complete here only if nothing but network loss can explain it
-// (lostDoubt).
-func buildLost(iv *results.Interval, mt *interval.Matched, sender string, flowHash func(capture.FlowKey) uint64, t int64) map[capture.FlowKey]*lostFlow {
+// buildLost makes the interval's list of lost (and extra) packets from
+// the peeled difference of the two ends' tables and the sender's answer
+// (iv.Lost, iv.LostList; docs/results.md, "Lost packets") and returns
+// each listed flow's counts, nil without tables. It needs no flow record:
+// the estimate stage runs it before the estimators, and applyLostFlows
+// after them. The list is complete here only if nothing but network loss
+// can explain it (lostDoubt).
+func buildLost(iv *results.Interval, mt *interval.Matched, sender string) map[capture.FlowKey]*lostFlow {
 	round := mt.Lost
 	if round == nil {
 		round = interval.PeelLost(mt) // not through the match stage (tests): no answer

@@ -66,7 +66,7 @@ func TestLostListWithCaptureDrops(t *testing.T) {
 			iv, mt := mk()
 			tc.setup(iv, mt)
 			before := iv.Flows[0].Loss
-			applyLost(iv, mt, "a", flowHash, 1e9)
+			applyLostFlows(iv, mt, buildLost(iv, mt, "a"), flowHash)
 			l := iv.LostList
 			if l == nil || l.Lost != 3 || len(iv.Lost) != 3 || l.Complete != (tc.reason == "") || l.Reason != tc.reason {
 				t.Fatalf("lost_list %+v with %d listed, want 3 listed, complete=%v, reason %q", l, len(iv.Lost), tc.reason == "", tc.reason)
@@ -109,7 +109,7 @@ func TestLostListWithoutAnswer(t *testing.T) {
 		mt.Lost.Asked, mt.Lost.Unanswered = 3, why
 		iv := &results.Interval{Sender: "a", Interval: 7, Outcome: results.OutcomeMatched,
 			Flows: []results.FlowRecord{{Interval: 7, Key: k, Loss: results.Float(2.5), Packets: 19}}}
-		applyLost(iv, mt, "a", flowHash, 1e9)
+		applyLostFlows(iv, mt, buildLost(iv, mt, "a"), flowHash)
 		if l := iv.LostList; l == nil || l.Complete || l.Reason != why {
 			t.Errorf("%s: lost_list %+v, want incomplete with reason %q", why, l, why)
 		}

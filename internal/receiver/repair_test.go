@@ -77,7 +77,7 @@ func TestRepairCellsGating(t *testing.T) {
 			}
 			s0, r0 := mt.Sender.Sk.LDS.Clone(), mt.Receiver.LDS.Clone()
 			e := &Estimation{T: T, FlowHash: func(capture.FlowKey) uint64 { return fh }, NoRepair: tc.noRepair}
-			buildLost(iv, mt, "a", e.FlowHash, T)
+			buildLost(iv, mt, "a")
 			if iv.LostList == nil || iv.LostList.Lost != tc.lost {
 				t.Fatalf("lost list %+v, want %d lost", iv.LostList, tc.lost)
 			}
