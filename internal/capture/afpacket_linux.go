@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/lds-net/lds/internal/prefetch"
 	"log/slog"
 	"math"
 	"os"
@@ -229,8 +230,22 @@ func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	}
 	s.left--
 	s.off += int(h.Next_offset)
+	if s.left > ringAhead {
+		// The kernel wrote the frames ahead from another core: ask for
+		// them now (frames of a block are about equally long).
+		a := uintptr(unsafe.Pointer(&s.ring[0])) + uintptr(s.off+ringAhead*int(h.Next_offset))
+		prefetch.Lines([]uintptr{a, a + 64, a + 128})
+	}
 	return s.ring[start:end:end], ts, wl, nil
 }
+
+// ringAhead is how many frames ahead of the one read ReadPacket
+// prefetches.
+const ringAhead = 4
+
+// Buffered is how many frames of the held block ReadPacket has yet to
+// return: it returns them without waiting.
+func (s *afSource) Buffered() int { return int(s.left) }
 
 // pollChunkMS is the longest single wait of nextBlock (ms).
 const pollChunkMS = 4

@@ -260,7 +260,15 @@ type Reader struct {
 	p      *Parser
 	buf    []byte
 	mapped bool // src reads a file through a mapping
+	// pending: an error met while reading ahead (NextBatch), returned by
+	// the next call instead of reading.
+	pending error
 }
+
+// buffered is implemented by live sources that read frames a kernel
+// buffer already holds: Buffered is how many ReadPacket returns before it
+// waits.
+type buffered interface{ Buffered() int }
 
 // NewReader returns a Reader; one per worker.
 func NewReader(src Source, p *Parser) *Reader {
@@ -305,6 +313,10 @@ func OpenReaders(srcs []Source, cfg Config, log *slog.Logger) (readers []*Reader
 // the rest. It returns io.EOF at the end of a file and ErrTimeout on an
 // idle live source. It allocates nothing.
 func (r *Reader) Next(pkt *Packet) error {
+	if err := r.pending; err != nil {
+		r.pending = nil
+		return err
+	}
 	if r.mapped {
 		return r.nextMapped(pkt)
 	}
@@ -352,6 +364,37 @@ func (r *Reader) next(pkt *Packet) error {
 			return nil
 		}
 	}
+}
+
+// NextBatch fills pkts with the next packets: it waits for the first as
+// Next does, then takes only the frames the capture buffer already holds
+// (a live AF_PACKET ring's block), so that no packet waits for a later
+// one; other sources give one packet a call. It returns how many it
+// filled, at least one unless err is set; an error met after the first
+// packet is returned by the next call.
+func (r *Reader) NextBatch(pkts []Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	if err := r.Next(&pkts[0]); err != nil {
+		return 0, err
+	}
+	bs, ok := r.src.(buffered)
+	if !ok {
+		return 1, nil
+	}
+	n := 1
+	for n < len(pkts) && bs.Buffered() > 0 {
+		data, ts, wl, err := r.src.ReadPacket(r.buf)
+		if err != nil {
+			r.pending = err
+			break
+		}
+		if r.p.Parse(data, wl, ts, r.src.LinkType(), &pkts[n]) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Parser returns the reader's parser (for its counters).

@@ -334,6 +334,7 @@ type SenderBuilder struct {
 	opened    bool
 	trailer   bool       // Flush is advancing past the input
 	plog      *PacketLog // the open interval's packet log (nil without the lost-packet table)
+	lines     []uintptr  // Prefetch's addresses, reused
 }
 
 type logRec struct {

@@ -367,6 +367,9 @@ func (m *memSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	m.i++
 	return f, int64(m.i) * 1000, len(f), nil
 }
+
+// Buffered: the frames are all in memory, as a ring block's are.
+func (m *memSource) Buffered() int                     { return m.n - m.i }
 func (m *memSource) LinkType() layers.LinkType         { return layers.LinkTypeEthernet }
 func (m *memSource) Stats() (capture.DropStats, error) { return capture.DropStats{}, nil }
 func (m *memSource) Close() error                      { return nil }

@@ -125,15 +125,21 @@ func (t *IBLT) positions(h uint64) (p [IBLTHashes]uint64, chk uint32) {
 // Insert adds one packet by its hash (zero allocations).
 func (t *IBLT) Insert(h uint64) { t.apply(h, 1) }
 
+// apply adds sign times packet h. It is positions written out: the
+// array and loop of positions cost four times as much a packet
+// (BenchmarkIBLTInsert, 26 against 7 ns), and the sender inserts every
+// packet it captures.
 func (t *IBLT) apply(h uint64, sign int32) {
-	p, chk := t.positions(h)
-	cells := t.cells
-	for _, i := range p {
-		c := &cells[i]
-		c.n += sign
-		c.chk ^= chk
-		c.h ^= h
-	}
+	a := splitmix64(h ^ ibltSaltA)
+	b := splitmix64(h ^ ibltSaltB)
+	per, chk := t.per, uint32(b>>32)
+	cells := t.cells[: 3*per : 3*per]
+	c0 := &cells[fastRange(a, per)]
+	c1 := &cells[per+fastRange(a>>32, per)]
+	c2 := &cells[2*per+fastRange(b, per)]
+	c0.n, c0.chk, c0.h = c0.n+sign, c0.chk^chk, c0.h^h
+	c1.n, c1.chk, c1.h = c1.n+sign, c1.chk^chk, c1.h^h
+	c2.n, c2.chk, c2.h = c2.n+sign, c2.chk^chk, c2.h^h
 }
 
 // Merge adds o into t (the capture workers of one end).

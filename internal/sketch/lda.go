@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 )
 
 // Limits for LDA dimensions (configuration and decoding).
@@ -88,6 +89,14 @@ func (a *LDA) Update(pktHash uint64, t int64) {
 	c.S += t
 	c.N++
 	c.D ^= digest(pktHash)
+}
+
+// AppendLines appends the address of the cell Update writes for the
+// packet (both ends where it straddles two cache lines), for a prefetch.
+func (a *LDA) AppendLines(pktHash uint64, dst []uintptr) []uintptr {
+	z := splitmix64(pktHash)
+	b := min(uint64(bits.LeadingZeros64(z)), uint64(a.p.Banks-1))
+	return appendSpan(dst, uintptr(unsafe.Pointer(&a.cells[b*a.m+fastRange(z, a.m)])), unsafe.Sizeof(LDACell{}))
 }
 
 // Cell returns cell i of bank b.

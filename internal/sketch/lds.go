@@ -2,6 +2,7 @@ package sketch
 
 import (
 	"fmt"
+	"unsafe"
 )
 
 // Cell is one LDS counter tuple. All fields are linear (sums or XOR), so
@@ -35,6 +36,9 @@ type LDS struct {
 	thr   [MaxRows]uint64 // sampling thresholds T_r
 	cells []Cell          // row-major: index r*C + c
 	bytes []uint64        // nil unless Params.Bytes
+	// plain: k = 1, every row takes every packet, no byte counters (the
+	// defaults): a packet's cells follow from its flow alone.
+	plain bool
 }
 
 // NewLDS allocates an empty sketch.
@@ -56,6 +60,10 @@ func NewLDS(p Params) (*LDS, error) {
 	}
 	if p.Bytes {
 		l.bytes = make([]uint64, p.Rows*p.Columns)
+	}
+	l.plain = l.k == 1 && !p.Bytes
+	for r := range p.Rows {
+		l.plain = l.plain && l.thr[r] >= 1<<32
 	}
 	return l, nil
 }
@@ -134,6 +142,56 @@ func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, c
 			col -= C
 		}
 	}
+}
+
+// AppendLines appends the addresses of the memory the packet's update
+// writes (its cell in every row that samples it, both ends of a cell that
+// straddles two cache lines, and its byte counters), for a prefetch.
+func (l *LDS) AppendLines(flowHash, pktHash uint64, dst []uintptr) []uintptr {
+	C := l.cols
+	col, step := l.flowCols(flowHash)
+	if l.plain {
+		// One cell a row, in the column of the flow.
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(l.cells)))
+		for r := range uint64(l.rows) {
+			dst = appendSpan(dst, base+uintptr(r*C+col)*unsafe.Sizeof(Cell{}), unsafe.Sizeof(Cell{}))
+			if col += step; col >= C {
+				col -= C
+			}
+		}
+		return dst
+	}
+	for r := 0; r < l.rows; r++ {
+		c, ok := col, true
+		if l.k > 1 || l.thr[r] < 1<<32 {
+			z := rowMix(pktHash, r)
+			ok = z>>32 < l.thr[r]
+			if c += fastRange(z, l.k); c >= C {
+				c -= C
+			}
+		}
+		if ok {
+			i := uint64(r)*C + c
+			dst = appendSpan(dst, uintptr(unsafe.Pointer(&l.cells[i])), unsafe.Sizeof(Cell{}))
+			if l.bytes != nil {
+				dst = append(dst, uintptr(unsafe.Pointer(&l.bytes[i])))
+			}
+		}
+		if col += step; col >= C {
+			col -= C
+		}
+	}
+	return dst
+}
+
+// appendSpan appends the address a of an object of n bytes, and that of
+// its last byte where it lies on the next cache line.
+func appendSpan(dst []uintptr, a, n uintptr) []uintptr {
+	dst = append(dst, a)
+	if (a^(a+n-1))&^63 != 0 {
+		dst = append(dst, a+n-1)
+	}
+	return dst
 }
 
 // Positions appends, per row, the cell index r*C+c the packet updates, or -1

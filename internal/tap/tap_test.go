@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,78 @@ func BenchmarkLoop(b *testing.B) {
 	b.ResetTimer()
 	if err := l.Run(context.Background()); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// ringScript is a script whose frames of one event are in the capture
+// buffer at once, as a ring block's are: Buffered counts them.
+type ringScript struct{ script }
+
+func (s *ringScript) Buffered() int {
+	if len(s.events) == 0 {
+		return 0
+	}
+	return s.events[0].frames
+}
+
+// TestLoopBatch: with Batch set, every packet comes once and in order,
+// no batch waits past the frames the buffer holds (a batch never spans a
+// poll), none is longer than BatchSize, and the stop, flush and poll
+// calls are those of the packet-at-a-time loop.
+func TestLoopBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		events  []event
+		replay  bool
+		want    calls
+		batches []int
+	}{
+		{"ring blocks then idle", []event{{frames: 70}, {err: capture.ErrTimeout}, {frames: 5}, {err: capture.ErrTimeout}}, false,
+			calls{packets: 75, flushes: 1, polls: 3}, []int{32, 32, 6, 5}},
+		{"one packet at a time", []event{{frames: 1}, {err: capture.ErrTimeout}, {frames: 1}}, false,
+			calls{packets: 2, flushes: 1, polls: 2}, []int{1, 1}},
+		{"a poll every 1024 packets", []event{{frames: 2100}}, true, calls{packets: 2100, flushes: 1, polls: 3}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := capture.NewParser(capture.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got calls
+			var sizes []int
+			last := int64(0)
+			l := Loop{Name: "x", Reader: capture.NewReader(&ringScript{script{frame: udpFrame(t), events: tc.events}}, p),
+				Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Replay: tc.replay,
+				Packet: func(*capture.Packet) { t.Error("Packet called with Batch set") },
+				Batch: func(pkts []capture.Packet) {
+					sizes = append(sizes, len(pkts))
+					for _, pk := range pkts {
+						if pk.TS != last+1000 {
+							t.Fatalf("packet at %d after %d: lost or out of order", pk.TS, last)
+						}
+						last = pk.TS
+					}
+					got.packets += len(pkts)
+				},
+				Advance: func(int64) {},
+				Flush:   func() { got.flushes++ },
+				Stop:    func() { got.stops++ },
+				Poll:    func() { got.polls++ },
+			}
+			if err := l.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got.packets != tc.want.packets || got.flushes != tc.want.flushes || got.stops != tc.want.stops || got.polls != tc.want.polls {
+				t.Errorf("calls %+v, want %+v", got, tc.want)
+			}
+			for _, n := range sizes {
+				if n < 1 || n > BatchSize {
+					t.Errorf("a batch of %d packets, want 1..%d", n, BatchSize)
+				}
+			}
+			if tc.batches != nil && !slices.Equal(sizes, tc.batches) {
+				t.Errorf("batches %v, want %v", sizes, tc.batches)
+			}
+		})
 	}
 }
