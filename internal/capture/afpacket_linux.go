@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/lds-net/lds/internal/prefetch"
 	"log/slog"
 	"math"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/lds-net/lds/internal/prefetch"
 )
 
 // afSource is a live AF_PACKET socket with a TPACKET_V3 ring, read
