@@ -19,7 +19,6 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/lds-net/lds/internal/prefetch"
 )
 
 // afSource is a live AF_PACKET socket with a TPACKET_V3 ring, read
@@ -231,18 +230,8 @@ func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 	}
 	s.left--
 	s.off += int(h.Next_offset)
-	if s.left > ringAhead {
-		// The kernel wrote the frames ahead from another core: ask for
-		// them now (frames of a block are about equally long).
-		a := uintptr(unsafe.Pointer(&s.ring[0])) + uintptr(s.off+ringAhead*int(h.Next_offset))
-		prefetch.Lines([]uintptr{a, a + 64, a + 128})
-	}
 	return s.ring[start:end:end], ts, wl, nil
 }
-
-// ringAhead is how many frames ahead of the one read ReadPacket
-// prefetches.
-const ringAhead = 4
 
 // Buffered is how many frames of the held block ReadPacket has yet to
 // return: it returns them without waiting.
