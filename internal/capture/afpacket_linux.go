@@ -18,7 +18,6 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
-
 )
 
 // afSource is a live AF_PACKET socket with a TPACKET_V3 ring, read

@@ -217,7 +217,7 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 			smp.Add(pkt) // before b.Add: an interval b emits has all its candidates
 			b.Add(pkt, emit)
 		},
-		Batch: func(pkts []capture.Packet) { addBatch(pkts, b, smp, emit) },
+		Batch:   func(pkts []capture.Packet) { addBatch(pkts, b, smp, emit) },
 		Advance: func(now int64) { b.Advance(now, emit) },
 		Flush:   func() { b.Flush(emit) },
 		// A stop request: ship what the open interval has, flagged
