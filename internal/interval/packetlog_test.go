@@ -170,3 +170,51 @@ func TestSenderLogNamesEveryPacket(t *testing.T) {
 		t.Fatalf("%d of %d packets answered", answered, len(truth))
 	}
 }
+
+// TestSenderLogAllocs: once the pools hold an interval's storage, the
+// sender's packet path with the lost-packet table allocates nothing:
+// every packet of an interval's middle (no boundary work), 4096 flows in
+// the default heavy-flow table (a fifth of them sharing a slot), the logs
+// given back when their interval leaves, as the sender does once they are
+// answered.
+func TestSenderLogAllocs(t *testing.T) {
+	p := testParams()
+	p.Heavy, p.LostCells = 1000, sketch.IBLTCells(1000)
+	b, err := NewSenderBuilder(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flows := make([]capture.FlowKey, 4096)
+	for i := range flows {
+		flows[i], _ = capture.FlowKeyFromAddrs(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), netip.MustParseAddr("192.0.2.1"), 6, 1, 2)
+	}
+	emit := func(si *SenderInterval) {
+		si.Release()
+		for _, l := range si.Logs {
+			l.Release()
+		}
+	}
+	const perInterval = 100_000 // past six log chunks
+	pk := capture.Packet{Weight: 1, IDKind: capture.IDTCPSeq}
+	j := 0
+	add := func() {
+		f := j * 7919 % len(flows)
+		pk.TS, pk.Key, pk.ID = int64(j)*p.T/perInterval, flows[f], uint32(j)
+		pk.FlowHash, pk.PktHash = uint64(f)*0x9e3779b97f4a7c15+1, uint64(j)*0xbf58476d1ce4e5b9+7
+		b.Add(&pk, emit)
+		j++
+	}
+	for j < 4*perInterval+perInterval/5 { // four intervals and the fifth's start
+		add()
+	}
+	// The middle of the fifth interval: AllocsPerRun runs f once more
+	// before it counts, so 2n packets, past the log chunk at 65,536.
+	n := perInterval / 4
+	if a := testing.AllocsPerRun(1, func() {
+		for range n {
+			add()
+		}
+	}); a != 0 {
+		t.Fatalf("%v allocations in %d packets, want 0", a, n)
+	}
+}
