@@ -71,10 +71,12 @@ func PacketLogBytes(n, flows int64) int64 {
 	return chunks*logRecsChunk*packetRecBytes + flows*40
 }
 
-// recPool recycles log chunks between intervals (any goroutine).
+// recPool recycles log chunks, key lists and chunk lists between
+// intervals (any goroutine).
 type recPool struct {
-	free freeList[[]PacketRec]
-	keys freeList[[]capture.FlowKey]
+	free  freeList[[]PacketRec]
+	keys  freeList[[]capture.FlowKey]
+	lists freeList[[][]PacketRec]
 }
 
 // recsKept bounds the chunks the pool keeps for reuse (64 chunks: 24 MiB,
@@ -93,10 +95,17 @@ func (p *recPool) getKeys() []capture.FlowKey {
 	return k[:0]
 }
 
+// getList is an empty list of chunks with the capacity of an earlier
+// log's, so that appending chunks allocates nothing in a steady state.
+func (p *recPool) getList() [][]PacketRec {
+	c, _ := p.lists.get()
+	return c[:0]
+}
+
 func newPacketLog(id int64, pool *recPool) *PacketLog {
 	l := &PacketLog{ID: id, pool: pool}
 	if pool != nil {
-		l.Keys = pool.getKeys()
+		l.Keys, l.chunks = pool.getKeys(), pool.getList()
 	}
 	return l
 }
@@ -164,6 +173,10 @@ func (l *PacketLog) Release() {
 	p := l.pool
 	for _, c := range l.chunks {
 		p.free.put(c, recsKept)
+	}
+	if l.chunks != nil {
+		clear(l.chunks)
+		p.lists.put(l.chunks[:0], 2)
 	}
 	if l.Keys != nil {
 		p.keys.put(l.Keys, 2)

@@ -1,6 +1,8 @@
 package interval
 
 import (
+	"math/rand/v2"
+	"net/netip"
 	"runtime"
 	"testing"
 
@@ -87,5 +89,132 @@ func BenchmarkLostAnswer(b *testing.B) {
 		if n != len(want) {
 			b.Fatal(n)
 		}
+	}
+}
+
+// TestSenderLogNamesEveryPacket: through the sender's packet path, the
+// log answers for every packet of each interval with the flow, time and
+// identifier it was captured with (the truth kept here), across chunk
+// ends, for flows that share one heavy-flow slot and one set of the
+// table of other flows (more of them than a set holds), and for many
+// flows competing for slots.
+func TestSenderLogNamesEveryPacket(t *testing.T) {
+	p := testParams()
+	p.Heavy, p.LostCells = 1000, sketch.IBLTCells(1000)
+	b, err := NewSenderBuilder(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	type flow struct {
+		key  capture.FlowKey
+		hash uint64
+	}
+	// Hashes that differ only above bit 49 share the slot and the set.
+	const sharing = 3 * otherWays
+	flows := make([]flow, sharing+30000)
+	shared := r.Uint64()
+	for i := range flows {
+		flows[i].key, _ = capture.FlowKeyFromAddrs(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), netip.MustParseAddr("192.0.2.1"), 6, uint16(i), 443)
+		flows[i].hash = r.Uint64()
+		if i < sharing {
+			flows[i].hash = shared ^ uint64(i)<<50
+		}
+	}
+	type sent struct {
+		id   int64
+		flow int
+		pkt  capture.Packet
+	}
+	truth := map[uint64]sent{}
+	var got []*SenderInterval
+	emit := func(si *SenderInterval) { got = append(got, si) }
+	const perInterval = 40000 // more than two chunks of the log
+	for j := range 3 * perInterval {
+		f := j % sharing
+		if j%2 == 1 {
+			f = sharing + r.IntN(len(flows)-sharing)
+		}
+		pk := capture.Packet{TS: int64(j) * p.T / perInterval, Key: flows[f].key, FlowHash: flows[f].hash,
+			PktHash: r.Uint64(), Weight: 1, IDKind: capture.IDKind(j % 3), ID: r.Uint32()}
+		truth[pk.PktHash] = sent{ID(pk.TS, p.T), f, pk}
+		b.Add(&pk, emit)
+	}
+	b.Flush(emit)
+	answered := 0
+	for _, si := range got {
+		want := map[uint64]bool{}
+		for h, s := range truth {
+			if s.id == si.ID {
+				want[h] = true
+			}
+		}
+		n := 0
+		Answer(si.Logs, want, func(lp LoggedPacket) {
+			n++
+			s, ok := truth[lp.Hash]
+			if !ok || s.id != si.ID || lp.Key != s.pkt.Key || lp.SentNS != s.pkt.TS || lp.IDKind != s.pkt.IDKind || lp.ID != s.pkt.ID {
+				t.Fatalf("interval %d: answer %+v, sent %+v (flow %d)", si.ID, lp, s.pkt, s.flow)
+			}
+		})
+		if n != len(want) {
+			t.Errorf("interval %d: %d of %d packets answered", si.ID, n, len(want))
+		}
+		answered += n
+		si.Release()
+		for _, l := range si.Logs {
+			l.Release()
+		}
+	}
+	if answered != len(truth) {
+		t.Fatalf("%d of %d packets answered", answered, len(truth))
+	}
+}
+
+// TestSenderLogAllocs: once the pools hold an interval's storage, the
+// sender's packet path with the lost-packet table allocates nothing:
+// every packet of an interval's middle (no boundary work), 4096 flows in
+// the default heavy-flow table (a fifth of them sharing a slot), the logs
+// given back when their interval leaves, as the sender does once they are
+// answered.
+func TestSenderLogAllocs(t *testing.T) {
+	p := testParams()
+	p.Heavy, p.LostCells = 1000, sketch.IBLTCells(1000)
+	b, err := NewSenderBuilder(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flows := make([]capture.FlowKey, 4096)
+	for i := range flows {
+		flows[i], _ = capture.FlowKeyFromAddrs(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), netip.MustParseAddr("192.0.2.1"), 6, 1, 2)
+	}
+	emit := func(si *SenderInterval) {
+		si.Release()
+		for _, l := range si.Logs {
+			l.Release()
+		}
+	}
+	const perInterval = 100_000 // past six log chunks
+	pk := capture.Packet{Weight: 1, IDKind: capture.IDTCPSeq}
+	j := 0
+	add := func() {
+		f := j * 7919 % len(flows)
+		pk.TS, pk.Key, pk.ID = int64(j)*p.T/perInterval, flows[f], uint32(j)
+		pk.FlowHash, pk.PktHash = uint64(f)*0x9e3779b97f4a7c15+1, uint64(j)*0xbf58476d1ce4e5b9+7
+		b.Add(&pk, emit)
+		j++
+	}
+	for j < 4*perInterval+perInterval/5 { // four intervals and the fifth's start
+		add()
+	}
+	// The middle of the fifth interval: AllocsPerRun runs f once more
+	// before it counts, so 2n packets, past the log chunk at 65,536.
+	n := perInterval / 4
+	if a := testing.AllocsPerRun(1, func() {
+		for range n {
+			add()
+		}
+	}); a != 0 {
+		t.Fatalf("%v allocations in %d packets, want 0", a, n)
 	}
 }

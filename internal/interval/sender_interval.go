@@ -198,8 +198,17 @@ type heavySlot struct {
 type heavyCount struct {
 	hash uint64
 	n    uint32
-	ref  uint32 // the flow's key index in the interval's packet log (PacketLog.Keys)
+	// ref: the key index in the interval's packet log (PacketLog.Keys) of
+	// the flow that took the slot last, | slotRefSet; 0 until a flow takes
+	// the slot in this interval (take clears it). It stays the flow's
+	// while the slot's hash does, so that a flow that lost its count to
+	// another and takes the slot back finds its index here again.
+	ref uint32
 }
+
+// slotRefSet marks a slot's ref as set in this interval (indexes take 30
+// bits, refIndexMask).
+const slotRefSet = 1 << 31
 
 // heavyTable finds the heaviest flows in constant memory and one memory
 // access a packet: a direct-mapped table indexed by the flow hash where a
@@ -223,8 +232,12 @@ type otherRef struct {
 	gen  uint32
 }
 
-// otherRefs is the size of the table of flows that meet a held slot.
-const otherRefs = 4096
+// otherRefs is the size of the table of flows that meet a held slot, in
+// sets of otherWays.
+const (
+	otherRefs = 4096
+	otherWays = 4
+)
 
 func newHeavyTable(heavy int) heavyTable {
 	n := 1024
@@ -256,22 +269,24 @@ func (h *heavyTable) add(k *capture.FlowKey, hash uint64) {
 func (h *heavyTable) addLog(k *capture.FlowKey, hash uint64, l *PacketLog) uint32 {
 	i := (hash ^ hash>>32) & h.mask
 	s := &h.slots[i]
-	if s.hash == hash && s.n > 0 {
-		s.n++
-		return s.ref
+	if s.hash == hash && s.ref != 0 {
+		s.n++ // holds the slot, or takes back the empty slot it held
+		return s.ref &^ slotRefSet
 	}
 	return h.addLogSlot(k, hash, l, s, i)
 }
 
-// addLogSlot is addLog for a flow that does not hold its slot i (s): it
-// takes the slot if it is free, else decrements it; SenderBuilder.logPacket
-// writes the common case out and calls this for the rest.
+// addLogSlot is addLog for a flow that is not the slot's last taker
+// (s, slot i) in this interval: it takes the slot if it is free, else
+// decrements it; SenderBuilder.logPacket writes the common case out and
+// calls this for the rest.
 func (h *heavyTable) addLogSlot(k *capture.FlowKey, hash uint64, l *PacketLog, s *heavyCount, i uint64) uint32 {
 	if s.n == 0 {
 		s.hash, s.n = hash, 1
 		h.keys[i] = *k
-		s.ref = h.otherRef(k, hash, l)
-		return s.ref
+		r := h.otherRef(k, hash, l)
+		s.ref = r | slotRefSet
+		return r
 	}
 	s.n--
 	return h.otherRef(k, hash, l)
@@ -282,12 +297,19 @@ func (h *heavyTable) otherRef(k *capture.FlowKey, hash uint64, l *PacketLog) uin
 		h.other = make([]otherRef, otherRefs)
 		h.gen = 1
 	}
-	o := &h.other[(hash>>20)&(otherRefs-1)]
-	if o.gen == h.gen && o.hash == hash {
-		return o.ref
+	// A set of otherWays entries (one cache line), the most recently
+	// added first: flows that meet in a set do not evict each other until
+	// more than otherWays of them do.
+	j := int(hash>>20) & (otherRefs - 1) &^ (otherWays - 1)
+	set := h.other[j : j+otherWays : j+otherWays]
+	for i := range set {
+		if set[i].gen == h.gen && set[i].hash == hash {
+			return set[i].ref
+		}
 	}
 	r := l.addKey(k)
-	o.hash, o.ref, o.gen = hash, r, h.gen
+	copy(set[1:], set[:otherWays-1])
+	set[0] = otherRef{hash: hash, ref: r, gen: h.gen}
 	return r
 }
 
@@ -335,6 +357,11 @@ type SenderBuilder struct {
 	trailer   bool       // Flush is advancing past the input
 	plog      *PacketLog // the open interval's packet log (nil without the lost-packet table)
 	lines     []uintptr  // Prefetch's addresses, reused
+	// recs is plog's current chunk and ri the records in it: the packet
+	// path stores there, and syncLog sets plog's length when the chunk
+	// ends or the interval closes.
+	recs []PacketRec
+	ri   int
 }
 
 type logRec struct {
@@ -469,8 +496,8 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 	if off := pkt.TS - start; off < b.p.MaxDelay+b.p.Guard || off >= b.p.T-b.p.MaxDelay-2*b.p.Guard {
 		b.log.push(logRec{pkt.PktHash, pkt.TS})
 	}
-	if lg := b.plog; lg != nil {
-		b.logPacket(lg, pkt)
+	if b.plog != nil {
+		b.logPacket(pkt)
 		return
 	}
 	b.heavy.add(&pkt.Key, pkt.FlowHash)
@@ -478,25 +505,44 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 
 // logPacket counts the packet in the heavy-flow table and appends it to
 // the open interval's packet log, in one call: the flow's key index from
-// its slot when it holds it (the common case, written out here), else
-// from addLogSlot.
-func (b *SenderBuilder) logPacket(lg *PacketLog, pkt *capture.Packet) {
-	h, hash := &b.heavy, pkt.FlowHash
+// its slot when it holds the slot or took it last (the common case,
+// written out here), else from addLogSlot. The record goes into the log's current chunk, which
+// the builder holds (recs, ri): one bounds-checked store.
+func (b *SenderBuilder) logPacket(pkt *capture.Packet) {
+	hash, ph, ts, kind, id := pkt.FlowHash, pkt.PktHash, pkt.TS, pkt.IDKind, pkt.ID
+	h := &b.heavy
 	i := (hash ^ hash>>32) & h.mask
 	s := &h.slots[i]
 	var ref uint32
-	if s.hash == hash && s.n > 0 {
-		s.n++
-		ref = s.ref
+	if s.hash == hash && s.ref != 0 {
+		s.n++ // as addLog
+		ref = s.ref &^ slotRefSet
 	} else {
-		ref = h.addLogSlot(&pkt.Key, hash, lg, s, i)
+		ref = h.addLogSlot(&pkt.Key, hash, b.plog, s, i)
 	}
-	c := lg.n >> logRecsBits
-	if c >= len(lg.chunks) {
-		lg.grow()
+	rec := PacketRec{Hash: ph, TS: ts, Ref: ref | uint32(kind)<<refKindShift, ID: id}
+	if recs, ri := b.recs, b.ri; uint(ri) < uint(len(recs)) {
+		recs[ri] = rec
+		b.ri = ri + 1
+		return
 	}
-	lg.chunks[c][lg.n&(logRecsChunk-1)] = PacketRec{Hash: pkt.PktHash, TS: pkt.TS, Ref: ref | uint32(pkt.IDKind)<<refKindShift, ID: pkt.ID}
-	lg.n++
+	b.logNext(rec)
+}
+
+// logNext starts the open log's next chunk with rec.
+func (b *SenderBuilder) logNext(rec PacketRec) {
+	b.syncLog()
+	b.plog.grow()
+	b.recs, b.ri = b.plog.chunks[len(b.plog.chunks)-1], 1
+	b.recs[0] = rec
+}
+
+// syncLog sets the open log's length from the builder's position in its
+// current chunk (the capture goroutine counts there).
+func (b *SenderBuilder) syncLog() {
+	if lg := b.plog; lg != nil && len(lg.chunks) > 0 {
+		lg.n = (len(lg.chunks)-1)<<logRecsBits + b.ri
+	}
 }
 
 // Advance closes every interval that ends at or before now (Unix ns),
@@ -662,7 +708,7 @@ func (b *SenderBuilder) open(id int64) {
 	start := id * b.p.T
 	b.cur = &SenderInterval{ID: id, Sk: b.pool.get(), Partial: b.captureStart > start, First: !b.opened,
 		Trailer: b.trailer, pool: b.pool, keep: b.p.Heavy}
-	b.plog = nil
+	b.plog, b.recs, b.ri = nil, nil, 0
 	b.cur.Sk.deferLost = b.p.LostCells > 0 // the table is built from the log (Finish)
 	if b.p.LostCells > 0 {
 		b.plog = newPacketLog(id, &b.pool.recs)
@@ -678,6 +724,7 @@ func (b *SenderBuilder) open(id int64) {
 // building wait for Finish.
 func (b *SenderBuilder) close() {
 	iv := b.cur
+	b.syncLog()
 	iv.heavy = b.heavy.take(iv.heavy[:0])
 	iv.Late, b.late = b.late, 0
 	b.cur = nil
