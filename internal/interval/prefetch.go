@@ -12,7 +12,7 @@ import (
 // without waiting for it. The capture worker calls it a few packets ahead
 // of Add: live, these cells are rarely in the cache (the flows are many
 // and the ring's packets push them out), and each miss would otherwise
-// stall the packet path (docs/PERFORMANCE.md, "Prefetch"). It changes no
+// stall the packet path (docs/PERFORMANCE.md, "Capture workers"). It changes no
 // state: a packet that lands in the next interval only wasted the fetch.
 func (b *SenderBuilder) Prefetch(pkts []capture.Packet) {
 	if b.cur == nil || len(pkts) == 0 {
