@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -34,7 +35,11 @@ import (
 // interface deleted and created again under the same name is bound
 // again (link.go).
 type afSource struct {
-	fd     int
+	fd     int      // the socket (non-blocking), for the socket options
+	file   *os.File // fd in Go's network poller, which waits for blocks (waitBlock); closes fd
+	rc     syscall.RawConn
+	ready  func(uintptr) bool // rc.Read's check, made once (no allocation per wait)
+	checks int                // calls of ready in the current rc.Read
 	ring   []byte
 	bs, nb int
 	snap   int // bytes of each frame the socket filter keeps
@@ -90,6 +95,7 @@ func OpenAFPacket(cfg SourceConfig, fanoutGroup uint16, log *slog.Logger) (Sourc
 	s := &afSource{fd: -1, ifname: cfg.Interface, reportIf: cfg.Workers >= 0, cfg: cfg, group: fanoutGroup, log: log,
 		cbs: cmp.Or(cfg.BlockSize, d.BlockSize), cnb: cmp.Or(cfg.NumBlocks, d.NumBlocks)}
 	s.bs, s.nb = RingGeometry(s.cbs, s.cnb)
+	s.ready = s.readyCheck
 	s.snap = cfg.SnapLen(DefaultConfig().Identity) // callers with other identity keys resolve Snaplen first (Config.Open)
 	s.cfg.BlockTimeout = cmp.Or(cfg.BlockTimeout, d.BlockTimeout)
 	s.pollMS = int(cmp.Or(cfg.PollTimeout, d.PollTimeout) / time.Millisecond)
@@ -116,12 +122,20 @@ func (s *afSource) open(st linkState) error {
 	}
 	// Protocol 0 until bind: the socket receives nothing before it is
 	// bound to the interface, so no other interface's frame slips in.
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("capture: AF_PACKET socket for %q (needs CAP_NET_RAW): %w", cfg.Interface, err)
 	}
+	// A non-blocking descriptor goes into the network poller. The
+	// file's Fd method would make it blocking again: never call it.
+	file := os.NewFile(uintptr(fd), "afpacket:"+cfg.Interface)
+	rc, err := file.SyscallConn()
+	if err != nil {
+		_ = file.Close()
+		return fmt.Errorf("capture: afpacket on %q: raw connection of the socket: %w", cfg.Interface, err)
+	}
 	s.mu.Lock() // Stats reads fd and ifBase from another goroutine
-	s.fd = fd
+	s.fd, s.file, s.rc = fd, file, rc
 	s.mu.Unlock()
 	s.blk, s.held, s.left = 0, false, 0
 	s.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN | unix.POLLERR}
@@ -236,21 +250,16 @@ func (s *afSource) ReadPacket([]byte) ([]byte, int64, int, error) {
 // return: it returns them without waiting.
 func (s *afSource) Buffered() int { return int(s.left) }
 
-// pollChunkMS is the longest single wait of nextBlock (ms).
+// pollChunkMS is the longest single wait of waitRaw (ms).
 const pollChunkMS = 4
 
 // pollRaw waits up to ms for the socket with ppoll(2), without telling the
 // Go scheduler (a raw system call: the goroutine keeps its processor, as
-// if it computed). A capture waits for the next block about 100 times a
-// second for up to the 10 ms block timeout. Through the scheduler
-// (unix.Poll) the runtime's monitor takes the processor of a thread 10 ms
-// in a call, or in a call after 10 ms on one scheduling tick, and each
-// take sets it back to waking every 20 µs: perf put that at 7–9 % of
-// lds-sender's CPU during a live blast, and yielding before each poll to
-// renew the tick moved the goroutine between threads instead (3 %). The
-// waits are short (pollChunkMS), and a preemption request (the monitor's
-// after 10 ms, a garbage collection's) interrupts one (EINTR): the
-// caller's next function call then yields.
+// if it computed). It is the fallback of waitBlock when the network
+// poller cannot wait (waitRaw). Through the scheduler (unix.Poll) the
+// runtime's monitor would take the processor of a thread 10 ms in a call
+// and set itself back to waking every 20 µs. The waits are short
+// (pollChunkMS), and a preemption request interrupts one (EINTR).
 func (s *afSource) pollRaw(ms int) (int, error) {
 	ts := unix.NsecToTimespec(int64(ms) * 1e6)
 	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.pfd[0])), uintptr(len(s.pfd)),
@@ -274,26 +283,9 @@ func (s *afSource) nextBlock() error {
 		}
 	}
 	bh := s.blockHdr(s.blk)
-	waited := 0 // ms polled without a block
-	for atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0 {
-		chunk := min(s.pollMS-waited, pollChunkMS)
-		n, err := s.pollRaw(chunk)
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			return fmt.Errorf("capture: afpacket poll on %q: %w", s.ifname, err)
-		case n == 0 && waited+chunk < s.pollMS:
-			waited += chunk
-		case n == 0:
-			// Idle: a link that went away without a socket error
-			// (carrier lost) shows here.
-			return s.checkLink()
-		case s.pfd[0].Revents&unix.POLLERR != 0 && atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0:
-			// The kernel reports ENETDOWN when the interface goes down
-			// or away; reading SO_ERROR clears it.
-			_, _ = unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
-			return s.checkLink()
+	if atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0 {
+		if err := s.waitBlock(); err != nil {
+			return err
 		}
 	}
 	if s.linkDown {
@@ -308,6 +300,82 @@ func (s *afSource) nextBlock() error {
 	s.left = bh.Num_pkts
 	s.off = s.blk*s.bs + int(bh.Offset_to_first_pkt)
 	s.limit = (s.blk + 1) * s.bs
+	return nil
+}
+
+// readyCheck is rc.Read's check (s.ready): done when the next block is
+// ours. Its first call in a Read runs before the goroutine parks, so a
+// block retired before that is not waited for; a later call follows a
+// wakeup, and a wakeup without a block ends the Read too, for waitBlock
+// to look at the socket's error.
+func (s *afSource) readyCheck(uintptr) bool {
+	s.checks++
+	return s.checks > 1 || atomic.LoadUint32(&s.blockHdr(s.blk).Block_status)&unix.TP_STATUS_USER != 0
+}
+
+// waitBlock waits up to the poll timeout for block s.blk in Go's network
+// poller: the goroutine parks without a processor, as tcpdump sleeps in
+// poll(2), so the runtime neither preempts it (its monitor signals a
+// goroutine running 10 ms) nor retakes a processor from a thread in a
+// system call. The kernel wakes the socket once per retired TPACKET_V3
+// block (and on a socket error); readyCheck runs before parking, so a
+// block retired in between is not lost (the poller is edge-triggered).
+// It returns nil when the block is ours, else what checkLink says.
+func (s *afSource) waitBlock() error {
+	if err := s.file.SetReadDeadline(time.Now().Add(time.Duration(s.pollMS) * time.Millisecond)); err != nil {
+		return s.waitRaw() // not in the poller
+	}
+	bh := s.blockHdr(s.blk)
+	for {
+		s.checks = 0
+		err := s.rc.Read(s.ready)
+		switch {
+		case atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER != 0:
+			// The block, whatever Read says: a deadline that passed
+			// while the process was stopped (SIGSTOP) ends the Read
+			// without a last check, with the ring full.
+			return nil
+		case err == nil:
+			// A wakeup without a block: a socket error (the kernel
+			// reports ENETDOWN when the interface goes down or away;
+			// reading SO_ERROR clears it), or a block already taken.
+			if e, _ := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR); e != 0 {
+				return s.checkLink()
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Idle: a link that went away without a socket error
+			// (carrier lost) shows here.
+			return s.checkLink()
+		default:
+			// The poller reports an error-only event as not pollable
+			// until the next event: wait the old way meanwhile.
+			return s.waitRaw()
+		}
+	}
+}
+
+// waitRaw waits up to the poll timeout for block s.blk with raw ppoll(2)
+// calls (pollRaw).
+func (s *afSource) waitRaw() error {
+	bh := s.blockHdr(s.blk)
+	waited := 0 // ms polled without a block
+	for atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0 {
+		chunk := min(s.pollMS-waited, pollChunkMS)
+		n, err := s.pollRaw(chunk)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return fmt.Errorf("capture: afpacket poll on %q: %w", s.ifname, err)
+		case n == 0 && waited+chunk < s.pollMS:
+			waited += chunk
+		case n == 0:
+			return s.checkLink()
+		case s.pfd[0].Revents&unix.POLLERR != 0 && atomic.LoadUint32(&bh.Block_status)&unix.TP_STATUS_USER == 0:
+			_, _ = unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			return s.checkLink()
+		}
+	}
 	return nil
 }
 
@@ -411,8 +479,8 @@ func (s *afSource) closeRing() error {
 		s.ring = nil
 	}
 	if s.fd >= 0 {
-		errs = append(errs, unix.Close(s.fd))
-		s.fd = -1
+		errs = append(errs, s.file.Close()) // closes fd, and wakes a parked reader
+		s.fd, s.file, s.rc = -1, nil, nil
 	}
 	s.left, s.held = 0, false
 	return errors.Join(errs...)
