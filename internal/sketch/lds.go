@@ -148,9 +148,9 @@ func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, c
 // writes (its cell in every row that samples it, both ends of a cell that
 // straddles two cache lines, and its byte counters), for a prefetch.
 func (l *LDS) AppendLines(flowHash, pktHash uint64, dst []uintptr) []uintptr {
-	C := l.cols
-	col, step := l.flowCols(flowHash)
 	if l.plain {
+		C := l.cols
+		col, step := l.flowCols(flowHash)
 		// One cell a row, in the column of the flow.
 		base := uintptr(unsafe.Pointer(unsafe.SliceData(l.cells)))
 		for r := range uint64(l.rows) {
@@ -161,24 +161,14 @@ func (l *LDS) AppendLines(flowHash, pktHash uint64, dst []uintptr) []uintptr {
 		}
 		return dst
 	}
-	for r := 0; r < l.rows; r++ {
-		c, ok := col, true
-		if l.k > 1 || l.thr[r] < 1<<32 {
-			z := rowMix(pktHash, r)
-			ok = z>>32 < l.thr[r]
-			if c += fastRange(z, l.k); c >= C {
-				c -= C
-			}
+	var pos [MaxRows]int32 // Positions fills at most one a row: no allocation
+	for _, i := range l.Positions(flowHash, pktHash, pos[:0]) {
+		if i < 0 {
+			continue // the row does not sample the packet
 		}
-		if ok {
-			i := uint64(r)*C + c
-			dst = appendSpan(dst, uintptr(unsafe.Pointer(&l.cells[i])), unsafe.Sizeof(Cell{}))
-			if l.bytes != nil {
-				dst = append(dst, uintptr(unsafe.Pointer(&l.bytes[i])))
-			}
-		}
-		if col += step; col >= C {
-			col -= C
+		dst = appendSpan(dst, uintptr(unsafe.Pointer(&l.cells[i])), unsafe.Sizeof(Cell{}))
+		if l.bytes != nil {
+			dst = append(dst, uintptr(unsafe.Pointer(&l.bytes[i])))
 		}
 	}
 	return dst

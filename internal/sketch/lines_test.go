@@ -46,6 +46,9 @@ func TestAppendLines(t *testing.T) {
 					}
 				}
 			}
+			if a := testing.AllocsPerRun(100, func() { lines = l.AppendLines(1, 2, lines[:0]) }); a != 0 {
+				t.Errorf("AppendLines allocated %v times a call, want 0 (it runs for every packet)", a)
+			}
 		})
 	}
 	t.Run("LDA", func(t *testing.T) {
