@@ -86,7 +86,7 @@ type RealResult struct {
 	FlowDelayMinMS, FlowDelayMedMS float64 // per-(interval, flow) true mean delays, flows with >= 100 packets
 	FlowDelayMaxMS                 float64
 	PacketDelayP50MS               float64 // joined packets, all intervals
-	PacketDelayP999MS              float64 // 99.9th percentile: the queue's regime, without a rare host stall
+	PacketDelayP99MS               float64 // 99th percentile: the queue's regime, without a rare host stall
 	PacketDelayMaxMS               float64
 	Stalls                         []StallResult
 }
@@ -575,13 +575,13 @@ func evaluateReal(opt RealOptions, res *RealResult, pcapA, pcapB string) error {
 		pr.Score = scoreReal(pr)
 	}
 	var err error
-	res.PacketDelayP50MS, res.PacketDelayP999MS, res.PacketDelayMaxMS, err = packetDelaysMS(pcapA, pcapB, c)
+	res.PacketDelayP50MS, res.PacketDelayP99MS, res.PacketDelayMaxMS, err = packetDelaysMS(pcapA, pcapB, c)
 	return err
 }
 
-// packetDelaysMS returns the median, the 99.9th percentile and the
+// packetDelaysMS returns the median, the 99th percentile and the
 // largest one-way delay of the packets that reached tap B (all intervals).
-func packetDelaysMS(pcapA, pcapB string, c config.Common) (p50, p999, maxMS float64, err error) {
+func packetDelaysMS(pcapA, pcapB string, c config.Common) (p50, p99, maxMS float64, err error) {
 	p, err := capture.NewParser(c.CaptureConfig())
 	if err != nil {
 		return 0, 0, 0, err
@@ -601,7 +601,7 @@ func packetDelaysMS(pcapA, pcapB string, c config.Common) (p50, p999, maxMS floa
 		return math.NaN(), math.NaN(), math.NaN(), err
 	}
 	sort.Float64s(ds)
-	return ds[len(ds)/2], ds[len(ds)*999/1000], ds[len(ds)-1], nil
+	return ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1], nil
 }
 
 // scoreReal counts what the acceptance asks about (see RealScore).
