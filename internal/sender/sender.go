@@ -213,10 +213,6 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 		out <- si
 	}
 	loop := tap.Loop{Name: "sender", Reader: rd, Log: s.log, Replay: s.opt.Replay,
-		Packet: func(pkt *capture.Packet) {
-			smp.Add(pkt) // before b.Add: an interval b emits has all its candidates
-			b.Add(pkt, emit)
-		},
 		Batch:   func(pkts []capture.Packet) { addBatch(pkts, b, smp, emit) },
 		Advance: func(now int64) { b.Advance(now, emit) },
 		Flush:   func() { b.Flush(emit) },
