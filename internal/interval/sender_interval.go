@@ -506,8 +506,9 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 // logPacket counts the packet in the heavy-flow table and appends it to
 // the open interval's packet log, in one call: the flow's key index from
 // its slot when it holds the slot or took it last (the common case,
-// written out here), else from addLogSlot. The record goes into the log's current chunk, which
-// the builder holds (recs, ri): one bounds-checked store.
+// written out here), else from addLogSlot. The record goes into the
+// log's current chunk, which the builder holds (recs, ri): one
+// bounds-checked store.
 func (b *SenderBuilder) logPacket(pkt *capture.Packet) {
 	hash, ph, ts, kind, id := pkt.FlowHash, pkt.PktHash, pkt.TS, pkt.IDKind, pkt.ID
 	h := &b.heavy
