@@ -141,11 +141,35 @@ func (s *Sketches) Add(p *capture.Packet, t int64) { s.AddCount(p, t, nil) }
 // (FlowTable.add's counters; nil: none).
 func (s *Sketches) AddCount(p *capture.Packet, t int64, comp []uint32) {
 	s.LDS.UpdateCount(p.FlowHash, p.PktHash, t, p.Weight, p.WireLen, comp)
-	c := int(p.Class)
-	if c >= len(s.LDA) {
-		c = 0
-	}
+	c := s.class(p)
 	s.LDA[c].Update(p.PktHash, t)
+	s.count(p, c)
+}
+
+// addSpot is Add for a packet whose cells the sender's capture loop
+// found ahead (SenderBuilder.locate).
+func (s *Sketches) addSpot(p *capture.Packet, t int64, sp *spot) {
+	if sp.plain {
+		s.LDS.UpdateSpot(&sp.lds, p.PktHash, t, p.Weight)
+	} else {
+		s.LDS.Update(p.FlowHash, p.PktHash, t, p.Weight, p.WireLen)
+	}
+	c := s.class(p)
+	s.LDA[c].UpdateAt(sp.lda, p.PktHash, t)
+	s.count(p, c)
+}
+
+// class is the index of p's LDA (class 0 for one beyond them).
+func (s *Sketches) class(p *capture.Packet) int {
+	if c := int(p.Class); c < len(s.LDA) {
+		return c
+	}
+	return 0
+}
+
+// count counts p (LDA class c) in the totals and, unless the lost-packet
+// table is built later from the packet log, in that table.
+func (s *Sketches) count(p *capture.Packet, c int) {
 	s.Packets++
 	s.Bytes += uint64(p.WireLen)
 	s.ClassPackets[c]++

@@ -3,6 +3,7 @@ package interval
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -161,9 +162,29 @@ func newBuilders(t *testing.T, p Params, base int64) (*SenderBuilder, *ReceiverB
 	return sb, rb
 }
 
-// sendAll runs sent (in send order) through sb, flushes it and returns
-// its intervals in the order it emitted them.
+// sendAll runs sent (in send order) through sb as the capture loop does,
+// in batches of 1 to 40 packets (AddBatch), flushes it and returns its
+// intervals in the order it emitted them.
 func sendAll(sb *SenderBuilder, sent []simPkt) []*SenderInterval {
+	var out []*SenderInterval
+	keep := func(si *SenderInterval) { out = append(out, si) }
+	pkts := make([]capture.Packet, len(sent))
+	for i := range sent {
+		pkts[i] = sent[i].p
+		pkts[i].TS = sent[i].send
+	}
+	r := rand.New(rand.NewPCG(uint64(len(sent)), 5))
+	for len(pkts) > 0 {
+		n := min(1+r.IntN(40), len(pkts))
+		sb.AddBatch(pkts[:n], nil, keep)
+		pkts = pkts[n:]
+	}
+	sb.Flush(keep)
+	return out
+}
+
+// sendEach is sendAll a packet at a time (Add).
+func sendEach(sb *SenderBuilder, sent []simPkt) []*SenderInterval {
 	var out []*SenderInterval
 	keep := func(si *SenderInterval) { out = append(out, si) }
 	for i := range sent {
@@ -173,6 +194,67 @@ func sendAll(sb *SenderBuilder, sent []simPkt) []*SenderInterval {
 	}
 	sb.Flush(keep)
 	return out
+}
+
+// TestAddBatchEqualsAdd: the capture loop's path (AddBatch: each
+// packet's cells found and prefetched ahead) emits the same intervals as
+// Add, whether the sketch is plain (the spot path) or not, and across
+// interval ends inside a batch.
+func TestAddBatchEqualsAdd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*sketch.Params)
+	}{
+		{"plain", func(*sketch.Params) {}},
+		{"k 3", func(p *sketch.Params) { p.VLDA = 3 }},
+		{"sampled rows", func(p *sketch.Params) { p.Sampling = []float64{0.25, 1, 0.5, 1} }},
+		{"nine rows", func(p *sketch.Params) { p.Rows, p.Sampling = sketch.SpotRows+1, nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testParams()
+			tc.set(&p.Sketch)
+			p.Heavy, p.LostCells = 20, sketch.IBLTCells(200)
+			base := int64(1_763_000_000) * p.T
+			sent, _ := byTime(simulate(t, p, base, 4, 0, 9))
+			a, _ := newBuilders(t, p, base)
+			b, _ := newBuilders(t, p, base)
+			want, got := sendEach(a, sent), sendAll(b, sent)
+			if len(got) != len(want) {
+				t.Fatalf("AddBatch emitted %d intervals, Add %d", len(got), len(want))
+			}
+			for i := range want {
+				w, g := want[i], got[i]
+				if err := errors.Join(w.Finish(), g.Finish()); err != nil {
+					t.Fatal(err)
+				}
+				if g.ID != w.ID || !sameSketches(g.Sk, w.Sk) || !sameSplit(g, w) || !slices.Equal(g.Heavy, w.Heavy) ||
+					!slices.Equal(g.HeavyN, w.HeavyN) || g.Late != w.Late {
+					t.Errorf("interval %d: AddBatch's differs from Add's", w.ID)
+				}
+				if !sameLogs(g.Logs, w.Logs) {
+					t.Errorf("interval %d: AddBatch's packet log differs from Add's", w.ID)
+				}
+			}
+		})
+	}
+}
+
+// sameLogs reports whether two sets of packet logs hold the same records.
+func sameLogs(a, b []*PacketLog) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Len() != b[i].Len() || !slices.Equal(a[i].Keys, b[i].Keys) {
+			return false
+		}
+		for j := range a[i].Len() {
+			if a[i].chunks[j>>logRecsBits][j&(logRecsChunk-1)] != b[i].chunks[j>>logRecsBits][j&(logRecsChunk-1)] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // runExact runs pk through a sender builder, a receiver builder and the

@@ -356,7 +356,8 @@ type SenderBuilder struct {
 	opened    bool
 	trailer   bool       // Flush is advancing past the input
 	plog      *PacketLog // the open interval's packet log (nil without the lost-packet table)
-	lines     []uintptr  // Prefetch's addresses, reused
+	lines     []uintptr  // locate's addresses, reused
+	spots     [spotRing]spot
 	// recs is plog's current chunk and ri the records in it: the packet
 	// path stores there, and syncLog sets plog's length when the chunk
 	// ends or the interval closes.
@@ -480,6 +481,12 @@ func NewSenderBuilderWindows(p Params, captureStart int64, win *WindowTable, wai
 // Add counts one packet, first emitting every interval whose boundary
 // window is complete before it.
 func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
+	b.add(pkt, nil, emit)
+}
+
+// add is Add, with the packet's cells found ahead when sp is not nil
+// (AddBatch).
+func (b *SenderBuilder) add(pkt *capture.Packet, sp *spot, emit func(*SenderInterval)) {
 	if pkt.TS >= b.nextCheck {
 		b.Advance(pkt.TS, emit)
 	}
@@ -488,7 +495,11 @@ func (b *SenderBuilder) Add(pkt *capture.Packet, emit func(*SenderInterval)) {
 		b.late++ // older than the open interval: already shipped
 		return
 	}
-	b.cur.Sk.Add(pkt, pkt.TS-start)
+	if sp != nil {
+		b.cur.Sk.addSpot(pkt, pkt.TS-start, sp)
+	} else {
+		b.cur.Sk.Add(pkt, pkt.TS-start)
+	}
 	b.lastTS = max(b.lastTS, pkt.TS)
 	// Near a boundary: within reach of the key window of the one before
 	// (max_delay + guard after it) or the one after (max_delay + 2 guard

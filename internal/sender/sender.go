@@ -213,7 +213,7 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 		out <- si
 	}
 	loop := tap.Loop{Name: "sender", Reader: rd, Log: s.log, Replay: s.opt.Replay,
-		Batch:   func(pkts []capture.Packet) { addBatch(pkts, b, smp, emit) },
+		Batch:   func(pkts []capture.Packet) { b.AddBatch(pkts, smp, emit) },
 		Advance: func(now int64) { b.Advance(now, emit) },
 		Flush:   func() { b.Flush(emit) },
 		// A stop request: ship what the open interval has, flagged
@@ -221,24 +221,6 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 		Stop: func() { b.FlushPartial(time.Now().UnixNano(), emit) },
 	}
 	return loop.Run(ctx)
-}
-
-// prefetchAhead is how many packets ahead of the one being added the
-// capture worker prefetches the memory of (SenderBuilder.Prefetch): the
-// time to add that many covers a miss to memory.
-const prefetchAhead = 4
-
-// addBatch adds packets as the Packet callback does, prefetching the
-// memory each packet's update writes prefetchAhead packets before it.
-func addBatch(pkts []capture.Packet, b *interval.SenderBuilder, smp *sample.Sampler, emit func(*interval.SenderInterval)) {
-	b.Prefetch(pkts[:min(prefetchAhead, len(pkts))])
-	for i := range pkts {
-		if j := i + prefetchAhead; j < len(pkts) {
-			b.Prefetch(pkts[j : j+1])
-		}
-		smp.Add(&pkts[i]) // before b.Add: an interval b emits has all its candidates
-		b.Add(&pkts[i], emit)
-	}
 }
 
 // ship merges the workers' intervals, finishes each once (heavy ranking,

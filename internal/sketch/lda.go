@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
-	"unsafe"
 )
 
 // Limits for LDA dimensions (configuration and decoding).
@@ -79,24 +77,12 @@ func (a *LDA) Params() LDAParams { return a.p }
 
 // Update records one packet at time t (ns relative to the interval start).
 // It allocates nothing.
-func (a *LDA) Update(pktHash uint64, t int64) {
-	z := splitmix64(pktHash)
-	b := uint64(bits.LeadingZeros64(z))
-	if last := uint64(a.p.Banks - 1); b > last {
-		b = last
-	}
-	c := &a.cells[b*a.m+fastRange(z, a.m)]
-	c.S += t
-	c.N++
-	c.D ^= digest(pktHash)
-}
+func (a *LDA) Update(pktHash uint64, t int64) { a.UpdateAt(a.Locate(pktHash), pktHash, t) }
 
-// AppendLines appends the address of the cell Update writes for the
-// packet (both ends where it straddles two cache lines), for a prefetch.
+// AppendLines appends the addresses of the first and last byte of the
+// cell Update writes for the packet, for a prefetch.
 func (a *LDA) AppendLines(pktHash uint64, dst []uintptr) []uintptr {
-	z := splitmix64(pktHash)
-	b := min(uint64(bits.LeadingZeros64(z)), uint64(a.p.Banks-1))
-	return appendSpan(dst, uintptr(unsafe.Pointer(&a.cells[b*a.m+fastRange(z, a.m)])), unsafe.Sizeof(LDACell{}))
+	return a.AppendCellLines(a.Locate(pktHash), dst)
 }
 
 // Cell returns cell i of bank b.
