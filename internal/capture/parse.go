@@ -258,16 +258,17 @@ func (f *fields) addrs() (netip.Addr, netip.Addr) {
 func (p *Parser) finish(f *fields, hn int, out *Packet) {
 	k := &out.Key
 	*k = FlowKey{V6: f.v6}
+	// Word-wide masks: the flow hash reads the key back in words, which
+	// byte stores would stall.
+	le := binary.LittleEndian
 	if f.v6 {
-		for i := range 16 {
-			k.Src[i] = f.src[i] & p.m6s[i]
-			k.Dst[i] = f.dst[i] & p.m6d[i]
+		for i := 0; i < 16; i += 8 {
+			le.PutUint64(k.Src[i:], le.Uint64(f.src[i:])&le.Uint64(p.m6s[i:]))
+			le.PutUint64(k.Dst[i:], le.Uint64(f.dst[i:])&le.Uint64(p.m6d[i:]))
 		}
 	} else {
-		for i := range 4 {
-			k.Src[i] = f.src[i] & p.m4s[i]
-			k.Dst[i] = f.dst[i] & p.m4d[i]
-		}
+		le.PutUint32(k.Src[:], le.Uint32(f.src[:])&le.Uint32(p.m4s[:]))
+		le.PutUint32(k.Dst[:], le.Uint32(f.dst[:])&le.Uint32(p.m4d[:]))
 	}
 	if p.keepProto {
 		k.Proto = f.proto
