@@ -1,6 +1,8 @@
 package interval
 
 import (
+	"sync/atomic"
+
 	"github.com/lds-net/lds/internal/capture"
 	"github.com/lds-net/lds/internal/sketch"
 )
@@ -77,17 +79,40 @@ type recPool struct {
 	free  freeList[[]PacketRec]
 	keys  freeList[[]capture.FlowKey]
 	lists freeList[[][]PacketRec]
+	// out: chunks handed out and not yet back; peak: the most at once.
+	out, peak atomic.Int64
 }
 
-// recsKept bounds the chunks the pool keeps for reuse (64 chunks: 24 MiB,
-// one interval at 1 Mpps); more go to the collector.
+// recsKept is the fewest chunks the pool keeps for reuse (64 chunks:
+// 24 MiB, one interval at 1 Mpps). It keeps up to the most chunks ever
+// in use at once, so that a steady rate takes every chunk from the pool:
+// a fresh chunk costs its page faults and its zeroing on the packet
+// path. That never holds more memory than the logs' peak, since a chunk
+// is made only when the pool is empty.
 const recsKept = 64
 
 func (p *recPool) get() []PacketRec {
+	p.notePeak(p.out.Add(1))
 	if c, ok := p.free.get(); ok {
 		return c
 	}
 	return make([]PacketRec, logRecsChunk)
+}
+
+// notePeak raises peak to n chunks out.
+func (p *recPool) notePeak(n int64) {
+	for {
+		pk := p.peak.Load()
+		if n <= pk || p.peak.CompareAndSwap(pk, n) {
+			return
+		}
+	}
+}
+
+// put takes a chunk back.
+func (p *recPool) put(c []PacketRec) {
+	p.out.Add(-1)
+	p.free.put(c, int(max(recsKept, p.peak.Load())))
 }
 
 func (p *recPool) getKeys() []capture.FlowKey {
@@ -172,7 +197,7 @@ func (l *PacketLog) Release() {
 	}
 	p := l.pool
 	for _, c := range l.chunks {
-		p.free.put(c, recsKept)
+		p.put(c)
 	}
 	if l.chunks != nil {
 		clear(l.chunks)

@@ -218,3 +218,27 @@ func TestSenderLogAllocs(t *testing.T) {
 		t.Fatalf("%v allocations in %d packets, want 0", a, n)
 	}
 }
+
+// TestRecPoolKeepsPeak: once the logs have held more chunks at once than
+// recsKept, the pool keeps them all, so that the same load again takes
+// every chunk from it (a fresh chunk costs page faults and zeroing on the
+// packet path).
+func TestRecPoolKeepsPeak(t *testing.T) {
+	var p recPool
+	got := make([][]PacketRec, recsKept+40)
+	cycle := func() {
+		for i := range got {
+			got[i] = p.get()
+		}
+		for _, c := range got {
+			p.put(c)
+		}
+	}
+	cycle()
+	if a := testing.AllocsPerRun(3, cycle); a != 0 {
+		t.Errorf("%d chunks out again allocated %v times, want 0", len(got), a)
+	}
+	if n := p.out.Load(); n != 0 {
+		t.Errorf("%d chunks counted out after all came back", n)
+	}
+}
