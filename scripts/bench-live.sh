@@ -25,6 +25,12 @@
 #                    max_delay, the sender's worst case); test/e2e/perf.go, PerfOptions.RxTap
 #   LDS_PERF_LOST_CAPACITY (default: lds' own)  lost.capacity of both daemons; 0 turns the
 #                    lost-packet table off (its cost apart from the rest)
+#   LDS_PERF_PIN     (default 0:1 on 2 or more cores, else off)  BLASTER_CPUS:TOOL_CPUS: the
+#                    blaster threads (on whose CPU the veth fills the rings) and lds-receiver
+#                    on the first list, tcpdump and lds-sender on the second (taskset), so that
+#                    every capture reads its ring from another core, run after run; off: the
+#                    scheduler places them, and a capture's CPU a packet moves with where it
+#                    lands (on the blaster's core it reads warm frames)
 #   OUT                            directory for configs, logs, reports (default out/bench-live)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +39,14 @@ if [ "$(id -u)" != 0 ]; then
 	echo "bench-live: needs root (network namespaces, veth, AF_PACKET)" >&2
 	exit 1
 fi
-for tool in ip tcpdump go; do
-	command -v "$tool" >/dev/null || { echo "bench-live: $tool not found (make deps installs iproute2 and tcpdump)" >&2; exit 1; }
+if [ -z "${LDS_PERF_PIN+set}" ]; then
+	if [ "$(nproc)" -ge 2 ]; then LDS_PERF_PIN=0:1; else LDS_PERF_PIN=off; fi
+fi
+export LDS_PERF_PIN
+tools=(ip tcpdump go)
+[ "$LDS_PERF_PIN" = off ] || tools+=(taskset)
+for tool in "${tools[@]}"; do
+	command -v "$tool" >/dev/null || { echo "bench-live: $tool not found (make deps installs iproute2 and tcpdump; taskset is util-linux's)" >&2; exit 1; }
 done
 
 prefix="ldsperf-$$"
@@ -59,7 +71,7 @@ report="$OUT/report.md"
 	echo "\`make bench-live\` on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)), load average at start $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared), $(tcpdump --version 2>&1 | head -2 | tr '\n' ' ' | sed 's/ $//'):"
 	echo
 	echo '```'
-	echo "scripts/bench-live.sh   # LDS_PERF_SECONDS=${LDS_PERF_SECONDS:-5} LDS_PERF_REPS=${LDS_PERF_REPS:-3} RINGS=\"$RINGS\" THREADS=\"$THREADS\"${LDS_PERF_MAX_DELAY:+ LDS_PERF_MAX_DELAY=$LDS_PERF_MAX_DELAY}${LDS_PERF_RX_TAP:+ LDS_PERF_RX_TAP=$LDS_PERF_RX_TAP}${LDS_PERF_LOST_CAPACITY:+ LDS_PERF_LOST_CAPACITY=$LDS_PERF_LOST_CAPACITY}"
+	echo "scripts/bench-live.sh   # LDS_PERF_SECONDS=${LDS_PERF_SECONDS:-5} LDS_PERF_REPS=${LDS_PERF_REPS:-3} RINGS=\"$RINGS\" THREADS=\"$THREADS\" LDS_PERF_PIN=$LDS_PERF_PIN${LDS_PERF_MAX_DELAY:+ LDS_PERF_MAX_DELAY=$LDS_PERF_MAX_DELAY}${LDS_PERF_RX_TAP:+ LDS_PERF_RX_TAP=$LDS_PERF_RX_TAP}${LDS_PERF_LOST_CAPACITY:+ LDS_PERF_LOST_CAPACITY=$LDS_PERF_LOST_CAPACITY}"
 	echo '```'
 } >"$report"
 

@@ -121,7 +121,12 @@ type PerfOptions struct {
 	// LostCapacity, when set, is lost.capacity of both daemons (0: the
 	// lost-packet table off), to tell its cost from the rest.
 	LostCapacity *int
-	Log          *slog.Logger
+	// ToolCPUs, when set, is the CPU list (taskset -c) of tcpdump and
+	// lds-sender: with Blast.CPUs apart from it, the captures run on
+	// cores of their own, as on a monitoring host. lds-receiver, their
+	// peer, then runs on Blast.CPUs.
+	ToolCPUs string
+	Log      *slog.Logger
 }
 
 // DefaultPerfOptions returns 5 s blasts at full speed, lds-sender's default ring
@@ -296,7 +301,7 @@ func RunPerf(ctx context.Context, opt PerfOptions) (res *PerfResult, err error) 
 	if err := writeYAML(rCfg, perfReceiverConfig(opt)); err != nil {
 		return res, err
 	}
-	recv, err := startIn(topo.Sink, "lds-receiver", filepath.Join(opt.WorkDir, "lds-receiver.log"), filepath.Join(opt.BinDir, "lds-receiver"), "--config", rCfg)
+	recv, err := startIn(topo.Sink, "lds-receiver", filepath.Join(opt.WorkDir, "lds-receiver.log"), opt.pinnedPeer(filepath.Join(opt.BinDir, "lds-receiver"), "--config", rCfg)...)
 	if err != nil {
 		return res, err
 	}
@@ -397,7 +402,7 @@ func runTrial(ctx context.Context, opt PerfOptions, topo *PerfTopology, bl *Blas
 	if sp.tcpdump {
 		kib := opt.BlockSize * opt.NumBlocks / 1024
 		td, err = startIn(topo.Sink, "tcpdump", filepath.Join(opt.WorkDir, tag+"-tcpdump.log"),
-			"tcpdump", "-n", "-i", IfPerfSink, "-B", strconv.Itoa(kib), "-Z", "root", "-w", "/dev/null")
+			opt.pinned("tcpdump", "-n", "-i", IfPerfSink, "-B", strconv.Itoa(kib), "-Z", "root", "-w", "/dev/null")...)
 		if err != nil {
 			return tr, err
 		}
@@ -408,7 +413,7 @@ func runTrial(ctx context.Context, opt PerfOptions, topo *PerfTopology, bl *Blas
 	metricsURL := "http://" + perfSenderMetrics + "/metrics"
 	if sp.workers > 0 {
 		snd, err = startIn(topo.Sink, "lds-sender", filepath.Join(opt.WorkDir, tag+"-lds-sender.log"),
-			filepath.Join(opt.BinDir, "lds-sender"), "--config", perfSenderPath(opt, sp.workers))
+			opt.pinned(filepath.Join(opt.BinDir, "lds-sender"), "--config", perfSenderPath(opt, sp.workers))...)
 		if err != nil {
 			return tr, err
 		}
@@ -696,6 +701,8 @@ func (r *PerfResult) WriteMarkdown(w *bufio.Writer) error {
 	fmt.Fprintf(w, "Blast: %d flows of %d-byte UDP frames, %s per trial, %d sending thread(s), %s; ring per socket %d blocks × %d KiB = %d KiB (tcpdump -B %d: libpcap uses 256 KiB blocks; lds-sender configured %d × %d KiB, asks the kernel for %d × %d KiB); lds max_delay %s; lds-receiver taps %s (%s); %d repetition(s), trials in the order listed.\n\n",
 		o.Blast.Flows, 42+o.Blast.Payload, o.Blast.Duration, o.Blast.Threads, rateText(o.Blast.PPS, o.Blast.Threads), o.NumBlocks, o.BlockSize>>10, o.BlockSize*o.NumBlocks>>10,
 		o.BlockSize*o.NumBlocks/1024, o.NumBlocks, o.BlockSize>>10, lnb, lbs>>10, md, o.rxTap(), rxTapText(o.rxTap()), o.Reps)
+	fmt.Fprintln(w, placementText(o))
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "*CPU* is the tool's process CPU from start to the counters' read; *blast CPU* only from just before the blast until the rings drained (1.5 s after it), without start-up and idle time.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| rep | trial | sent | offered pps | arrived at pb | backlog drops | tool | captured | kernel drops | drop ratio | worst interval | CPU s | CPU ns/pkt | blast CPU s | blast CPU ns/pkt |")
@@ -788,4 +795,54 @@ func (r *PerfResult) Summary() []PerfSummary {
 		}
 	}
 	return out
+}
+
+// pinned prefixes argv with taskset when ToolCPUs is set.
+func (o PerfOptions) pinned(argv ...string) []string {
+	if o.ToolCPUs == "" {
+		return argv
+	}
+	return append([]string{"taskset", "-c", o.ToolCPUs}, argv...)
+}
+
+// pinnedPeer prefixes argv with taskset on the blaster's CPUs when
+// ToolCPUs is set: lds-receiver stays off the captures' cores.
+func (o PerfOptions) pinnedPeer(argv ...string) []string {
+	if o.ToolCPUs == "" || len(o.Blast.CPUs) == 0 {
+		return argv
+	}
+	cpus := make([]string, len(o.Blast.CPUs))
+	for i, c := range o.Blast.CPUs {
+		cpus[i] = strconv.Itoa(c)
+	}
+	return append([]string{"taskset", "-c", strings.Join(cpus, ",")}, argv...)
+}
+
+// placementText says where the run put the blaster and the tools.
+func placementText(o PerfOptions) string {
+	if o.ToolCPUs == "" || len(o.Blast.CPUs) == 0 {
+		return "Placement: the scheduler's (LDS_PERF_PIN=off): a capture may share the blaster's core, and its CPU a packet moves with where it lands."
+	}
+	return fmt.Sprintf("Placement: blaster thread(s) and lds-receiver on CPU %v, tcpdump and lds-sender on CPU %s (LDS_PERF_PIN): every capture reads its ring from another core than the one that filled it, run after run.",
+		o.Blast.CPUs, o.ToolCPUs)
+}
+
+// ParsePin reads LDS_PERF_PIN: BLASTER_CPUS:TOOL_CPUS (e.g. 0:1; each a
+// comma list), or "" or "off" for the scheduler's placement.
+func ParsePin(v string) (blaster []int, tools string, err error) {
+	if v == "" || v == "off" {
+		return nil, "", nil
+	}
+	b, tools, ok := strings.Cut(v, ":")
+	if !ok || b == "" || tools == "" {
+		return nil, "", fmt.Errorf("LDS_PERF_PIN=%q: want BLASTER_CPUS:TOOL_CPUS, e.g. 0:1, or off", v)
+	}
+	for _, f := range strings.Split(b, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, "", fmt.Errorf("LDS_PERF_PIN=%q: %q is not a CPU number", v, f)
+		}
+		blaster = append(blaster, n)
+	}
+	return blaster, tools, nil
 }

@@ -28,6 +28,12 @@ type BlastConfig struct {
 	Batch    int           // frames per sendmmsg
 	Threads  int           // sending threads (one socket each); 1 leaves the other cores to the captures
 	DstMAC   string        // a MAC no interface owns: the sink's kernel drops the frames right after the taps
+	// CPUs pins sending thread i to CPUs[i % len(CPUs)] (nil: the
+	// scheduler places them). The veth delivers each frame to the taps
+	// on the sending thread's CPU, so pinning the threads and the
+	// captures apart makes every capture read its ring across cores,
+	// run after run (PerfOptions.ToolCPUs).
+	CPUs []int
 }
 
 // DefaultBlast returns 1024 flows of 74-byte frames, as fast as possible, 5 s.
@@ -140,9 +146,13 @@ func (bl *Blaster) Run(ctx context.Context) (BlastStats, error) {
 		err error
 	}
 	ch := make(chan out, len(bl.socks))
-	for _, s := range bl.socks {
+	for i, s := range bl.socks {
+		cpu := -1
+		if len(bl.c.CPUs) > 0 {
+			cpu = bl.c.CPUs[i%len(bl.c.CPUs)]
+		}
 		go func() {
-			st, err := s.Run(ctx, bl.c.PPS/len(bl.socks))
+			st, err := s.Run(ctx, bl.c.PPS/len(bl.socks), cpu)
 			ch <- out{st, err}
 		}()
 	}
@@ -277,10 +287,17 @@ func (b *blastSock) send(from int) (int, error) {
 // if > 0. It runs on one locked OS thread: the veth delivers each frame to
 // the taps in this thread's softirq context, so one thread and the
 // kernel's receive path share one core and the captures get the rest.
-func (b *blastSock) Run(ctx context.Context, pps int) (BlastStats, error) {
+func (b *blastSock) Run(ctx context.Context, pps, cpu int) (BlastStats, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var st BlastStats
+	if cpu >= 0 {
+		restore, err := pinThread(cpu)
+		if err != nil {
+			return st, err
+		}
+		defer restore()
+	}
 	start := time.Now()
 	stop := start.Add(b.c.Duration)
 	var gap time.Duration
@@ -321,4 +338,18 @@ func (b *blastSock) Run(ctx context.Context, pps int) (BlastStats, error) {
 	}
 	st.Elapsed = time.Since(start)
 	return st, ctx.Err()
+}
+
+// pinThread pins the calling (locked) OS thread to cpu and returns what
+// puts its former CPU set back.
+func pinThread(cpu int) (func(), error) {
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return nil, fmt.Errorf("testbed: blaster CPU set: %w", err)
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("testbed: pin the blaster to CPU %d: %w", cpu, err)
+	}
+	return func() { _ = unix.SchedSetaffinity(0, &old) }, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -271,7 +272,8 @@ func TestLivePerfSmoke(t *testing.T) {
 // LDS_PERF_TRIALS (comma list of tcpdump, lds, both), LDS_PERF_RX_TAP
 // (the receiver's tap: rx0, silent, by default; lo for windows at
 // max_delay, PerfOptions.ReceiverTap), LDS_PERF_LOST_CAPACITY (lost.capacity of
-// both daemons; 0: the lost-packet table off).
+// both daemons; 0: the lost-packet table off), LDS_PERF_PIN (ParsePin:
+// BLASTER_CPUS:TOOL_CPUS, e.g. 0:1; unset or off: the scheduler's).
 func TestLivePerfBench(t *testing.T) {
 	if os.Getenv("LDS_PERF_BENCH") != "1" {
 		t.Skip("SKIPPED: the live capture measurement needs LDS_PERF_BENCH=1 (scripts/bench-live.sh sets it)")
@@ -299,6 +301,10 @@ func TestLivePerfBench(t *testing.T) {
 		opt.MaxDelay = d
 	}
 	opt.ReceiverTap = os.Getenv("LDS_PERF_RX_TAP")
+	var err error
+	if opt.Blast.CPUs, opt.ToolCPUs, err = ParsePin(os.Getenv("LDS_PERF_PIN")); err != nil {
+		t.Fatal(err)
+	}
 	if v := os.Getenv("LDS_PERF_LOST_CAPACITY"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -329,6 +335,30 @@ func TestLivePerfBench(t *testing.T) {
 			if c.Captured == 0 {
 				t.Errorf("rep %d %s: %s captured nothing", tr.Rep, tr.Name, c.Tool)
 			}
+		}
+	}
+}
+
+func TestParsePin(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		blaster []int
+		tools   string
+		bad     bool
+	}{
+		{in: ""},
+		{in: "off"},
+		{in: "0:1", blaster: []int{0}, tools: "1"},
+		{in: "0,2:1,3", blaster: []int{0, 2}, tools: "1,3"},
+		{in: "0", bad: true},
+		{in: ":1", bad: true},
+		{in: "0:", bad: true},
+		{in: "x:1", bad: true},
+		{in: "-1:1", bad: true},
+	} {
+		b, tools, err := ParsePin(tc.in)
+		if (err != nil) != tc.bad || !slices.Equal(b, tc.blaster) || tools != tc.tools {
+			t.Errorf("ParsePin(%q) = %v, %q, %v; want %v, %q, error %v", tc.in, b, tools, err, tc.blaster, tc.tools, tc.bad)
 		}
 	}
 }
