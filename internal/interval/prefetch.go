@@ -26,6 +26,7 @@ const spotRing = 8
 type spot struct {
 	lds   sketch.Spot
 	lda   uint32
+	ok    bool // lda is set (an interval was open)
 	plain bool // lds is set
 }
 
@@ -55,9 +56,10 @@ func (b *SenderBuilder) AddBatch(pkts []capture.Packet, smp *sample.Sampler, emi
 // parameters), only its prefetch was wasted.
 func (b *SenderBuilder) locate(p *capture.Packet, sp *spot) {
 	if b.cur == nil {
-		sp.plain = false
+		sp.ok, sp.plain = false, false
 		return
 	}
+	sp.ok = true
 	sk, dst := b.cur.Sk, b.lines[:0]
 	sp.plain = sk.LDS.Locate(p.FlowHash, &sp.lds)
 	if sp.plain {

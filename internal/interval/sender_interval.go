@@ -495,7 +495,7 @@ func (b *SenderBuilder) add(pkt *capture.Packet, sp *spot, emit func(*SenderInte
 		b.late++ // older than the open interval: already shipped
 		return
 	}
-	if sp != nil {
+	if sp != nil && sp.ok {
 		b.cur.Sk.addSpot(pkt, pkt.TS-start, sp)
 	} else {
 		b.cur.Sk.Add(pkt, pkt.TS-start)
