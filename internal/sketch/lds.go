@@ -22,6 +22,17 @@ type Cell struct {
 
 func (c Cell) empty() bool { return c == Cell{} }
 
+// add counts one packet of weight wn at wt = wn·t, its sign σ from the low
+// bit of z (its row's mix of the packet hash), its digest d.
+func (c *Cell) add(wn, wt int64, z, d uint64) {
+	m := -int64(z & 1) // 0 for σ = +1, -1 for σ = -1: (x^m)-m is σ·x
+	c.S += wt
+	c.SPM += (wt ^ m) - m
+	c.SN += (wn ^ m) - m
+	c.N += wn
+	c.D ^= d
+}
+
 // LDS is a Lossy Difference Sketch (Sanjuàs-Cuxart et al., IMC 2011): R rows
 // of C cells; a flow owns k adjacent cells per row (its virtual LDA) and
 // each of its packets, if the row's sampling keeps it, updates one of them.
@@ -110,8 +121,9 @@ func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, c
 	wt := wn * t
 	k := l.k
 	cells := l.cells
+	d := digest(pktHash)
 	for r := 0; r < l.rows; r++ {
-		z := splitmix64(pktHash + uint64(r+1)*gamma)
+		z := rowMix(pktHash, r)
 		if z>>32 < l.thr[r] {
 			c := col
 			var off uint64
@@ -126,13 +138,7 @@ func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, c
 				comp[uint64(r)*k+off]++
 			}
 			i := uint64(r)*C + c
-			cell := &cells[i]
-			m := -int64(z & 1) // 0 for σ = +1, -1 for σ = -1: (x^m)-m is σ·x
-			cell.S += wt
-			cell.SPM += (wt ^ m) - m
-			cell.SN += (wn ^ m) - m
-			cell.N += wn
-			cell.D ^= digest(pktHash)
+			cells[i].add(wn, wt, z, d)
 			if l.bytes != nil {
 				l.bytes[i] += uint64(size)
 			}
@@ -148,18 +154,9 @@ func (l *LDS) update(flowHash, pktHash uint64, t int64, w uint32, size uint32, c
 // writes (its cell in every row that samples it, both ends of a cell that
 // straddles two cache lines, and its byte counters), for a prefetch.
 func (l *LDS) AppendLines(flowHash, pktHash uint64, dst []uintptr) []uintptr {
-	if l.plain {
-		C := l.cols
-		col, step := l.flowCols(flowHash)
-		// One cell a row, in the column of the flow.
-		base := uintptr(unsafe.Pointer(unsafe.SliceData(l.cells)))
-		for r := range uint64(l.rows) {
-			dst = appendSpan(dst, base+uintptr(r*C+col)*unsafe.Sizeof(Cell{}), unsafe.Sizeof(Cell{}))
-			if col += step; col >= C {
-				col -= C
-			}
-		}
-		return dst
+	var s Spot
+	if l.Locate(flowHash, &s) {
+		return l.AppendSpotLines(&s, dst) // one cell a row, in the column of the flow
 	}
 	var pos [MaxRows]int32 // Positions fills at most one a row: no allocation
 	for _, i := range l.Positions(flowHash, pktHash, pos[:0]) {

@@ -151,13 +151,7 @@ func remove(snd, rcv *LDS, p *RepairPacket, blocked []bool, rep *Repaired, st *R
 			}
 			i := uint64(r)*C + c
 			if !blocked[i] {
-				m := -int64(z & 1)
-				cell := &l.cells[i]
-				cell.S -= wt
-				cell.SPM -= (wt ^ m) - m
-				cell.SN -= (w ^ m) - m
-				cell.N -= w
-				cell.D ^= digest(p.Pkt)
+				l.cells[i].add(-w, -wt, z, digest(p.Pkt)) // takes the packet out: σ·(−x) = −σ·x
 				rep.cells[i] = true
 				n++
 				if p.Extra {

@@ -46,14 +46,7 @@ func (l *LDS) UpdateSpot(s *Spot, pktHash uint64, t int64, w uint32) {
 	d := digest(pktHash)
 	cells := l.cells
 	for r, i := range s[:l.rows] {
-		z := splitmix64(pktHash + uint64(r+1)*gamma)
-		m := -int64(z & 1) // 0 for σ = +1, -1 for σ = -1: (x^m)-m is σ·x
-		cell := &cells[i]
-		cell.S += wt
-		cell.SPM += (wt ^ m) - m
-		cell.SN += (wn ^ m) - m
-		cell.N += wn
-		cell.D ^= d
+		cells[i].add(wn, wt, rowMix(pktHash, r), d)
 	}
 }
 
