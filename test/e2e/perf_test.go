@@ -175,7 +175,22 @@ func TestParseCounters(t *testing.T) {
 	if _, err := parseProcStatCPU("4242 (x) S 1"); err == nil {
 		t.Fatal("short stat line accepted")
 	}
-	// Our own stat line parses and is not negative.
+	if ns, err := parseSchedstat("1234567890 4567 89\n"); err != nil || ns != 1234567890 {
+		t.Fatalf("schedstat: %v, %v; want 1234567890 ns", ns, err)
+	}
+	for _, bad := range []string{"", "x 1 2"} {
+		if _, err := parseSchedstat(bad); err == nil {
+			t.Fatalf("schedstat %q accepted", bad)
+		}
+	}
+	// Our own times read and are not negative; our threads' run time is
+	// at least what this test spent computing.
+	spin := time.Now()
+	for time.Since(spin) < 20*time.Millisecond {
+	}
+	if run, err := procRunSeconds(os.Getpid()); err != nil || run < 0.015 {
+		t.Fatalf("own run time: %v, %v; want ≥ 15 ms", run, err)
+	}
 	if cpu, err := procCPUSeconds(os.Getpid()); err != nil || cpu < 0 {
 		t.Fatalf("own CPU time: %v, %v", cpu, err)
 	}
