@@ -282,6 +282,7 @@ func (c *Sender) MemoryBound(in MemoryInput) MemoryBound {
 		{"packet logs of the lost-packet table (every packet: 24 B, and a 40 B flow key a packet at worst; the intervals open or waiting per worker, those queued, and the shipped ones kept for the receiver's question)",
 			workers*open + 8 + 2*workers + c.lostLogIntervals(), plog},
 		{"packet-sample candidates (the open interval and 2 finished per worker, pooled)", workers * 3, c.sampleCands(in.PPS) * senderCandBytes},
+		{"packet-sample selection on the ship goroutine (a copy of one interval's candidates of every worker, and its flow table)", 1, workers*c.sampleCands(in.PPS)*senderCandBytes + sample.GroupScratchBytes},
 		{"intervals open or waiting for their boundary window in the capture workers (2 + class per worker)", workers * open, sk},
 		{"boundary log of the capture workers (2·max_delay + 3·guard of traffic, 16 B a packet, with 4096 packets of slack, in chunks of 16,384: one more)", workers, keys + logSlackBytes + logChunkBytes},
 		{"boundary-key storage kept for reuse (1 per worker)", workers, keyBuf},

@@ -73,7 +73,7 @@ func randCands(rng *rand.Rand, nFlows int, small bool) *SenderCands {
 	return c
 }
 
-// TestSelectMatchesSort: the radix grouping and per-flow selection ship
+// TestSelectMatchesSort: the grouping (table or radix partition) and per-flow selection ship
 // the same lists, sample for sample, as a full sort by flow and value,
 // over budgets that leave flows whole, cut or out.
 func TestSelectMatchesSort(t *testing.T) {
@@ -89,6 +89,7 @@ func TestSelectMatchesSort(t *testing.T) {
 		{1000, true, DefaultConfig()},
 		{5000, false, Config{OneIn: 4, PerFlow: 20, MinPerFlow: 5, MaxPerInterval: 3000, LinkOneIn: 64, MaxCandidates: 1 << 21}},
 		{300, false, Config{OneIn: 4, PerFlow: 1 << 16, MaxPerInterval: 1 << 22, LinkOneIn: 4, MaxCandidates: 1 << 21}},
+		{groupMaxFlows + 100, false, DefaultConfig()}, // the radix partition's case
 	} {
 		c := randCands(rng, tc.flows, tc.small)
 		ref := &SenderCands{}
@@ -134,5 +135,45 @@ func BenchmarkSelect(b *testing.B) {
 				Select(c, 0, cfg)
 			}
 		})
+	}
+}
+
+// TestGrouperGroups: the table grouping leaves every flow's candidates
+// contiguous and the candidates the same multiset, on one grouper reused
+// across intervals of few flows, more flows than its first table, and
+// more than groupMaxFlows (the radix partition's case), in any order.
+func TestGrouperGroups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var g grouper
+	for i, flows := range []int{1, 3, 1000, 5000, groupMaxFlows + 1, 10, 2 * groupMaxFlows, 2000} {
+		cs := make([]SenderCand, 0, 3*flows)
+		for f := range flows {
+			h := rng.Uint64()
+			if f%7 == 0 {
+				h = uint64(f) // small hashes collide in the table's bits
+			}
+			for range 1 + rng.IntN(5) {
+				cs = append(cs, SenderCand{Flow: h, X: rng.Uint64()})
+			}
+		}
+		rng.Shuffle(len(cs), func(a, b int) { cs[a], cs[b] = cs[b], cs[a] })
+		want := slices.Clone(cs)
+		g.group(cs)
+		seen := map[uint64]bool{}
+		for j := range cs {
+			if j > 0 && cs[j].Flow == cs[j-1].Flow {
+				continue
+			}
+			if seen[cs[j].Flow] {
+				t.Fatalf("case %d (%d flows): flow %#x split", i, flows, cs[j].Flow)
+			}
+			seen[cs[j].Flow] = true
+		}
+		byAll := func(a, b SenderCand) int { return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.X, b.X)) }
+		slices.SortFunc(want, byAll)
+		slices.SortFunc(cs, byAll)
+		if !slices.Equal(cs, want) {
+			t.Fatalf("case %d (%d flows): the candidates changed", i, flows)
+		}
 	}
 }

@@ -67,6 +67,18 @@ const precision = 12
 //
 // and the link sample. It reorders c.C. Off the packet path.
 func Select(c *SenderCands, start int64, cfg Config) *Set {
+	var s Selector
+	return s.Select(c, start, cfg)
+}
+
+// Selector is Select with its grouping memory kept from one interval to
+// the next (the sender's ship goroutine holds one): at most the largest
+// merged candidate list and a 1 MiB table (GroupScratchBytes). Not safe
+// for concurrent use.
+type Selector struct{ g grouper }
+
+// Select is the package's Select, on s's memory.
+func (s *Selector) Select(c *SenderCands, start int64, cfg Config) *Set {
 	if c == nil {
 		return &Set{}
 	}
@@ -85,7 +97,7 @@ func Select(c *SenderCands, start int64, cfg Config) *Set {
 	if cfg.MaxPerInterval == 0 || len(c.C) == 0 {
 		return set
 	}
-	groupByFlow(c.C, 56)
+	s.g.group(c.C)
 	var runs []flowRun
 	for i := 0; i < len(c.C); {
 		j := i + 1

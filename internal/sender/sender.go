@@ -229,6 +229,7 @@ func (s *Sender) captureLoop(ctx context.Context, rd *capture.Reader, start int6
 func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 	merger := interval.NewSenderMerger(workers, s.params.Heavy)
 	var prevDrops capture.DropStats
+	var sel sample.Selector // its memory serves every interval
 	submit := func(si *interval.SenderInterval) error {
 		// Before the packet logs go to the lost-packet log below: the
 		// table is built from them.
@@ -252,7 +253,7 @@ func (s *Sender) ship(in <-chan *interval.SenderInterval, workers int) error {
 		drops := si.Counters.ByReason()
 		drops["kernel"], drops["interface"] = si.Drops.Kernel, si.Drops.Interface
 		s.metrics.CaptureCounters(si.Counters.Parsed, drops)
-		si.Samples = sample.Select(si.SampleCands, si.ID*s.params.T, s.cfg.Sample)
+		si.Samples = sel.Select(si.SampleCands, si.ID*s.params.T, s.cfg.Sample)
 		s.pool.Put(si.SampleCands) // Select copied what it ships
 		si.SampleCands = nil
 		if si.Drops.Link != capture.LinkUnknown {
