@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,13 +184,17 @@ func TestParseCounters(t *testing.T) {
 			t.Fatalf("schedstat %q accepted", bad)
 		}
 	}
-	// Our own times read and are not negative; our threads' run time is
-	// at least what this test spent computing.
-	spin := time.Now()
-	for time.Since(spin) < 20*time.Millisecond {
+	// Our threads' run time grows by what the kernel charges us for CPU
+	// (getrusage), whatever the wall clock does meanwhile.
+	r0, err := procRunSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if run, err := procRunSeconds(os.Getpid()); err != nil || run < 0.015 {
-		t.Fatalf("own run time: %v, %v; want ≥ 15 ms", run, err)
+	for u0 := rusageSeconds(t); rusageSeconds(t)-u0 < 0.02; {
+		_ = os.Getpid()
+	}
+	if r1, err := procRunSeconds(os.Getpid()); err != nil || r1-r0 < 0.015 {
+		t.Fatalf("own run time grew by %v s (%v) over 20 ms of CPU; want ≥ 15 ms", r1-r0, err)
 	}
 	if cpu, err := procCPUSeconds(os.Getpid()); err != nil || cpu < 0 {
 		t.Fatalf("own CPU time: %v, %v", cpu, err)
@@ -376,4 +381,14 @@ func TestParsePin(t *testing.T) {
 			t.Errorf("ParsePin(%q) = %v, %q, %v; want %v, %q, error %v", tc.in, b, tools, err, tc.blaster, tc.tools, tc.bad)
 		}
 	}
+}
+
+// rusageSeconds is this process's user + system CPU time (getrusage).
+func rusageSeconds(t *testing.T) float64 {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
