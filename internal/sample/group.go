@@ -1,5 +1,7 @@
 package sample
 
+import "math/bits"
+
 // Grouping an interval's candidates by flow (Select) is the larger part of
 // the sender's selection. Where the flows are few against the candidates
 // (the usual interval: hundreds to thousands of flows, a quarter of a
@@ -41,7 +43,9 @@ func (g *grouper) group(cs []SenderCand) {
 	if len(cs) < 2 {
 		return
 	}
-	if !g.count(cs) {
+	ok := g.count(cs)
+	g.last = g.used
+	if !ok {
 		groupByFlow(cs, 56)
 		return
 	}
@@ -58,8 +62,11 @@ func (g *grouper) group(cs []SenderCand) {
 // count fills the table with each flow's count; false when the flows
 // outnumber groupMaxFlows.
 func (g *grouper) count(cs []SenderCand) bool {
-	g.reset(max(groupMinSlots, 1<<log2(2*g.last+1)))
-	defer func() { g.last = g.used }()
+	size := groupMinSlots // twice the last interval's flows: no doubling at a steady mix
+	for size < 2*g.last {
+		size *= 2
+	}
+	g.reset(size)
 	for _, c := range cs {
 		s := &g.slots[g.find(c.Flow)]
 		if !s.used {
@@ -96,7 +103,7 @@ func (g *grouper) find(flow uint64) int {
 func (g *grouper) reset(size int) {
 	g.slots = grow(g.slots, size)
 	clear(g.slots)
-	g.shift = uint(64 - log2(size))
+	g.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	g.used = 0
 }
 
@@ -122,14 +129,6 @@ func (g *grouper) offsets() {
 			s.n, at = at, at+s.n
 		}
 	}
-}
-
-func log2(n int) int {
-	k := 0
-	for 1<<k < n {
-		k++
-	}
-	return k
 }
 
 func grow[T any](s []T, n int) []T {

@@ -105,7 +105,8 @@ func TestSelectMatchesSort(t *testing.T) {
 	}
 }
 
-// BenchmarkSelect: the sender's per-interval selection, at the live
+// BenchmarkSelect: the sender's per-interval selection (a Selector, its
+// memory kept between intervals), at the live
 // bench's shape (1024 flows, 125k candidates: 0.5 Mpps at one in 4) and
 // at the paper's (150k flows, 1.2M candidates), the default budget.
 func BenchmarkSelect(b *testing.B) {
@@ -129,10 +130,11 @@ func BenchmarkSelect(b *testing.B) {
 			}
 			c := &SenderCands{ID: 1, Limit: limitOf(2), Drop: 30, T: 1e9, C: make([]SenderCand, len(src))}
 			cfg := DefaultConfig()
+			var sel Selector // as the sender's ship goroutine keeps one
 			b.ReportAllocs()
 			for b.Loop() {
 				copy(c.C, src)
-				Select(c, 0, cfg)
+				sel.Select(c, 0, cfg)
 			}
 		})
 	}
@@ -159,6 +161,9 @@ func TestGrouperGroups(t *testing.T) {
 		rng.Shuffle(len(cs), func(a, b int) { cs[a], cs[b] = cs[b], cs[a] })
 		want := slices.Clone(cs)
 		g.group(cs)
+		if len(g.slots) > 2*groupMaxFlows { // GroupScratchBytes
+			t.Fatalf("case %d (%d flows): a table of %d slots, beyond its bound", i, flows, len(g.slots))
+		}
 		seen := map[uint64]bool{}
 		for j := range cs {
 			if j > 0 && cs[j].Flow == cs[j-1].Flow {
