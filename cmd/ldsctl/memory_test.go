@@ -25,9 +25,9 @@ func TestWriteRing(t *testing.T) {
 		frame int
 		want  []string
 	}{
-		{src, 1800, 1000, []string{"1 × 256 × 256 KiB = 64 MiB", "keeping 104 bytes of each frame", "holds 2.56s of traffic at low packet rates", "2.56s at 1800 packets/s of 1000 bytes (192 ring bytes each)"}},
-		{src, 150e3, 1500, []string{"2.33s at 150000 packets/s of 1500 bytes (192 ring bytes each)"}},
-		{src, 1e6, 1500, []string{"holds 2.56s of traffic at low packet rates", "349ms at 1000000 packets/s of 1500 bytes"}},
+		{src, 1800, 1000, []string{"1 × 256 × 256 KiB = 64 MiB", "keeping 104 bytes of each frame", "holds 12.8s of traffic at low packet rates", "12.8s at 1800 packets/s of 1000 bytes (192 ring bytes each)"}},
+		{src, 150e3, 1500, []string{"2.133s at 150000 packets/s of 1500 bytes (192 ring bytes each)"}},
+		{src, 1e6, 1500, []string{"holds 12.8s of traffic at low packet rates", "346ms at 1000000 packets/s of 1500 bytes"}},
 		{whole, 1e6, 1500, []string{"keeping 65535 bytes of each frame", "42ms at 1000000 packets/s of 1500 bytes (1584 ring bytes each)"}},
 	} {
 		var b bytes.Buffer

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -110,12 +111,14 @@ func DefaultConfig() Config {
 			Promiscuous: true, // a tap or mirror port delivers frames addressed to other hosts
 			Snaplen:     0,    // SnapLen: link header with two VLAN tags + identity.ip_bytes
 			Workers:     1,
-			// 256 blocks of 256 KiB: 64 MiB, and 2.56 s of traffic at
+			// 256 blocks of 256 KiB: 64 MiB, and 12.8 s of traffic at
 			// low packet rates, where the kernel retires a block every
-			// block_timeout however little it holds (RingHold).
+			// block_timeout however little it holds (RingHold). 50 ms:
+			// a slow link wakes the capture 20 times a second, not 100
+			// (docs/capture.md, "Block timeout"), well within IdleSlack.
 			BlockSize:    256 << 10,
 			NumBlocks:    256,
-			BlockTimeout: 10 * time.Millisecond,
+			BlockTimeout: 50 * time.Millisecond,
 			PollTimeout:  100 * time.Millisecond,
 			BufferSize:   64 << 20,
 		},
@@ -391,21 +394,25 @@ func checkRuleKeys(n *yaml.Node) error {
 
 // RingHold is how long a TPACKET_V3 ring of numBlocks blocks of blockSize
 // bytes (as RingGeometry makes it) holds traffic while its reader does not
-// read: the kernel hands a block over when it is full or when blockTimeout
-// has passed since it was opened, whichever comes first, and drops what
-// arrives while every block waits for the reader. At bytesPerSec ring
-// bytes a second (packets a second × RingFrameBytes) a block fills in
-// (block size − its header) / bytesPerSec, so the ring holds
-// numBlocks × min(blockTimeout, that): the block count and the timeout
-// bound it at low rates, the bytes at high ones. bytesPerSec <= 0 gives
-// the low-rate bound.
+// read. The kernel hands a block over when it is full, and its retire
+// timer hands over the open block, however little it holds, every
+// blockTimeout, whenever that block was opened; what arrives while every
+// block waits for the reader is dropped. At bytesPerSec ring bytes a
+// second (packets a second × RingFrameBytes) a timer period's traffic is
+// x = bytesPerSec × blockTimeout / (block size − its header) blocks: it
+// fills floor(x) of them and the timer hands over one more, partly
+// filled, so a period takes max(1, ceil(x)) blocks and the ring holds
+// numBlocks × blockTimeout / max(1, ceil(x)): the block count and the
+// timeout bound it at low rates, the bytes at high ones, and a rate just
+// above a block a period costs half the hold (TestLiveAFPacketRingHold
+// measures it). bytesPerSec <= 0 gives the low-rate bound.
 func RingHold(blockSize, numBlocks int, blockTimeout time.Duration, bytesPerSec float64) time.Duration {
 	bs, nb := RingGeometry(blockSize, numBlocks)
-	per := blockTimeout
+	per := 1.0
 	if bytesPerSec > 0 {
-		per = min(per, time.Duration(float64(bs-ringBlockHeader)/bytesPerSec*float64(time.Second)))
+		per = max(1, math.Ceil(bytesPerSec*blockTimeout.Seconds()/float64(bs-ringBlockHeader)))
 	}
-	return time.Duration(nb) * per
+	return time.Duration(float64(nb) * float64(blockTimeout) / per)
 }
 
 // Ring slot layout (TPACKET_V3, SOCK_RAW, kernel net/packet/af_packet.c):

@@ -238,10 +238,13 @@ func TestDefaultRingHold(t *testing.T) {
 		want   time.Duration
 	}{
 		{256 << 10, 256, 10 * time.Millisecond, 0, 2560 * time.Millisecond},
-		{1 << 20, 64, 10 * time.Millisecond, 0, 640 * time.Millisecond},                    // the former default
-		{1 << 20, 4, 10 * time.Millisecond, 0, 320 * time.Millisecond},                     // split into 128 blocks of 32 KiB
-		{256 << 10, 256, 10 * time.Millisecond, 64 << 20, 256 * 3905534 * time.Nanosecond}, // bytes bound it: (256 KiB − 48 B) / 64 MiB a block
-		{256 << 10, 256, 10 * time.Millisecond, 1 << 20, 2560 * time.Millisecond},
+		{1 << 20, 64, 10 * time.Millisecond, 0, 640 * time.Millisecond},                // the former default
+		{1 << 20, 4, 10 * time.Millisecond, 0, 320 * time.Millisecond},                 // split into 128 blocks of 32 KiB
+		{256 << 10, 256, 50 * time.Millisecond, 0, 12800 * time.Millisecond},           // the default
+		{256 << 10, 256, 10 * time.Millisecond, 64 << 20, 2560 * time.Millisecond / 3}, // bytes bound it: 2.56 blocks a period, 3 handed over
+		{256 << 10, 256, 10 * time.Millisecond, 1 << 20, 2560 * time.Millisecond},      // 0.04 blocks a period: one handed over
+		{256 << 10, 256, 50 * time.Millisecond, 30000 * 192, 6400 * time.Millisecond},  // 1.1 blocks a period: a full one and a nearly empty one
+		{256 << 10, 256, 50 * time.Millisecond, 30000 * 1600, 1280 * time.Millisecond}, // 9.2 blocks a period: 10
 	}
 	for _, tc := range tests {
 		if got := RingHold(tc.bs, tc.nb, tc.tov, tc.rate); got != tc.want {
@@ -249,16 +252,16 @@ func TestDefaultRingHold(t *testing.T) {
 		}
 	}
 	// With the default snap length a full-size frame takes 192 ring bytes
-	// instead of 1600: the default ring holds 2 s of them up to ~174 kpps
-	// (block_timeout bounds it up to ~136 kpps), whole ones only up to ~21 kpps.
+	// instead of 1600: the default ring holds 2 s of them up to ~163 kpps
+	// (12.8 s up to ~27 kpps), whole ones only up to ~19 kpps.
 	snap := d.SnapLen(DefaultConfig().Identity)
 	for _, tc := range []struct {
 		snap int
 		pps  float64
 		want bool // holds >= 2 s
 	}{
-		{snap, 136e3, true}, {snap, 174e3, true}, {snap, 175e3, false},
-		{65535, 20e3, true}, {65535, 21e3, false}, {65535, 30e3, false},
+		{snap, 136e3, true}, {snap, 163e3, true}, {snap, 164e3, false},
+		{65535, 19e3, true}, {65535, 20e3, false}, {65535, 30e3, false},
 	} {
 		h := RingHold(d.BlockSize, d.NumBlocks, d.BlockTimeout, tc.pps*float64(RingFrameBytes(1514, tc.snap)))
 		if (h >= 2*time.Second) != tc.want {

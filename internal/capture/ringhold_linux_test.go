@@ -102,17 +102,19 @@ func holdRun(t *testing.T, v *vethPair, src SourceConfig, frame []byte, perTick 
 // TestLiveAFPacketRingHold measures how long the default ring holds
 // traffic while nobody reads it (a daemon stopped or starved of CPU), at
 // a low packet rate and at full-size frames, each for a second longer
-// than RingHold says it holds; everything is read afterwards. The kernel
-// hands a block over when it is full or at most once a block_timeout
-// (later under load, never sooner), so where no block fills the span is
-// at least (num_blocks − 1) × block_timeout whatever the machine's load,
-// and the test asserts >= 2 s where the default ring overflowed. The
-// sender never bursts (perTick frames a tick at most), so with the
-// default snap length no block fills at 30 frames a millisecond (1365
-// frames of 192 ring bytes fit a 256 KiB block, 300 arrive in a
-// block_timeout). Whole frames (snaplen 65535, what the ring kept before
-// it had a snap length) are measured beside them: 163 fit a block, so
-// the ring's bytes bound it and it holds at most 256 × 163 frames.
+// than RingHold says it holds at low rates; everything is read
+// afterwards. The kernel hands a block over when it is full, and its
+// timer hands over the open one every block_timeout (later under load,
+// never sooner), so the ring takes at most ceil(x) blocks a block_timeout
+// for x blocks of traffic in one, and the test asserts >= 2 s where the
+// default ring overflowed. The sender never bursts (perTick frames a tick
+// at most): with the default snap length 1365 frames of 192 ring bytes
+// fit a 256 KiB block and 1500 arrive in a block_timeout at 30 frames a
+// millisecond, a full block and a nearly empty one, so the ring holds
+// ~6.4 s (RingHold), and slower if the machine cannot keep the pace.
+// Whole frames (snaplen 65535, what the ring kept before it had a snap
+// length) are measured beside them: 163 fit a block, so the ring's bytes
+// bound it and it holds at most 256 × 163 frames.
 func TestLiveAFPacketRingHold(t *testing.T) {
 	def := DefaultConfig().Source
 	def.Kind, def.PollTimeout = "afpacket", 50*time.Millisecond

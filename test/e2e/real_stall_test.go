@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,16 +15,21 @@ import (
 )
 
 // pairStall is the defaults pair with the daemons' default capture ring and
-// lateness: a sender stopped for 3 s still delivers the interval it was
-// shipping when it stopped.
-var pairStall = RealPair{Name: "stall", Interval: time.Second, Defaults: true}
+// lateness (a sender stopped for 3 s still delivers the interval it was
+// shipping when it stopped), but blocks handed over every 10 ms instead of
+// 50: the ring holds 2.56 s at these rates instead of 12.8 s, so that a
+// stop of 3.56 s overflows it and a sender stopped that long is still
+// within the 10 s lateness. The 1 s stop it holds, the default ring holds
+// five times over.
+var pairStall = RealPair{Name: "stall", Interval: time.Second, Defaults: true, BlockTimeout: 10 * time.Millisecond}
 
 // TestRealStall: real traffic through the congested bottleneck (tail
 // drop), one daemon stopped (SIGSTOP) for 1 s and, later, for 3 s, as a
 // process starved of CPU is; one run stalls the receiver, another the
 // sender. tcpdump at the same taps keeps every packet: the truth.
-//   - The 1 s stop drops nothing with the default ring.
-//   - The 3 s stop overflows it; every record of the intervals it
+//   - The 1 s stop drops nothing with the default ring's blocks
+//     (pairStall: a fifth of its hold at low rates).
+//   - The 3 s stop overflows them; every record of the intervals it
 //     overlaps says capture_drops and withholds its loss.
 //   - No flow-interval that lost nothing on the wire reports loss >= 1.
 //   - Of the flow-intervals outside the capture_drops intervals that lost
@@ -40,10 +46,10 @@ func TestRealStall(t *testing.T) {
 			// The short stop first; the long one well inside the
 			// traffic, so that its intervals and the ones after it are
 			// evaluated. The long one lasts 3 s, and at least a second
-			// longer than the default ring holds at low rates, so that it
+			// longer than the pair's ring holds at low rates, so that it
 			// overflows whatever the kernel's timer granularity.
 			c := config.DefaultCommon().Capture.Source
-			long := max(3*time.Second, capture.RingHold(c.BlockSize, c.NumBlocks, c.BlockTimeout, 0)+time.Second)
+			long := max(3*time.Second, capture.RingHold(c.BlockSize, c.NumBlocks, pairStall.BlockTimeout, 0)+time.Second)
 			opt.Stalls = []Stall{{Pair: 0, Daemon: daemon, At: 5 * time.Second, For: time.Second},
 				{Pair: 0, Daemon: daemon, At: opt.Duration/2 + 2*time.Second, For: long}}
 			res := runReal(t, opt, "stall of the "+daemon)
@@ -194,12 +200,12 @@ func checkStall(t *testing.T, res *RealResult, pr RealPairResult) {
 			st.Daemon, stopped.Round(time.Millisecond), first, last, pr.FirstIv, pr.LastIv, st.Drops(), st.DropsBefore, st.DropsAfter, n, held.Round(10*time.Millisecond))
 	}
 	c := config.DefaultCommon().Capture.Source
-	hold := capture.RingHold(c.BlockSize, c.NumBlocks, c.BlockTimeout, 0)
+	hold := capture.RingHold(c.BlockSize, c.NumBlocks, cmp.Or(pr.Pair.BlockTimeout, c.BlockTimeout), 0)
 	if short.Drops() != 0 {
-		t.Errorf("a %v stop dropped %d packets with the default ring (it holds %v at low rates)", short.For, short.Drops(), hold)
+		t.Errorf("a %v stop dropped %d packets with the default ring's blocks (the ring holds %v at low rates)", short.For, short.Drops(), hold)
 	}
 	if long.Drops() <= 0 {
-		t.Fatalf("a %v stop dropped nothing with the default ring (it holds %v at low rates): nothing to judge", long.For, hold)
+		t.Fatalf("a %v stop dropped nothing with the default ring's blocks (the ring holds %v at low rates): nothing to judge", long.For, hold)
 	}
 	s := scoreStall(pr, res.Stalls)
 	t.Logf("intervals overlapped by a stall with drops %d (%d records: %v); intervals with capture_drops records %d; "+

@@ -48,6 +48,9 @@ type RealPair struct {
 	// their default wait for the other end's sketch (10 s) instead of the
 	// testbed's 3 s.
 	Defaults bool
+	// BlockTimeout, if set, is the pair's capture.source.block_timeout
+	// (with Defaults too): a ring that holds less at low rates.
+	BlockTimeout time.Duration
 }
 
 // RealOptions of a real-traffic run (RunReal).
@@ -318,6 +321,9 @@ func realCommon(opt RealOptions, pr RealPair, iface, metrics string) map[string]
 	if pr.Defaults {
 		source = map[string]any{"kind": "afpacket", "interface": iface}
 	}
+	if pr.BlockTimeout > 0 {
+		source["block_timeout"] = pr.BlockTimeout.String()
+	}
 	m := map[string]any{
 		"interval": pr.Interval.String(),
 		"sketch":   map[string]any{"seed": opt.Seed},
@@ -325,8 +331,8 @@ func realCommon(opt RealOptions, pr RealPair, iface, metrics string) map[string]
 			"select": []map[string]any{{"name": "real", "src": []string{RealSndNet.String()}, "dst": []string{RealRcvNet.String()}}},
 			// 1024 blocks of 64 KiB instead of the default 256 of 256 KiB:
 			// at these rates the kernel retires a block every block_timeout
-			// (10 ms), so the ring holds num_blocks × 10 ms of traffic:
-			// ~10 s instead of 2.56 s, for the loaded machine the tests
+			// (50 ms), so the ring holds num_blocks × 50 ms of traffic:
+			// ~51 s instead of 12.8 s, for the loaded machine the tests
 			// share (docs/testbed.md). Defaults pairs keep the default.
 			"source": source,
 		},
