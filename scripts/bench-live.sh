@@ -13,7 +13,8 @@
 # capture performance") cites a run kept in docs/runs/bench-live.md.
 #
 # Needs root, ip(8), tcpdump and go. Knobs (environment):
-#   LDS_PERF_SECONDS (default 5)   blast length per trial
+#   LDS_PERF_SECONDS (default 5)   blast length per trial (30 for lds-sender's CPU in steady state:
+#                    shorter blasts measure its warm-up, docs/testbed.md "How it measures")
 #   LDS_PERF_REPS    (default 3)   repetitions of every trial
 #   RINGS            (default "1048576x64 262144x4")  block_size x num_blocks per socket
 #                    (tcpdump gets -B of the same bytes; libpcap always builds 256 KiB
