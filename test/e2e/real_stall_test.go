@@ -48,8 +48,7 @@ func TestRealStall(t *testing.T) {
 			// evaluated. The long one lasts 3 s, and at least a second
 			// longer than the pair's ring holds at low rates, so that it
 			// overflows whatever the kernel's timer granularity.
-			c := config.DefaultCommon().Capture.Source
-			long := max(3*time.Second, capture.RingHold(c.BlockSize, c.NumBlocks, pairStall.BlockTimeout, 0)+time.Second)
+			long := max(3*time.Second, lowRateHold(pairStall)+time.Second)
 			opt.Stalls = []Stall{{Pair: 0, Daemon: daemon, At: 5 * time.Second, For: time.Second},
 				{Pair: 0, Daemon: daemon, At: opt.Duration/2 + 2*time.Second, For: long}}
 			res := runReal(t, opt, "stall of the "+daemon)
@@ -57,6 +56,14 @@ func TestRealStall(t *testing.T) {
 			checkStall(t, res, res.Pairs[0])
 		})
 	}
+}
+
+// lowRateHold is how long a Defaults pair's capture ring holds at low
+// packet rates: the default ring, with the pair's block_timeout if it sets
+// one.
+func lowRateHold(pr RealPair) time.Duration {
+	c := config.DefaultCommon().Capture.Source
+	return capture.RingHold(c.BlockSize, c.NumBlocks, cmp.Or(pr.BlockTimeout, c.BlockTimeout), 0)
 }
 
 // stallScore is what TestRealStall asserts, over the evaluated intervals.
@@ -199,8 +206,7 @@ func checkStall(t *testing.T, res *RealResult, pr RealPairResult) {
 		t.Logf("%s stopped %v (intervals %d-%d, evaluated %d-%d): kernel ring drops %d (%d before, %d after) of %d packets into its tap meanwhile: the ring held at least ~%v (tcpdump -Q in leaves out the packets going out of the tap, which share the ring and its drops)",
 			st.Daemon, stopped.Round(time.Millisecond), first, last, pr.FirstIv, pr.LastIv, st.Drops(), st.DropsBefore, st.DropsAfter, n, held.Round(10*time.Millisecond))
 	}
-	c := config.DefaultCommon().Capture.Source
-	hold := capture.RingHold(c.BlockSize, c.NumBlocks, cmp.Or(pr.Pair.BlockTimeout, c.BlockTimeout), 0)
+	hold := lowRateHold(pr.Pair)
 	if short.Drops() != 0 {
 		t.Errorf("a %v stop dropped %d packets with the default ring's blocks (the ring holds %v at low rates)", short.For, short.Drops(), hold)
 	}
